@@ -1,0 +1,146 @@
+"""The composition root and main command.
+
+    python app.py                      start the app (HOST/PORT, default 127.0.0.1:3100)
+    python app.py users add NAME       create an account (asks for the password)
+    python app.py users passwd NAME    change a password
+    python app.py users list           list accounts
+
+It reads settings, opens the database (running migrations), builds the
+services, adds the routers to NiceGUI's app, registers the pages and calls
+`ui.run`. Nothing here holds behaviour of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import os
+import sys
+from pathlib import Path
+
+from core.settings import load_settings
+
+ROOT = Path(__file__).resolve().parent
+log = logging.getLogger("app")
+
+
+def build(settings) -> object:
+    """Build services, routes and pages on NiceGUI's app; returns the services."""
+    from nicegui import app, ui
+
+    from core.api import api_router
+    from core.llm import warm_up
+    from core.services import Services
+    from ui import register_pages
+
+    services = Services.build(settings)
+    services.prepare()
+    app.state.services = services
+    app.include_router(api_router())
+    app.add_static_files("/assets", str(ROOT / "assets"))
+    ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
+    register_pages(services)
+    app.on_startup(services.start)
+    app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
+    app.on_shutdown(services.stop)
+    return services
+
+
+def serve(settings) -> None:
+    """Run the web app until interrupted."""
+    from nicegui import ui
+
+    from core.services import StartupRefused
+
+    try:
+        build(settings)
+    except StartupRefused as exc:
+        sys.exit(f"error: {exc}")
+    ui.run(
+        host=settings.host,
+        port=settings.port,
+        title="A2A Delegation Chat",
+        reload=False,
+        show=False,
+        storage_secret=settings.ensure_storage_secret(),
+        fastapi_docs=True,
+        show_welcome_message=False,
+        favicon="🤖",
+    )
+
+
+def users_command(settings, args: argparse.Namespace) -> int:
+    """`users add|passwd|list`."""
+    from core import accounts
+    from core.db import Database
+
+    db = Database(settings.database)
+    db.migrate()
+
+    async def run() -> int:
+        try:
+            async with db.session() as s:
+                if args.action == "list":
+                    for user in await accounts.list_users(s):
+                        kind = "password" if user.password_hash else "single-user mode"
+                        print(f"{user.username}\t{kind}")
+                    return 0
+                password = os.environ.get("APP_USER_PASSWORD") or _ask_password()
+                if args.action == "add":
+                    await accounts.create_user(s, username=args.name, password=password)
+                    print(f"created user {args.name!r}; restart the app to switch to multi-user mode")
+                else:
+                    await accounts.set_password(s, username=args.name, password=password)
+                    print(f"changed the password of {args.name!r}")
+                return 0
+        except accounts.AccountError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            await db.close()
+
+    return asyncio.run(run())
+
+
+def _ask_password() -> str:
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Repeat: ") != first:
+        raise SystemExit("error: the passwords differ")
+    return first
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and run the app or a command."""
+    settings = load_settings()
+    # NiceGUI keeps per-browser storage on disk; keep it beside the database.
+    os.environ.setdefault("NICEGUI_STORAGE_PATH", str(settings.data_dir / ".nicegui"))
+    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    from nicegui import helpers
+
+    if helpers.is_user_simulation():  # NiceGUI's User fixture runs this file; it only needs the app built
+        build(settings)
+        from nicegui import ui
+
+        ui.run(storage_secret=settings.ensure_storage_secret(), fastapi_docs=True)
+        return
+
+    parser = argparse.ArgumentParser(prog="python app.py", description="A2A delegation chat and hub.")
+    commands = parser.add_subparsers(dest="command")
+    users = commands.add_parser("users", help="manage accounts")
+    users_actions = users.add_subparsers(dest="action", required=True)
+    users_actions.add_parser("add", help="create an account").add_argument("name")
+    users_actions.add_parser("passwd", help="change a password").add_argument("name")
+    users_actions.add_parser("list", help="list accounts")
+    args = parser.parse_args(argv)
+    if args.command == "users":
+        sys.exit(users_command(settings, args))
+    serve(settings)
+
+
+if __name__ in {"__main__", "__mp_main__"}:
+    main()

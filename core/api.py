@@ -1,0 +1,263 @@
+"""The REST API of the chat, for scripts and tests: `/api/...` (OpenAPI at `/docs`).
+
+Who is asking: in single-user mode every request is the `local` user. With
+accounts, a request carries either the browser's session (after logging in on
+`/login`) or HTTP Basic credentials. A session that is not the caller's is
+answered exactly like one that does not exist (404), so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from pydantic import BaseModel, Field
+
+from core import accounts
+from core import agents as agents_store
+from core import sessions as sessions_store
+from core.chat import ChatError
+from core.services import Services
+from core.sse import hub_sse_response, last_event_id
+from models import AgentMessage, AgentSession, User
+
+USER_ID_KEY = "user_id"  # in app.storage.user, set by the login page
+
+_basic = HTTPBasic(auto_error=False)
+
+
+def get_services(request: Request) -> Services:
+    """The app's services (set on `app.state` by `app.py`)."""
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_current_user(
+    request: Request,
+    services: ServicesDep,
+    credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)],
+) -> User:
+    """The user making the request, or 401."""
+    async with services.db.session() as s:
+        if not services.auth.multi_user:
+            user = await accounts.get_user(s, services.auth.local_user_id or 0)
+            if user is not None:
+                return user
+        user_id = _browser_user_id(request)
+        if user_id is not None:
+            user = await accounts.get_user(s, user_id)
+            if user is not None:
+                return user
+        if credentials is not None:
+            user = await accounts.authenticate(s, username=credentials.username, password=credentials.password)
+            if user is not None:
+                return user
+    raise HTTPException(
+        status_code=status.HTTP_401_UNAUTHORIZED,
+        detail="Log in first: use the browser session from /login, or HTTP Basic credentials.",
+        headers={"WWW-Authenticate": "Basic"},
+    )
+
+
+def _browser_user_id(request: Request) -> int | None:
+    if "session" not in request.scope:  # no SessionMiddleware (no storage secret)
+        return None
+    from nicegui import app  # the browser session lives in NiceGUI's per-user storage
+
+    try:
+        value = app.storage.user.get(USER_ID_KEY)
+    except (RuntimeError, AssertionError, KeyError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+class AgentOut(BaseModel):
+    """An agent as the API shows it; `id` is its registry id (slug)."""
+
+    id: str
+    name: str
+    description: str
+    model: str
+
+
+class SessionCreate(BaseModel):
+    """A new chat with an agent (default: the first seeded one)."""
+
+    agent_id: str | None = Field(None, alias="agentId", max_length=64, description="Agent registry id (slug)")
+    title: str | None = Field(None, max_length=200)
+
+
+class SessionOut(BaseModel):
+    """A chat session."""
+
+    id: str
+    title: str
+    agent_id: str = Field(serialization_alias="agentId")
+    created_at: datetime = Field(serialization_alias="createdAt")
+    updated_at: datetime = Field(serialization_alias="updatedAt")
+    running: bool
+
+
+class MessageCreate(BaseModel):
+    """A user message; the length limit is checked against `MAX_MESSAGE_CHARS` too."""
+
+    content: str = Field(min_length=1, max_length=100_000)
+
+
+class MessageOut(BaseModel):
+    """A saved message."""
+
+    id: int
+    role: str
+    content: str
+    sort_order: int = Field(serialization_alias="sortOrder")
+    status: str
+    error: str | None
+    model_id: str | None = Field(serialization_alias="modelId")
+    input_tokens: int | None = Field(serialization_alias="inputTokens")
+    output_tokens: int | None = Field(serialization_alias="outputTokens")
+    tool_calls: list[dict[str, Any]] | None = Field(serialization_alias="toolCalls")
+    tool_results: list[dict[str, Any]] | None = Field(serialization_alias="toolResults")
+    source: str
+    created_at: datetime = Field(serialization_alias="createdAt")
+
+
+class TurnOut(BaseModel):
+    """A started turn: subscribe to `streamUrl` to follow it."""
+
+    session_id: str = Field(serialization_alias="sessionId")
+    user_message_id: int = Field(serialization_alias="userMessageId")
+    stream_url: str = Field(serialization_alias="streamUrl")
+    after_event_id: int = Field(serialization_alias="afterEventId")
+
+
+def api_router() -> APIRouter:
+    """The `/api` routes."""
+    router = APIRouter(prefix="/api", tags=["chat"])
+
+    @router.get("/me")
+    async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+        """Who is logged in."""
+        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user}
+
+    @router.get("/agents", response_model=list[AgentOut])
+    async def list_agents(_: CurrentUser, services: ServicesDep) -> list[AgentOut]:
+        """Local agents."""
+        async with services.db.session() as s:
+            rows = await agents_store.list_agents(s)
+        return [AgentOut(id=a.slug, name=a.name, description=a.description, model=a.model) for a in rows]
+
+    @router.get("/sessions", response_model=list[SessionOut], response_model_by_alias=True)
+    async def list_sessions(user: CurrentUser, services: ServicesDep) -> list[SessionOut]:
+        """The caller's chat sessions, most recent first (delegated-task sessions are not listed)."""
+        async with services.db.session() as s:
+            rows = await sessions_store.list_sessions(s, user_id=user.id)
+            slugs = await _agent_slugs(s)
+        return [_session_out(r, slugs, services) for r in rows]
+
+    @router.post("/sessions", status_code=201, response_model=SessionOut, response_model_by_alias=True)
+    async def create_session(body: SessionCreate, user: CurrentUser, services: ServicesDep) -> SessionOut:
+        """Start a new chat with an agent."""
+        async with services.db.session() as s:
+            if body.agent_id:
+                agent = await agents_store.get_agent_by_slug(s, body.agent_id)
+            else:
+                agent = next(iter(await agents_store.list_agents(s)), None)
+            if agent is None:
+                raise HTTPException(404, detail=f"There is no agent {body.agent_id!r}.")
+            row = await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id,
+                                                      title=body.title or "New chat")
+        return _session_out(row, {agent.id: agent.slug}, services)
+
+    @router.get("/sessions/{session_id}", response_model=SessionOut, response_model_by_alias=True)
+    async def get_session(session_id: str, user: CurrentUser, services: ServicesDep) -> SessionOut:
+        """One chat session."""
+        async with services.db.session() as s:
+            row = await _owned_session(s, session_id, user)
+            slugs = await _agent_slugs(s)
+        return _session_out(row, slugs, services)
+
+    @router.delete("/sessions/{session_id}", status_code=204)
+    async def delete_session(session_id: str, user: CurrentUser, services: ServicesDep) -> Response:
+        """Delete a chat (stops its running turn first)."""
+        async with services.db.session() as s:
+            await _owned_session(s, session_id, user)
+            await services.chat.cancel(session_id)
+            await sessions_store.delete_session(s, session_id=session_id, user_id=user.id)
+        return Response(status_code=204)
+
+    @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut], response_model_by_alias=True)
+    async def list_messages(session_id: str, user: CurrentUser, services: ServicesDep) -> list[MessageOut]:
+        """The saved messages of a chat, in order."""
+        async with services.db.session() as s:
+            await _owned_session(s, session_id, user)
+            rows = await sessions_store.list_messages(s, session_id=session_id)
+        return [_message_out(m) for m in rows]
+
+    @router.post("/sessions/{session_id}/messages", status_code=202, response_model=TurnOut,
+                 response_model_by_alias=True)
+    async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, services: ServicesDep) -> TurnOut:
+        """Send a message; the answer streams from `streamUrl`."""
+        try:
+            turn = await services.chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
+        except ChatError as exc:
+            raise HTTPException(exc.status_code, detail=exc.message) from exc
+        return TurnOut(
+            session_id=turn.session_id,
+            user_message_id=turn.user_message_id,
+            stream_url=f"/api/sessions/{session_id}/stream?lastEventId={turn.after_event_id}",
+            after_event_id=turn.after_event_id,
+        )
+
+    @router.post("/sessions/{session_id}/stop")
+    async def stop_turn(session_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, bool]:
+        """Stop the running answer; what it said so far is kept."""
+        async with services.db.session() as s:
+            await _owned_session(s, session_id, user)
+        return {"stopped": await services.chat.cancel(session_id)}
+
+    @router.get("/sessions/{session_id}/stream", response_model=None)
+    async def stream(session_id: str, request: Request, user: CurrentUser, services: ServicesDep):
+        """SSE of the chat's current (or last) turn; resumable with `Last-Event-ID`."""
+        async with services.db.session() as s:
+            await _owned_session(s, session_id, user)
+        if services.hub.get(session_id) is None:
+            return JSONResponse({"active": False, "reason": "no-buffer"})
+        return hub_sse_response(services.hub, session_id, last_event_id(request))
+
+    return router
+
+
+async def _owned_session(s, session_id: str, user: User) -> AgentSession:
+    row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user.id)
+    if row is None:
+        raise HTTPException(404, detail="There is no such chat session.")
+    return row
+
+
+async def _agent_slugs(s) -> dict[int, str]:
+    return {a.id: a.slug for a in await agents_store.list_agents(s)}
+
+
+def _session_out(row: AgentSession, slugs: dict[int, str], services: Services) -> SessionOut:
+    return SessionOut(
+        id=row.id, title=row.title, agent_id=slugs.get(row.agent_id, ""), created_at=row.created_at,
+        updated_at=row.updated_at, running=services.chat.is_running(row.id),
+    )
+
+
+def _message_out(m: AgentMessage) -> MessageOut:
+    return MessageOut(
+        id=m.id, role=m.role, content=m.content, sort_order=m.sort_order, status=m.status, error=m.error,
+        model_id=m.model_id, input_tokens=m.input_tokens, output_tokens=m.output_tokens, tool_calls=m.tool_calls,
+        tool_results=m.tool_results, source=m.source, created_at=m.created_at,
+    )
+

@@ -1,0 +1,483 @@
+"""The chat engine: runs one turn of a session, streaming UI events into the hub.
+
+A turn saves the user's message, then loops: call the model (streaming
+`text-delta` events), run the tools it asked for (`tool-input-available`,
+`tool-output-available`), feed the results back, until the model answers
+without tools or `max_steps` is reached. It ends with `finish` (after `error`
+when something failed), and the assistant messages of the turn are saved in one
+transaction before `finish` is sent.
+
+A turn runs as a background task owned by the engine, not by a page: closing
+the page does not stop it, and a page that comes back reattaches to the hub
+buffer (`stream_key == session_id`). `cancel()` stops it; the partial text is
+saved with `status='canceled'`.
+
+Events follow the Vercel AI SDK UI stream protocol that seed 000 uses:
+`start`, `text-delta` {id, delta}, `tool-input-available` {toolCallId, toolName,
+input}, `tool-output-available` {toolCallId, output, metadata}, `error`
+{errorText}, `finish` {finishReason, usage}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import agents as agents_store
+from core import sessions as sessions_store
+from core.db import Database
+from core.hub import StreamBusy, StreamHub
+from core.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
+from core.tasks import BackgroundTasks
+from core.tools import BoundTool, ToolContext, ToolRegistry, ToolResult
+from models import Agent, AgentMessage
+
+log = logging.getLogger(__name__)
+
+
+class ChatError(Exception):
+    """A request the engine cannot carry out; `code` is stable, `message` is for people."""
+
+    code = "chat_error"
+    status_code = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SessionNotFound(ChatError):
+    """No such session for this user."""
+
+    code = "session_not_found"
+    status_code = 404
+
+
+class AgentNotFound(ChatError):
+    """No such agent."""
+
+    code = "agent_not_found"
+    status_code = 404
+
+
+class InvalidMessage(ChatError):
+    """Empty or too long."""
+
+    code = "invalid_message"
+    status_code = 422
+
+
+class TurnInProgress(ChatError):
+    """The session is already answering."""
+
+    code = "turn_in_progress"
+    status_code = 409
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    """What `start_turn` returns at once.
+
+    Attributes:
+        session_id: the session.
+        user_message_id: the saved user message.
+        stream_key: the hub key of the turn's events.
+        after_event_id: subscribe after this id to receive exactly this turn's events.
+    """
+
+    session_id: str
+    user_message_id: int
+    stream_key: str
+    after_event_id: int
+
+
+@dataclass(slots=True)
+class TurnOutcome:
+    """How a run of an agent ended, and the assistant messages to save."""
+
+    text: str
+    status: str  # 'complete' | 'canceled' | 'error'
+    error: str | None
+    finish_reason: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class ChatEngine:
+    """Runs turns. Built once in `app.py`; pages and routes call it.
+
+    Args:
+        db: the database.
+        hub: where turn events go.
+        llm: the model gateway.
+        tools: the tool registry.
+        max_steps: model calls per turn (bounds the tool loop).
+        turn_timeout_s: longest a turn may run before it is failed.
+        max_message_chars: longest user message accepted.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        hub: StreamHub,
+        llm: LLMGateway,
+        tools: ToolRegistry,
+        *,
+        max_steps: int = 8,
+        turn_timeout_s: float = 600.0,
+        max_message_chars: int = 20_000,
+    ) -> None:
+        self.db = db
+        self.hub = hub
+        self.llm = llm
+        self.tools = tools
+        self.max_steps = max_steps
+        self.turn_timeout_s = turn_timeout_s
+        self.max_message_chars = max_message_chars
+        self._tasks = BackgroundTasks()
+        self._turns: dict[str, asyncio.Task[Any]] = {}
+
+    # -- turns of a user's session ---------------------------------------------------
+
+    def validate_text(self, text: str) -> str:
+        """The message as it will be sent, or InvalidMessage saying what is wrong."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidMessage("The message is empty; type something first.")
+        if len(text) > self.max_message_chars:
+            raise InvalidMessage(
+                f"The message is {len(text):,} characters long; the limit is {self.max_message_chars:,}."
+            )
+        return text.strip()
+
+    async def start_turn(self, *, session_id: str, user_id: int, text: str) -> TurnStarted:
+        """Save the user's message and start answering it in the background.
+
+        Raises:
+            InvalidMessage: empty or too long.
+            SessionNotFound: no such session for this user.
+            TurnInProgress: the session is already answering.
+        """
+        text = self.validate_text(text)
+        if self.is_running(session_id):
+            raise TurnInProgress("This chat is still answering; wait for it or press Stop.")
+        async with self.db.session() as s:
+            chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
+            if chat is None:
+                raise SessionNotFound("There is no such chat session.")
+            agent = await agents_store.get_agent(s, chat.agent_id)
+            if agent is None:
+                raise AgentNotFound("The agent of this chat no longer exists.")
+            history = await sessions_store.list_messages(s, session_id=session_id)
+            tool_rows = await agents_store.agent_tool_rows(s, agent.id)
+            [user_row] = await sessions_store.add_messages(
+                s, session_id=session_id, messages=[{"role": "user", "content": text, "source": "user"}]
+            )
+        try:
+            info = await self.hub.create(
+                session_id,
+                meta={"userSortOrder": user_row.sort_order, "userMessageId": user_row.id, "agentSlug": agent.slug},
+            )
+        except StreamBusy as exc:  # a turn started between our check and now
+            raise TurnInProgress("This chat is still answering; wait for it or press Stop.") from exc
+        ctx = ToolContext(
+            user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
+        )
+        messages = build_model_messages(agent, [*history, user_row])
+        task = self._tasks.spawn(
+            self._run_session_turn(session_id, agent, messages, self.tools.bind(tool_rows), ctx),
+            name=f"turn {session_id}",
+        )
+        self._turns[session_id] = task
+        task.add_done_callback(lambda done: self._forget_turn(session_id, done))
+        return TurnStarted(session_id, user_row.id, session_id, info.last_id)
+
+    def _forget_turn(self, session_id: str, task: asyncio.Task[Any]) -> None:
+        if self._turns.get(session_id) is task:
+            del self._turns[session_id]
+
+    def is_running(self, session_id: str) -> bool:
+        """True while a turn of that session runs."""
+        task = self._turns.get(session_id)
+        return task is not None and not task.done()
+
+    async def cancel(self, session_id: str) -> bool:
+        """Stop the session's running turn (its partial answer is saved); False when none runs."""
+        task = self._turns.get(session_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        await asyncio.wait([task], timeout=10)
+        return True
+
+    async def wait(self, session_id: str, timeout: float | None = None) -> None:
+        """Wait until the session's running turn (if any) ends."""
+        task = self._turns.get(session_id)
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=timeout)
+
+    async def shutdown(self) -> None:
+        """Cancel every running turn, letting each save what it has."""
+        await self._tasks.shutdown()
+
+    async def _run_session_turn(
+        self, session_id: str, agent: Agent, messages: list[dict[str, Any]], tools: dict[str, BoundTool],
+        ctx: ToolContext,
+    ) -> None:
+        run = AgentRun(agent=agent, messages=messages, fields={"source": "user"})
+        try:
+            await self.run_agent(stream_key=session_id, run=run, tools=tools, ctx=ctx)
+        finally:
+            # Runs on cancel too: what was said so far is kept, then the stream ends.
+            await self._save_and_finish(session_id, session_id, run.outcome)
+
+    async def _save_and_finish(self, session_id: str, stream_key: str, outcome: TurnOutcome | None) -> None:
+        try:
+            if outcome is not None and outcome.rows:
+                async with self.db.session() as s:
+                    await sessions_store.add_messages(s, session_id=session_id, messages=outcome.rows)
+        except Exception:
+            log.exception("could not save the answer of session %s", session_id)
+            await self._emit(stream_key, "error", {"errorText": "The answer could not be saved."})
+        finally:
+            finish_reason = outcome.finish_reason if outcome else "error"
+            usage = {
+                "inputTokens": outcome.input_tokens if outcome else 0,
+                "outputTokens": outcome.output_tokens if outcome else 0,
+            }
+            await self._emit(stream_key, "finish", {"finishReason": finish_reason, "usage": usage})
+            await self.hub.finish(stream_key, error=outcome.error if outcome and outcome.status == "error" else None)
+
+    # -- one agent run, reused by delegations ------------------------------------------
+
+    async def run_agent(
+        self,
+        *,
+        stream_key: str,
+        run: AgentRun,
+        tools: dict[str, BoundTool],
+        ctx: ToolContext,
+        max_output_tokens: int | None = None,
+    ) -> TurnOutcome:
+        """Run the model/tool loop of `run`, streaming into `stream_key`.
+
+        Model failures, timeouts and tool errors end the run with an `error` event; they
+        do not raise. `run.outcome` is set however the run ends, cancellation included
+        (the CancelledError is re-raised after it is recorded), so the caller can save it.
+        """
+        await self._emit(stream_key, "start", {"messageId": f"msg_{secrets.token_hex(8)}"})
+        try:
+            async with asyncio.timeout(self.turn_timeout_s):
+                await self._loop(stream_key, run, tools, ctx, max_output_tokens)
+        except asyncio.CancelledError:
+            run.close_step(status="canceled")
+            run.finish("canceled", status="canceled")
+            raise
+        except TimeoutError:
+            await self._fail(stream_key, run, f"The answer took longer than {self.turn_timeout_s:g} s and was stopped.")
+        except LLMError as exc:
+            await self._fail(stream_key, run, exc.message)
+        except Exception:
+            log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
+            await self._fail(stream_key, run, "Something went wrong on the server while answering; try again.")
+        return run.outcome
+
+    async def _fail(self, stream_key: str, run: AgentRun, message: str) -> None:
+        run.close_step(status="error", error=message)
+        run.finish("error", status="error", error=message)
+        await self._emit(stream_key, "error", {"errorText": message})
+
+    async def _loop(
+        self, stream_key: str, run: AgentRun, tools: dict[str, BoundTool], ctx: ToolContext, max_tokens: int | None
+    ) -> None:
+        definitions = [t.definition() for t in tools.values()] or None
+        for step in range(self.max_steps):
+            run.open_step()
+            text_id = f"text-{step}"
+            result: ModelResult | None = None
+            async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, max_tokens=max_tokens):
+                if isinstance(event, TextDelta):
+                    run.step_text.append(event.text)
+                    await self._emit(stream_key, "text-delta", {"id": text_id, "delta": event.text})
+                else:
+                    result = event
+            assert result is not None  # the gateway always ends with a ModelResult
+            run.add_usage(result)
+            if not result.tool_calls:
+                run.close_step(text=result.text or "".join(run.step_text))
+                run.finish(result.finish_reason or "stop")
+                return
+            run.step_calls = result.tool_calls
+            run.messages.append(_assistant_message(result.text or "".join(run.step_text), result.tool_calls))
+            for call in result.tool_calls:
+                await self._emit(
+                    stream_key, "tool-input-available",
+                    {"toolCallId": call.id, "toolName": call.name, "input": _input_for_display(call)},
+                )
+            outputs = await asyncio.gather(
+                *(self._call_tool(stream_key, call, tools, ctx) for call in result.tool_calls)
+            )
+            run.step_results = [
+                {"toolCallId": call.id, "toolName": call.name, **output}
+                for call, output in zip(result.tool_calls, outputs, strict=True)
+            ]
+            for call, output in zip(result.tool_calls, outputs, strict=True):
+                run.messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "name": call.name,
+                     "content": json.dumps(output["output"], ensure_ascii=False)}
+                )
+            run.close_step(text=result.text or "".join(run.step_text))
+        await self._fail(stream_key, run, f"Stopped after {self.max_steps} model calls without a final answer.")
+
+    async def _call_tool(
+        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        bound = tools.get(call.name)
+        if bound is None:
+            result = ToolResult(False, error=f"There is no tool named {call.name!r}; available: {sorted(tools) or 'none'}.")
+        else:
+            try:
+                arguments = call.parsed_arguments()
+            except ValueError as exc:
+                result = ToolResult(False, error=f"Invalid arguments for {call.name}: {exc}.")
+            else:
+                call_ctx = ToolContext(
+                    user_id=ctx.user_id, agent_id=ctx.agent_id, agent_slug=ctx.agent_slug, session_id=ctx.session_id,
+                    recursion_depth=ctx.recursion_depth, tool_call_id=call.id, task_id=ctx.task_id, chain=ctx.chain,
+                    emit=lambda type, data: self._emit(stream_key, type, data),
+                )
+                try:
+                    result = await bound.tool.execute(arguments, bound.config, call_ctx)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("tool %s failed", call.name)
+                    result = ToolResult(False, error=f"The tool {call.name} failed unexpectedly.")
+        result.metadata.setdefault("durationMs", int((time.monotonic() - started) * 1000))
+        output = result.for_model()
+        await self._emit(
+            stream_key, "tool-output-available",
+            {"toolCallId": call.id, "output": output, "metadata": result.metadata, "isError": not result.success},
+        )
+        return {"output": output, "metadata": result.metadata, "isError": not result.success}
+
+    async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
+        await self.hub.append(key, type, data)
+
+
+@dataclass(slots=True)
+class AgentRun:
+    """The record of one agent run: its messages so far, and its steps as assistant rows.
+
+    Attributes:
+        agent: who answers.
+        messages: the chat-completion messages (grows with tool calls and results).
+        fields: extra columns for every saved row (`source`, `a2a_task_id`, ...).
+        outcome: set when the run ends, however it ends.
+    """
+
+    agent: Agent
+    messages: list[dict[str, Any]]
+    fields: dict[str, Any]
+    step_text: list[str] = field(default_factory=list)
+    step_calls: list[ToolCall] = field(default_factory=list)
+    step_results: list[dict[str, Any]] | None = None
+    step_open: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    step_input_tokens: int = 0
+    step_output_tokens: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    outcome: TurnOutcome | None = None
+
+    def open_step(self) -> None:
+        self.step_text, self.step_calls, self.step_results = [], [], None
+        self.step_input_tokens = self.step_output_tokens = 0
+        self.step_open = True
+
+    def add_usage(self, result: ModelResult) -> None:
+        self.step_input_tokens, self.step_output_tokens = result.usage.input_tokens, result.usage.output_tokens
+        self.input_tokens += result.usage.input_tokens
+        self.output_tokens += result.usage.output_tokens
+
+    def close_step(self, *, text: str | None = None, status: str = "complete", error: str | None = None) -> None:
+        if not self.step_open:
+            return
+        self.step_open = False
+        content = text if text is not None else "".join(self.step_text)
+        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.step_calls] or None
+        results = self.step_results
+        if calls and results is None:  # stopped while the tools ran
+            results = [{"toolCallId": c["id"], "toolName": c["name"], "isError": True,
+                        "output": {"ok": False, "error": f"the call was {status}"}, "metadata": {}} for c in calls]
+        if not content and not calls and status == "complete":
+            return
+        self.rows.append({
+            "role": "assistant",
+            "content": content,
+            "model_id": self.agent.model,
+            "input_tokens": self.step_input_tokens or None,
+            "output_tokens": self.step_output_tokens or None,
+            "tool_calls": calls,
+            "tool_results": results,
+            "status": status,
+            "error": error,
+            **self.fields,
+        })
+
+    def finish(self, finish_reason: str, *, status: str = "complete", error: str | None = None) -> None:
+        text = "".join(r["content"] for r in self.rows if r["content"])
+        self.outcome = TurnOutcome(
+            text=text, status=status, error=error, finish_reason=finish_reason,
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens, rows=self.rows,
+        )
+
+
+def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict[str, Any]]:
+    """The chat-completion messages for `agent` from a session's saved messages."""
+    messages: list[dict[str, Any]] = []
+    if agent.system_prompt:
+        messages.append({"role": "system", "content": agent.system_prompt})
+    for row in history:
+        if row.role == "user":
+            messages.append({"role": "user", "content": row.content})
+        elif row.role == "assistant":
+            calls = row.tool_calls or []
+            if calls:
+                messages.append(_assistant_message(
+                    row.content, [ToolCall(c["id"], c["name"], c.get("arguments") or "{}") for c in calls]
+                ))
+                for result in row.tool_results or []:
+                    messages.append({
+                        "role": "tool", "tool_call_id": result["toolCallId"], "name": result.get("toolName", ""),
+                        "content": json.dumps(result.get("output"), ensure_ascii=False),
+                    })
+            elif row.content:
+                messages.append({"role": "assistant", "content": row.content})
+        elif row.role == "system" and row.content:
+            messages.append({"role": "system", "content": row.content})
+    return messages
+
+
+def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+            for c in calls
+        ],
+    }
+
+
+def _input_for_display(call: ToolCall) -> Any:
+    try:
+        return call.parsed_arguments()
+    except ValueError:
+        return call.arguments

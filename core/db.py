@@ -1,0 +1,122 @@
+"""The database: one async engine per process, migrations on open, short sessions.
+
+SQLite (`./data/app.db`, WAL mode) is the embedded default; `DATABASE_URL`
+selects PostgreSQL. Schema changes go only through Alembic (`models/migrations`);
+`Database.open()` upgrades to head before anything else touches the tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool, StaticPool
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "models" / "migrations"
+
+
+def sync_url(url: str) -> str:
+    """The URL with a synchronous driver (for Alembic): pysqlite or psycopg."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return u.set(drivername="sqlite").render_as_string(hide_password=False)
+    if u.get_backend_name() == "postgresql":
+        return u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def async_url(url: str) -> str:
+    """The URL with an asyncio driver: aiosqlite or psycopg (v3 is async-capable)."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return u.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    if u.get_backend_name() == "postgresql":
+        return u.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def _is_memory_sqlite(url: str) -> bool:
+    u = make_url(url)
+    return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cursor = dbapi_conn.cursor()
+    # WAL lets the page read while a turn writes; foreign keys are off by default in SQLite.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config pointing at our scripts and at `url`."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["sync_url"] = sync_url(url)
+    return cfg
+
+
+class Database:
+    """Owns the engine. `open()` creates the SQLite folder and runs migrations."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dialect = make_url(url).get_backend_name()
+        self.engine: AsyncEngine = self._make_async_engine()
+
+    def _make_async_engine(self) -> AsyncEngine:
+        kwargs: dict = {}
+        if self.dialect == "sqlite":
+            kwargs["connect_args"] = {"check_same_thread": False}
+            if _is_memory_sqlite(self.url):
+                kwargs["poolclass"] = StaticPool  # one shared in-memory database across connections
+        engine = create_async_engine(async_url(self.url), **kwargs)
+        if self.dialect == "sqlite":
+            event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+
+    def _make_sync_engine(self) -> Engine:
+        engine = create_engine(sync_url(self.url), poolclass=NullPool)
+        if self.dialect == "sqlite":
+            event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+
+    def migrate(self) -> None:
+        """Upgrade the schema to the newest migration (blocking; call before serving)."""
+        if self.dialect == "sqlite" and not _is_memory_sqlite(self.url):
+            db_path = make_url(self.url).database
+            if db_path:
+                Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+        if _is_memory_sqlite(self.url):
+            raise ValueError("an in-memory SQLite database cannot be migrated separately; use a file")
+        engine = self._make_sync_engine()
+        try:
+            with engine.begin() as conn:
+                cfg = alembic_config(self.url)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        finally:
+            engine.dispose()
+        log.info("database ready (%s)", make_url(self.url).render_as_string(hide_password=True))
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        """A short unit of work. Commit explicitly; the session closes on exit."""
+        async with AsyncSession(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections."""
+        await self.engine.dispose()

@@ -1,0 +1,192 @@
+"""The offline demo model: deterministic replies, token by token, with tool calls.
+
+This module decides *what* the demo model says; `core/llm.py` registers it with
+LiteLLM as the `local/` provider and streams it with a configurable delay, so
+a demo turn goes through exactly the same LiteLLM path as a real provider.
+
+Behaviour (documented in the README, relied on by the tests):
+
+1. The last message is a tool result: the model answers from the results of
+   that step, quoting each callee's output (or its error).
+2. The last user message contains `@<agent-id> <text>` and the request offers
+   the `agent_invoke` tool: it says which agents it delegates to, then calls
+   `agent_invoke` with `{"agentSlug": "<agent-id>", "input": "<text>"}` once
+   per mention, all in one step. The text of a mention runs to the next mention.
+3. `/lorem N`: N words of lorem ipsum (N up to 100,000), for long streams.
+4. `/error`: a few tokens, then a failure (to try error handling end to end).
+5. Otherwise: an echo of the message with a short guide. When the system prompt
+   mentions code, the reply carries a fenced Python block.
+
+Token usage counts words: prompt tokens over all messages, completion tokens
+as emitted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+AGENT_INVOKE_TOOL = "agent_invoke"
+LOREM_MAX_WORDS = 100_000
+_MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
+_TOKEN = re.compile(r"\s*\S+|\s+")
+_LOREM = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et "
+    "dolore magna aliqua ut enim ad minim veniam quis nostrud exercitation ullamco laboris nisi ut aliquip"
+).split()
+
+
+class DemoModelError(RuntimeError):
+    """The failure that `/error` asks for."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoToolCall:
+    """One tool call the demo model makes."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class DemoReply:
+    """What the demo model will stream: text tokens, then tool calls, maybe a failure."""
+
+    tokens: list[str]
+    tool_calls: list[DemoToolCall] = field(default_factory=list)
+    fail_after_tokens: int | None = None
+    prompt_tokens: int = 0
+
+    @property
+    def finish_reason(self) -> str:
+        """`tool_calls` when the reply calls tools, else `stop`."""
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+def tokenize(text: str) -> list[str]:
+    """Split text into word-sized tokens that join back to exactly `text`."""
+    return _TOKEN.findall(text)
+
+
+def find_mentions(text: str) -> list[tuple[str, str]]:
+    """`@agent-id text` pairs in order; each text runs up to the next mention."""
+    matches = list(_MENTION.finditer(text))
+    mentions: list[tuple[str, str]] = []
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = text[match.end() : end].strip()
+        mentions.append((match.group(1), body))
+    return mentions
+
+
+def plan_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> DemoReply:
+    """Decide the whole reply for a chat-completion request (see the module docstring)."""
+    prompt_tokens = sum(len(_content_text(m).split()) for m in messages)
+    reply = _plan(messages, _tool_names(tools))
+    reply.prompt_tokens = prompt_tokens
+    return reply
+
+
+def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
+    if not messages:
+        return DemoReply(tokenize("(The demo model received no messages.)"))
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return DemoReply(tokenize(_answer_from_tool_results(messages)))
+    text = _content_text(last).strip()
+    system = " ".join(_content_text(m) for m in messages if m.get("role") == "system")
+
+    mentions = [(slug, body) for slug, body in find_mentions(text) if body]
+    if mentions and AGENT_INVOKE_TOOL in tool_names:
+        names = ", ".join(f"@{slug}" for slug, _ in mentions)
+        calls = [
+            DemoToolCall(
+                id=f"call_{i}_{slug}"[:40],
+                name=AGENT_INVOKE_TOOL,
+                arguments=json.dumps({"agentSlug": slug, "input": body}, ensure_ascii=False),
+            )
+            for i, (slug, body) in enumerate(mentions)
+        ]
+        return DemoReply(tokenize(f"Delegating to {names}.\n\n"), tool_calls=calls)
+
+    lorem = re.fullmatch(r"/lorem\s+(\d+)", text)
+    if lorem:
+        count = min(int(lorem.group(1)), LOREM_MAX_WORDS)
+        words = [_LOREM[i % len(_LOREM)] for i in range(count)]
+        body = " ".join(words)
+        # Paragraph breaks every 60 words keep long replies readable (and renderable in pieces).
+        paragraphs = [" ".join(words[i : i + 60]) for i in range(0, count, 60)] if count else []
+        body = "\n\n".join(paragraphs) if paragraphs else body
+        return DemoReply(tokenize(body))
+
+    if text == "/error":
+        return DemoReply(tokenize("This reply will fail part way through"), fail_after_tokens=4)
+
+    return DemoReply(tokenize(_echo(text, wants_code="code" in system.lower())))
+
+
+def _echo(text: str, *, wants_code: bool) -> str:
+    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty)"
+    words = len(text.split())
+    parts = [
+        f"You wrote {words} word{'s' if words != 1 else ''}:\n\n{quoted}\n\n",
+        "This is the **offline demo model**: it answers deterministically, token by token. ",
+        "Mention an agent (`@coding-assistant write a haiku`) to delegate, or send `/lorem 300` for a long reply.",
+    ]
+    if wants_code:
+        literal = json.dumps(text, ensure_ascii=False)
+        parts.append(f"\n\n```python\ndef answer() -> str:\n    return {literal}\n```\n")
+    return "".join(parts)
+
+
+def _answer_from_tool_results(messages: list[dict[str, Any]]) -> str:
+    # The tool messages of the latest step follow the last assistant message that made calls.
+    results: list[dict[str, Any]] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        results.append(message)
+    results.reverse()
+    lines = []
+    for result in results:
+        name = result.get("name") or "tool"
+        content = _content_text(result)
+        try:
+            payload = json.loads(content)
+        except json.JSONDecodeError:
+            payload = content
+        lines.append(_describe_result(name, payload))
+    return "\n\n".join(lines) or "(No tool results.)"
+
+
+def _describe_result(name: str, payload: Any) -> str:
+    if isinstance(payload, dict):
+        who = payload.get("agentSlug") or name
+        if payload.get("ok") is False or payload.get("error"):
+            return f"The call to **{who}** failed: {payload.get('error') or 'unknown error'}"
+        output = payload.get("output", payload)
+        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+        quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty)"
+        return f"**{who}** replied:\n\n{quoted}"
+    return f"**{name}** returned: {payload}"
+
+
+def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
+    names = set()
+    for tool in tools or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and function.get("name"):
+            names.add(function["name"])
+    return names
+
+
+def _content_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""

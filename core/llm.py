@@ -1,0 +1,318 @@
+"""The LLM gateway: every model call goes through LiteLLM, streaming, with tool calls.
+
+This is the only module that imports litellm. Its import takes 3-5 s, so it is
+imported on first use (or by `warm_up()` in a worker thread after start-up),
+never on the path to the first page.
+
+The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
+prefix (`local/demo`); what it says is decided in `core/demo_model.py`. Any
+other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
+`anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
+any OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import demo_model
+
+log = logging.getLogger(__name__)
+
+DEMO_PROVIDER = "local"
+_import_lock = threading.Lock()
+_litellm: Any = None
+
+
+class LLMError(Exception):
+    """A model call failed; `message` is meant for the person using the app."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.retryable = retryable
+
+
+class LLMTimeout(LLMError):
+    """The model sent nothing for longer than the configured timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the reply text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A complete tool call; `arguments` is the raw JSON text the model produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON.
+
+        Raises:
+            ValueError: the model produced text that is not JSON.
+        """
+        try:
+            return json.loads(self.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"tool arguments are not valid JSON: {exc.msg} at position {exc.pos}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResult:
+    """The end of one model call: the full text, its tool calls and usage."""
+
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+    model: str = ""
+
+
+LLMEvent = TextDelta | ModelResult
+
+
+def litellm_module() -> Any:
+    """Import litellm once, offline-safe, with the demo provider registered."""
+    global _litellm
+    if _litellm is not None:
+        return _litellm
+    with _import_lock:
+        if _litellm is None:
+            # Without this litellm fetches a price list from the internet at import.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            litellm.suppress_debug_info = True
+            litellm.drop_params = True
+            litellm.custom_provider_map = [
+                *[p for p in (litellm.custom_provider_map or []) if p.get("provider") != DEMO_PROVIDER],
+                {"provider": DEMO_PROVIDER, "custom_handler": _make_demo_handler(litellm)},
+            ]
+            _litellm = litellm
+    return _litellm
+
+
+def warm_up() -> None:
+    """Import litellm in a daemon thread so the first chat turn does not wait for it."""
+    threading.Thread(target=litellm_module, name="litellm-import", daemon=True).start()
+
+
+class LLMGateway:
+    """Streams chat completions through LiteLLM.
+
+    Args:
+        demo_delay_s: pause between the demo model's tokens.
+        api_base: OpenAI-compatible base URL for non-demo models (optional).
+        api_key: key for that server or provider (optional; providers also read their own env vars).
+        timeout_s: longest wait for the next chunk (LiteLLM's per-read timeout).
+    """
+
+    def __init__(
+        self,
+        *,
+        demo_delay_s: float = 0.03,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.demo_delay_s = demo_delay_s
+        self.api_base = api_base
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+
+    async def stream(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> AsyncIterator[LLMEvent]:
+        """Yield `TextDelta`s as they come, then one `ModelResult`.
+
+        Raises:
+            LLMError: the provider refused or failed (mid-stream failures included).
+            LLMTimeout: nothing arrived within `timeout_s`.
+        """
+        litellm = await _ensure_litellm()
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "stream": True,
+            "timeout": self.timeout_s,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if max_tokens:
+            kwargs["max_tokens"] = max_tokens
+        if model.startswith(f"{DEMO_PROVIDER}/"):
+            kwargs["api_base"] = f"demo://delay={self.demo_delay_s}"
+        else:
+            if self.api_base:
+                kwargs["api_base"] = self.api_base
+            if self.api_key:
+                kwargs["api_key"] = self.api_key
+
+        chunks: list[Any] = []
+        try:
+            response = await litellm.acompletion(**kwargs)
+            async with response:
+                async for chunk in response:
+                    chunks.append(chunk)
+                    if chunk.choices:
+                        delta = chunk.choices[0].delta
+                        if delta is not None and delta.content:
+                            yield TextDelta(delta.content)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # litellm raises many types; the UI sees one
+            raise _as_llm_error(litellm, exc, model) from exc
+        yield _build_result(litellm, chunks, messages, model)
+
+
+async def _ensure_litellm() -> Any:
+    if _litellm is not None:
+        return _litellm
+    return await asyncio.to_thread(litellm_module)
+
+
+def _build_result(litellm: Any, chunks: list[Any], messages: list[dict[str, Any]], model: str) -> ModelResult:
+    if not chunks:
+        return ModelResult(text="", model=model)
+    full = litellm.stream_chunk_builder(chunks, messages=messages)
+    choice = full.choices[0]
+    message = choice.message
+    calls = [
+        ToolCall(id=tc.id or f"call_{i}", name=tc.function.name or "", arguments=tc.function.arguments or "")
+        for i, tc in enumerate(message.tool_calls or [])
+    ]
+    usage = getattr(full, "usage", None)
+    return ModelResult(
+        text=message.content or "",
+        tool_calls=calls,
+        usage=Usage(
+            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        ),
+        finish_reason=choice.finish_reason or "stop",
+        model=model,
+    )
+
+
+def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
+    original = getattr(exc, "original_exception", None) or exc
+    demo_failure = _find_in_chain(exc, demo_model.DemoModelError)
+    if demo_failure is not None:
+        return LLMError(f"The demo model failed: {demo_failure}")
+    if isinstance(exc, litellm.Timeout) or isinstance(original, TimeoutError):
+        return LLMTimeout(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.AuthenticationError):
+        return LLMError(f"The model {model!r} rejected the API key; check LLM_API_KEY.", status_code=status)
+    if isinstance(exc, litellm.NotFoundError):
+        return LLMError(f"The model {model!r} was not found at its provider.", status_code=status)
+    if isinstance(exc, litellm.BadRequestError):
+        return LLMError(f"The model {model!r} refused the request: {_short(exc)}", status_code=status)
+    if isinstance(exc, litellm.RateLimitError):
+        return LLMError(f"The model {model!r} is rate limited; try again shortly.", status_code=status, retryable=True)
+    if isinstance(exc, litellm.APIConnectionError):
+        return LLMError(f"Cannot reach the model {model!r}: {_short(exc)}", status_code=status, retryable=True)
+    return LLMError(f"The model {model!r} failed: {_short(original)}", status_code=status)
+
+
+def _find_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = getattr(current, "original_exception", None) or current.__cause__ or current.__context__
+    return None
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    # litellm appends a formatted traceback to some messages; a person needs the first line.
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _make_demo_handler(litellm: Any) -> Any:
+    """Build the `local/` provider; defined here because it subclasses litellm's CustomLLM."""
+
+    class LocalDemoLLM(litellm.CustomLLM):
+        """The offline demo model as a LiteLLM provider (streaming only, plus a non-stream fallback)."""
+
+        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                             encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+            delay = _demo_delay(api_base)
+            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
+            emitted = 0
+            for token in reply.tokens:
+                if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
+                    raise demo_model.DemoModelError("failure requested with /error")
+                if delay:
+                    await asyncio.sleep(delay)
+                emitted += 1
+                yield _chunk(text=token)
+            for index, call in enumerate(reply.tool_calls):
+                if delay:
+                    await asyncio.sleep(delay)
+                # The id must be on the first fragment, or stream_chunk_builder drops the call.
+                half = len(call.arguments) // 2
+                yield _chunk(tool_use={"id": call.id, "type": "function", "index": index,
+                                       "function": {"name": call.name, "arguments": call.arguments[:half]}})
+                yield _chunk(tool_use={"id": None, "type": "function", "index": index,
+                                       "function": {"name": None, "arguments": call.arguments[half:]}})
+                emitted += 1
+            yield _chunk(finished=True, finish_reason=reply.finish_reason,
+                         usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": emitted,
+                                "total_tokens": reply.prompt_tokens + emitted})
+
+        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
+            return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
+
+    return LocalDemoLLM()
+
+
+def _demo_delay(api_base: str | None) -> float:
+    # The gateway passes its delay through api_base ("demo://delay=0.03"): one provider
+    # object serves every gateway in the process, each with its own delay.
+    if api_base and api_base.startswith("demo://delay="):
+        try:
+            return max(0.0, float(api_base.removeprefix("demo://delay=")))
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _chunk(*, text: str = "", tool_use: dict | None = None, finished: bool = False, finish_reason: str = "",
+           usage: dict | None = None) -> dict[str, Any]:
+    return {"text": text, "tool_use": tool_use, "is_finished": finished, "finish_reason": finish_reason,
+            "usage": usage, "index": 0}

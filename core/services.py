@@ -1,0 +1,125 @@
+"""The long-lived services of one app process, built once by `app.py`.
+
+Pages and routes reach them through `app.state.services` (routes: the
+`ServicesDep` dependency in `core/api.py`; pages: the argument of
+`ui.register_pages`). Nothing in `core` reads a global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from core import accounts
+from core import agents as agents_store
+from core.chat import ChatEngine
+from core.db import Database
+from core.hub import StreamHub
+from core.llm import LLMGateway
+from core.settings import Settings
+from core.tasks import BackgroundTasks
+from core.tools import ToolRegistry
+from core.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 30.0
+
+
+class StartupRefused(RuntimeError):
+    """The configuration is unsafe or unusable; the message says how to fix it."""
+
+
+@dataclass(slots=True)
+class AuthState:
+    """Single-user (`local`, loopback only) or multi-user (log in with a password)."""
+
+    multi_user: bool
+    local_user_id: int | None
+
+
+@dataclass(slots=True)
+class Services:
+    """Everything a page or route needs."""
+
+    settings: Settings
+    db: Database
+    hub: StreamHub
+    llm: LLMGateway
+    tools: ToolRegistry
+    chat: ChatEngine
+    workspace: Workspace
+    auth: AuthState = field(default_factory=lambda: AuthState(multi_user=False, local_user_id=None))
+    background: BackgroundTasks = field(default_factory=BackgroundTasks)
+
+    @classmethod
+    def build(cls, settings: Settings) -> Services:
+        """Wire the services from settings (no I/O yet; see `prepare` and `start`)."""
+        db = Database(settings.database)
+        hub = StreamHub(
+            max_events=settings.stream_buffer_max_events,
+            ttl_s=settings.stream_buffer_ttl_s,
+            subscriber_queue=settings.stream_subscriber_queue,
+        )
+        llm = LLMGateway(
+            demo_delay_s=settings.demo_model_delay_ms / 1000,
+            api_base=settings.llm_api_base,
+            api_key=settings.llm_api_key,
+            timeout_s=settings.llm_timeout_s,
+        )
+        tools = ToolRegistry()
+        chat = ChatEngine(
+            db, hub, llm, tools,
+            max_steps=settings.max_turn_steps,
+            turn_timeout_s=settings.turn_timeout_s,
+            max_message_chars=settings.max_message_chars,
+        )
+        return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat,
+                   workspace=Workspace(db, hub, chat))
+
+    def prepare(self) -> None:
+        """Blocking set-up before serving: migrate, seed, decide the auth mode.
+
+        Raises:
+            StartupRefused: no accounts exist and the host is not a loopback address.
+        """
+        self.db.migrate()
+        # A thread of its own: `prepare` may be called where a loop already runs (NiceGUI's User fixture).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
+            self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
+        if not self.auth.multi_user and not self.settings.is_loopback:
+            raise StartupRefused(
+                f"Refusing to listen on {self.settings.host}: there are no user accounts, and single-user mode "
+                "is only allowed on a loopback address. Create an account first "
+                "(python app.py users add NAME), or set HOST=127.0.0.1."
+            )
+
+    async def _seed_and_auth(self) -> AuthState:
+        try:
+            async with self.db.session() as s:
+                await agents_store.seed_agents(s, model=self.settings.default_model)
+                if await accounts.has_accounts(s):
+                    return AuthState(multi_user=True, local_user_id=None)
+                local = await accounts.ensure_local_user(s)
+                return AuthState(multi_user=False, local_user_id=local.id)
+        finally:
+            await self.db.close()  # this loop ends here; the serving loop opens its own connections
+
+    async def start(self) -> None:
+        """Start periodic housekeeping (call on the serving loop)."""
+        self.background.spawn(self._sweep_forever(), name="hub sweep")
+
+    async def stop(self) -> None:
+        """Stop turns (saving what they have), housekeeping and the database."""
+        await self.chat.shutdown()
+        await self.background.shutdown()
+        await self.db.close()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            evicted = self.hub.sweep()
+            if evicted:
+                log.debug("evicted %d finished stream buffers", evicted)

@@ -1,0 +1,126 @@
+"""Chat sessions and their messages (data access only).
+
+`list_sessions` hides the callee sessions of delegated tasks: it LEFT JOINs
+`a2a_task_sessions` and keeps a session only when it has no task row or its
+task row says `visible_in_sidebar = 1` (seed 000 §3.1.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import or_
+from sqlmodel import col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from models import A2ATaskSession, AgentMessage, AgentSession, utcnow
+
+TITLE_LENGTH = 60
+
+
+async def create_session(session: AsyncSession, *, user_id: int, agent_id: int, title: str = "New chat") -> AgentSession:
+    """A new, empty chat session."""
+    row = AgentSession(user_id=user_id, agent_id=agent_id, title=title)
+    session.add(row)
+    await session.commit()
+    await session.refresh(row)
+    return row
+
+
+async def get_session(session: AsyncSession, session_id: str) -> AgentSession | None:
+    """The session (not deleted), whoever owns it."""
+    row = await session.get(AgentSession, session_id)
+    return row if row is not None and row.deleted_at is None else None
+
+
+async def get_user_session(session: AsyncSession, *, session_id: str, user_id: int) -> AgentSession | None:
+    """The session when it exists, is not deleted and belongs to `user_id`; else None."""
+    row = await get_session(session, session_id)
+    return row if row is not None and row.user_id == user_id else None
+
+
+async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200) -> list[AgentSession]:
+    """The user's visible sessions, most recently active first."""
+    query = (
+        select(AgentSession)
+        .outerjoin(A2ATaskSession, col(A2ATaskSession.session_id) == col(AgentSession.id))
+        .where(
+            AgentSession.user_id == user_id,
+            col(AgentSession.deleted_at).is_(None),
+            or_(col(A2ATaskSession.id).is_(None), A2ATaskSession.visible_in_sidebar == 1),
+        )
+        .order_by(col(AgentSession.updated_at).desc(), col(AgentSession.id).desc())
+        .limit(limit)
+    )
+    return list((await session.exec(query)).all())
+
+
+async def set_session_agent(session: AsyncSession, *, session_id: str, agent_id: int) -> AgentSession | None:
+    """Point a session at another agent (used while it has no messages)."""
+    row = await get_session(session, session_id)
+    if row is None:
+        return None
+    row.agent_id = agent_id
+    session.add(row)
+    await session.commit()
+    return row
+
+
+async def delete_session(session: AsyncSession, *, session_id: str, user_id: int) -> bool:
+    """Soft-delete a user's session; False when it is not theirs or already gone."""
+    row = await get_user_session(session, session_id=session_id, user_id=user_id)
+    if row is None:
+        return False
+    row.deleted_at = utcnow()
+    session.add(row)
+    await session.commit()
+    return True
+
+
+async def list_messages(session: AsyncSession, *, session_id: str) -> list[AgentMessage]:
+    """Every message of a session in conversation order."""
+    query = (
+        select(AgentMessage)
+        .where(AgentMessage.session_id == session_id)
+        .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
+    )
+    return list((await session.exec(query)).all())
+
+
+async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
+    """The highest sort order used in the session (0 when empty)."""
+    result = await session.exec(
+        select(func.max(AgentMessage.sort_order)).where(AgentMessage.session_id == session_id)
+    )
+    return result.one() or 0
+
+
+async def add_messages(session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]) -> list[AgentMessage]:
+    """Append messages (dicts of `AgentMessage` fields) after the last one, in one transaction.
+
+    Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
+    """
+    order = await max_sort_order(session, session_id=session_id)
+    rows = []
+    for fields in messages:
+        order += 1
+        row = AgentMessage(session_id=session_id, sort_order=order, **fields)
+        session.add(row)
+        rows.append(row)
+    chat = await session.get(AgentSession, session_id)
+    if chat is not None:
+        chat.updated_at = utcnow()
+        first_user = next((m for m in messages if m.get("role") == "user" and m.get("content")), None)
+        if first_user is not None and chat.title == "New chat":
+            chat.title = make_title(first_user["content"])
+        session.add(chat)
+    await session.commit()
+    for row in rows:
+        await session.refresh(row)
+    return rows
+
+
+def make_title(text: str) -> str:
+    """A one-line title from the first user message."""
+    line = " ".join(text.split())
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"

@@ -1,0 +1,198 @@
+"""Typed settings: environment > `.env` > `config/server.json` > defaults.
+
+The order and the JSON keys come from seed 003 (the broker's README): `PORT=9000`
+on the command line beats `.env`, which beats `config/server.json`, which beats
+the defaults here. Nested JSON objects (`redis`, `auth`) are reached from the
+environment with one underscore: `REDIS_HOST` sets `redis.host`, `REDIS_URL`
+sets `redis.url`, `AUTH_MODE` sets `auth.mode`.
+
+`CONFIG_FILE` and `ENV_FILE` choose other files (tests use them); a missing
+file is simply skipped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_FILE = PROJECT_ROOT / "config" / "server.json"
+DEFAULT_ENV_FILE = PROJECT_ROOT / ".env"
+
+
+class RedisSettings(BaseModel):
+    """Where Redis is. Unset (`url` and `host` empty) means: run without Redis."""
+
+    url: str | None = None
+    host: str | None = None
+    port: int = 6379
+    password: str | None = None
+    db: int = 0
+    key_prefix: str = "a2a:"
+
+    @property
+    def dsn(self) -> str | None:
+        """The connection URL, built from `host`/`port`/`db` when `url` is not given."""
+        if self.url:
+            return self.url
+        if self.host:
+            auth = f":{self.password}@" if self.password else ""
+            return f"redis://{auth}{self.host}:{self.port}/{self.db}"
+        return None
+
+
+class AuthSettings(BaseModel):
+    """How remote agents authenticate on `/a2a` (seed 003 `auth.mode`)."""
+
+    mode: Literal["none", "jwt"] = "none"
+    public_keys: list[str] = Field(default_factory=list, description="PEM ES256 public keys accepted in jwt mode.")
+
+
+class _JsonConfigSource(PydanticBaseSettingsSource):
+    """Reads `config/server.json` (or `$CONFIG_FILE`); keys starting with `_` are comments."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        super().__init__(settings_cls)
+        self.path = path
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return load_config_file(self.path)
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Load a JSON config file, dropping `_comment`-style keys at every level.
+
+    Raises:
+        ValueError: the file exists but is not a JSON object.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); fix the file or remove it") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a JSON object")
+    return _strip_comments(data)
+
+
+def _strip_comments(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_comments(v) for k, v in value.items() if not str(k).startswith("_")}
+    return value
+
+
+class Settings(BaseSettings):
+    """Every setting of the app. See `config/server.json` for what each one does."""
+
+    model_config = SettingsConfigDict(
+        env_nested_delimiter="_",
+        env_nested_max_split=1,
+        extra="ignore",
+        case_sensitive=False,
+    )
+
+    # Where the server listens. 127.0.0.1 by default: nothing listens beyond loopback unless asked.
+    host: str = "127.0.0.1"
+    port: int = Field(3100, ge=1, le=65535)
+    public_base_url: str | None = Field(None, description="Absolute URL that remote clients use; default http://HOST:PORT")
+
+    data_dir: Path = Path("data")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///DATA_DIR/app.db")
+    storage_secret: str | None = Field(None, description="Signs browser sessions; generated into DATA_DIR when unset")
+
+    default_model: str = "local/demo"
+    demo_model_delay_ms: int = Field(30, ge=0, description="Delay between the demo model's tokens")
+    llm_api_base: str | None = None
+    llm_api_key: str | None = None
+    llm_timeout_s: float = Field(60.0, gt=0, description="Longest wait for the next chunk from a model")
+    turn_timeout_s: float = Field(600.0, gt=0, description="Longest a whole chat turn may run")
+    max_turn_steps: int = Field(8, ge=1, le=50, description="Model calls per turn (tool loop bound)")
+    max_message_chars: int = Field(20_000, ge=1)
+
+    stream_buffer_max_events: int = Field(20_000, ge=10)
+    stream_buffer_ttl_s: float = Field(300.0, ge=0, description="How long a finished buffer stays replayable")
+    stream_subscriber_queue: int = Field(10_000, ge=10)
+
+    # Seed 003 keys (milliseconds, as in the seed).
+    request_timeout: int = Field(10_000, ge=1)
+    task_idle_timeout: int = Field(120_000, ge=1)
+    inject_min_interval: int = Field(1_000, ge=0)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    blacklist_ip: Annotated[list[str], NoDecode] = Field(default_factory=list, description="IPs refused on /a2a")
+
+    debug: str | None = None
+
+    @field_validator("blacklist_ip", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment, then `.env`, then the JSON file, then defaults (seed 003's order)."""
+        config_file = Path(os.environ.get("CONFIG_FILE") or DEFAULT_CONFIG_FILE)
+        return (init_settings, env_settings, dotenv_settings, _JsonConfigSource(settings_cls, config_file))
+
+    @property
+    def database(self) -> str:
+        """The database URL: `DATABASE_URL`, or the SQLite file in `DATA_DIR`."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'app.db').as_posix()}"
+
+    @property
+    def base_url(self) -> str:
+        """The absolute URL of this server as remote clients should use it."""
+        if self.public_base_url:
+            return self.public_base_url.rstrip("/")
+        host = "127.0.0.1" if self.host in {"0.0.0.0", "::"} else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        """True when the server binds only to a loopback address."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def ensure_storage_secret(self) -> str:
+        """Return the storage secret, creating and keeping one in `DATA_DIR` on first use."""
+        if self.storage_secret:
+            return self.storage_secret
+        path = self.data_dir / ".storage_secret"
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_urlsafe(32)
+        path.write_text(secret, encoding="utf-8")
+        path.chmod(0o600)
+        return secret
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment, `.env` (or `$ENV_FILE`) and the JSON config file."""
+    env_file = os.environ.get("ENV_FILE") or DEFAULT_ENV_FILE
+    return Settings(_env_file=env_file, **overrides)

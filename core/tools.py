@@ -1,0 +1,141 @@
+"""The tool registry: what an agent may call, and the context a call runs in.
+
+A tool has a type (`agent-invoke`, as stored in `agent_tools.tool_type`), a
+function name the model sees (`agent_invoke`), a JSON schema for its input and
+an `execute` coroutine. An agent's tools are the registered tools named by its
+enabled `agent_tools` rows, each with that row's JSON config.
+
+Tools never raise into the chat engine for bad input: they return a failed
+`ToolResult` whose `error` the model reads and can act on (seed 000 §3.4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling (seed 000 §3.2.4 `ToolContext`, with `sessionId`).
+
+    Attributes:
+        user_id: the user who owns the conversation.
+        agent_id: the calling agent (database id).
+        agent_slug: the calling agent's registry id.
+        session_id: the caller's session (its stream buffer receives `a2a-task-started`).
+        recursion_depth: 0 for a user's own turn, n inside the n-th nested delegation.
+        tool_call_id: the model's id for this call.
+        task_id: the delegated task this turn runs in, if any.
+        chain: registry ids of the agents on the current delegation chain, outermost first.
+        emit: pushes an extra event into the caller's turn stream (e.g. `a2a-task-started`).
+    """
+
+    user_id: int
+    agent_id: int
+    agent_slug: str
+    session_id: str
+    recursion_depth: int = 0
+    tool_call_id: str = ""
+    task_id: str | None = None
+    chain: tuple[str, ...] = ()
+    emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The outcome the model sees (as JSON) and the UI shows."""
+
+    success: bool
+    data: Any = None
+    error: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def for_model(self) -> dict[str, Any]:
+        """The JSON object sent back to the model as the tool message."""
+        if self.success:
+            return {"ok": True, "output": self.data, **_public(self.metadata)}
+        return {"ok": False, "error": self.error or "the tool failed", **_public(self.metadata)}
+
+
+def _public(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metadata.items() if k in {"agentSlug", "taskId"}}
+
+
+class Tool(Protocol):
+    """What a tool implements."""
+
+    tool_type: str
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run the call. Must not raise for bad `arguments`; return a failed result instead."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BoundTool:
+    """A registered tool with one agent's config for it."""
+
+    tool: Tool
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The function name the model calls."""
+        return self.tool.name
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI-style function definition sent to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.tool.name,
+                "description": self.tool.description,
+                "parameters": self.tool.parameters,
+            },
+        }
+
+
+class ToolRegistry:
+    """Tools by type; `bind` picks an agent's tools from its `agent_tools` rows."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, Tool] = {}
+
+    def register(self, tool: Tool) -> None:
+        """Add a tool; its type and function name must both be new.
+
+        Raises:
+            ValueError: a tool with that type or name is already registered.
+        """
+        if tool.tool_type in self._by_type:
+            raise ValueError(f"a tool of type {tool.tool_type!r} is already registered")
+        if any(t.name == tool.name for t in self._by_type.values()):
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._by_type[tool.tool_type] = tool
+
+    def get(self, tool_type: str) -> Tool | None:
+        """The tool of that type, if registered."""
+        return self._by_type.get(tool_type)
+
+    def types(self) -> list[str]:
+        """Every registered tool type."""
+        return sorted(self._by_type)
+
+    def bind(self, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, BoundTool]:
+        """Bound tools by function name, from `(tool_type, config)` pairs; unknown types are skipped."""
+        bound: dict[str, BoundTool] = {}
+        for tool_type, config in rows:
+            tool = self._by_type.get(tool_type)
+            if tool is None:
+                log.warning("agent has a tool of unknown type %r; it is not offered to the model", tool_type)
+                continue
+            bound[tool.name] = BoundTool(tool, dict(config or {}))
+        return bound

@@ -1,0 +1,102 @@
+"""What a user's chat screen needs, in one call each (the pages' view of the data).
+
+Pages call these instead of opening database sessions themselves, so `ui/`
+holds no queries and no rules: ownership checks, default agents and the
+"reattach to a running turn" decision live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core import agents as agents_store
+from core import sessions as sessions_store
+from core.chat import ChatEngine, SessionNotFound
+from core.db import Database
+from core.hub import BufferState, StreamHub
+from models import Agent, AgentMessage, AgentSession
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """An open chat: the session, its agent, its saved messages, and whether to reattach to a live turn."""
+
+    session: AgentSession
+    agent: Agent
+    messages: list[AgentMessage]
+    live_turn: bool
+
+
+class Workspace:
+    """Read and change a user's chats."""
+
+    def __init__(self, db: Database, hub: StreamHub, chat: ChatEngine) -> None:
+        self.db = db
+        self.hub = hub
+        self.chat = chat
+
+    async def agents(self) -> list[Agent]:
+        """Every local agent, by name."""
+        async with self.db.session() as s:
+            return await agents_store.list_agents(s)
+
+    async def default_agent(self) -> Agent | None:
+        """The agent a new chat starts with: the general assistant when it exists."""
+        async with self.db.session() as s:
+            agent = await agents_store.get_agent_by_slug(s, "general-assistant")
+            return agent or next(iter(await agents_store.list_agents(s)), None)
+
+    async def sessions(self, user_id: int) -> list[AgentSession]:
+        """The user's visible chats, most recent first."""
+        async with self.db.session() as s:
+            return await sessions_store.list_sessions(s, user_id=user_id)
+
+    async def open(self, user_id: int, session_id: str) -> SessionView:
+        """Load a chat for display.
+
+        `live_turn` is True when a turn is running whose answer is not saved yet: the page
+        then replays it from the hub (the saved messages end with the turn's user message).
+
+        Raises:
+            SessionNotFound: not this user's chat (or deleted).
+        """
+        async with self.db.session() as s:
+            row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
+            if row is None:
+                raise SessionNotFound("There is no such chat session.")
+            agent = await agents_store.get_agent(s, row.agent_id)
+            messages = await sessions_store.list_messages(s, session_id=session_id)
+        if agent is None:
+            raise SessionNotFound("The agent of this chat no longer exists.")
+        info = self.hub.get(session_id)
+        saved_upto = messages[-1].sort_order if messages else 0
+        live = (
+            info is not None
+            and info.state is BufferState.OPEN
+            and int(info.meta.get("userSortOrder", 0)) >= saved_upto
+        )
+        return SessionView(row, agent, messages, live)
+
+    async def create(self, user_id: int, agent_slug: str) -> AgentSession:
+        """A new chat with that agent.
+
+        Raises:
+            SessionNotFound: no such agent.
+        """
+        async with self.db.session() as s:
+            agent = await agents_store.get_agent_by_slug(s, agent_slug)
+            if agent is None:
+                raise SessionNotFound(f"There is no agent {agent_slug!r}.")
+            return await sessions_store.create_session(s, user_id=user_id, agent_id=agent.id)
+
+    async def change_agent(self, user_id: int, session_id: str, agent_slug: str) -> bool:
+        """Switch an empty chat to another agent; False when the chat already has messages."""
+        async with self.db.session() as s:
+            row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
+            agent = await agents_store.get_agent_by_slug(s, agent_slug)
+            if row is None or agent is None:
+                raise SessionNotFound("There is no such chat session or agent.")
+            if await sessions_store.max_sort_order(s, session_id=session_id):
+                return False
+            await sessions_store.set_session_agent(s, session_id=session_id, agent_id=agent.id)
+            return True

@@ -1,0 +1,187 @@
+"""SQLModel tables. Names follow seed 000 §3.1 and DESIGN.md ("Data model").
+
+Only what a table needs lives here: columns, keys, indexes and defaults.
+Schema changes go through the Alembic scripts in `models/migrations/`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now; every timestamp column stores UTC."""
+    return datetime.now(UTC)
+
+
+def new_session_id() -> str:
+    """Session ids are text with the `as_` prefix, as in seed 000 (`as_xxx`)."""
+    return f"as_{secrets.token_hex(12)}"
+
+
+def new_task_id() -> str:
+    """Task ids are opaque hex strings, safe in URLs and buffer keys (`a2a_<taskId>`)."""
+    return secrets.token_hex(16)
+
+
+class UTCDateTime(TypeDecorator):
+    """`DateTime(timezone=True)` that always reads back aware UTC (SQLite stores naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given; use models.utcnow()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _ts(nullable: bool = False, **kw: Any) -> Any:
+    return Field(sa_type=UTCDateTime, nullable=nullable, **kw)
+
+
+class User(SQLModel, table=True):
+    """A person who logs in. In single-user mode the only user is `local`, without a password."""
+
+    __tablename__ = "users"
+
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    password_hash: str | None = Field(default=None, sa_type=String(255))
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class Agent(SQLModel, table=True):
+    """A local agent: its slug is its id in the app's one agent registry."""
+
+    __tablename__ = "agents"
+
+    id: int | None = Field(default=None, primary_key=True)
+    slug: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    name: str = Field(sa_type=String(128))
+    description: str = Field(default="", sa_type=Text)
+    system_prompt: str = Field(default="", sa_type=Text)
+    model: str = Field(default="local/demo", sa_type=String(255))
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+
+
+class AgentTool(SQLModel, table=True):
+    """A tool an agent may call, with its JSON config (e.g. `agent-invoke` limits)."""
+
+    __tablename__ = "agent_tools"
+    __table_args__ = (UniqueConstraint("agent_id", "tool_type", name="uq_agent_tools_agent_type"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    agent_id: int = Field(sa_column=Column(Integer, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False))
+    tool_type: str = Field(sa_type=String(64))
+    config: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)
+    enabled: bool = True
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class AgentSession(SQLModel, table=True):
+    """One conversation of a user with an agent (also the callee side of a delegated task)."""
+
+    __tablename__ = "agent_sessions"
+    __table_args__ = (Index("idx_agent_sessions_user_updated", "user_id", "updated_at"),)
+
+    id: str = Field(default_factory=new_session_id, sa_column=Column(String(64), primary_key=True))
+    user_id: int = Field(sa_column=Column(Integer, ForeignKey("users.id", ondelete="CASCADE"), nullable=False))
+    agent_id: int = Field(sa_column=Column(Integer, ForeignKey("agents.id", ondelete="CASCADE"), nullable=False))
+    title: str = Field(default="New chat", sa_type=String(200))
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+    deleted_at: datetime | None = _ts(nullable=True, default=None)
+
+
+class AgentMessage(SQLModel, table=True):
+    """One message of a session. `source='a2a'` marks the messages of a delegated task."""
+
+    __tablename__ = "agent_messages"
+    __table_args__ = (
+        Index("idx_agent_messages_source", "source"),
+        Index("idx_agent_messages_session_order", "session_id", "sort_order"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(
+        sa_column=Column(String(64), ForeignKey("agent_sessions.id", ondelete="CASCADE"), nullable=False)
+    )
+    role: str = Field(sa_type=String(16))
+    content: str = Field(default="", sa_type=Text)
+    model_id: str | None = Field(default=None, sa_type=String(255))
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    sort_order: int = 0
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
+    tool_results: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
+    # 'complete', or why the text stopped early: 'canceled', 'error'.
+    status: str = Field(default="complete", sa_column=Column(String(16), nullable=False, server_default="complete"))
+    error: str | None = Field(default=None, sa_type=Text)
+    source: str = Field(default="user", sa_column=Column(String(10), nullable=False, server_default="user"))
+    a2a_task_id: str | None = Field(default=None, sa_type=String(64))
+    caller_agent_id: int | None = Field(
+        default=None, sa_column=Column(Integer, ForeignKey("agents.id", ondelete="SET NULL"), nullable=True)
+    )
+    caller_session_id: str | None = Field(default=None, sa_type=String(64))
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class A2ATaskSession(SQLModel, table=True):
+    """A delegated task: the callee's hidden session plus who called it and where it stands."""
+
+    __tablename__ = "a2a_task_sessions"
+    __table_args__ = (
+        Index("idx_a2a_task_sessions_session", "session_id"),
+        Index("idx_a2a_task_sessions_caller_session", "caller_session_id"),
+    )
+
+    id: str = Field(default_factory=new_task_id, sa_column=Column(String(64), primary_key=True))
+    session_id: str = Field(
+        sa_column=Column(String(64), ForeignKey("agent_sessions.id", ondelete="CASCADE"), nullable=False)
+    )
+    callee_agent_id: int | None = Field(
+        default=None, sa_column=Column(Integer, ForeignKey("agents.id", ondelete="SET NULL"), nullable=True)
+    )
+    callee_agent_slug: str = Field(sa_type=String(64))
+    caller_user_id: int | None = Field(
+        default=None, sa_column=Column(Integer, ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    )
+    caller_agent_id: int | None = Field(
+        default=None, sa_column=Column(Integer, ForeignKey("agents.id", ondelete="SET NULL"), nullable=True)
+    )
+    caller_session_id: str | None = Field(default=None, sa_type=String(64))
+    parent_task_id: str | None = Field(default=None, sa_type=String(64))
+    recursion_depth: int = 0
+    state: str = Field(default="submitted", sa_type=String(24))
+    error: str | None = Field(default=None, sa_type=Text)
+    visible_in_sidebar: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+
+
+__all__ = [
+    "A2ATaskSession",
+    "Agent",
+    "AgentMessage",
+    "AgentSession",
+    "AgentTool",
+    "User",
+    "new_session_id",
+    "new_task_id",
+    "utcnow",
+]

@@ -1,0 +1,15 @@
+"""NiceGUI pages and components. Pages call `core` services; they hold no rules and no SQL."""
+
+from __future__ import annotations
+
+from core.services import Services
+
+
+def register_pages(services: Services) -> None:
+    """Register every page (called from `app.py` each time it runs, as the User fixture needs)."""
+    from ui.auth import install_login_middleware, register_login_pages
+    from ui.chat_page import register_chat_pages
+
+    install_login_middleware(services)
+    register_login_pages(services)
+    register_chat_pages(services)

@@ -1,0 +1,97 @@
+"""Markdown that grows as a reply streams, without re-rendering the whole text per chunk.
+
+`ui.markdown.set_content` renders the *whole* text server-side and ships the
+whole HTML each time: per chunk that is quadratic (a measured 2,000-chunk reply
+cost 12.7 s CPU and 16.7 MB). Two things keep it linear here:
+
+1. Finished blocks (text up to a blank line outside a code fence) are frozen
+   into their own `ui.markdown` once and never touched again; only the open
+   tail block is re-rendered.
+2. Re-renders are coalesced: `append` only records text; `flush` (called by a
+   timer, and at the end) renders at most once per tick.
+
+Divergence to keep: splitting at blank lines renders each block on its own, so
+a loose list separated by blank lines becomes several lists. The final
+`finalize()` merges everything back into one element, so the finished message
+renders exactly as a whole.
+"""
+
+from __future__ import annotations
+
+from nicegui import ui
+
+FENCE = "```"
+
+
+class StreamingMarkdown:
+    """Append-only markdown view; create it inside the container it should fill."""
+
+    def __init__(self, text: str = "") -> None:
+        self._text = ""
+        self._frozen_upto = 0  # text[:_frozen_upto] lives in frozen elements; it always ends outside a fence
+        self._rendered_tail = ""
+        self.container = ui.column().classes("w-full gap-0 streaming-markdown")
+        self._frozen: list[ui.markdown] = []
+        with self.container:
+            self._tail = ui.markdown("").classes("w-full")
+        self.renders = 0
+        if text:
+            self.append(text)
+            self.flush()
+
+    @property
+    def text(self) -> str:
+        """All text appended so far."""
+        return self._text
+
+    def append(self, delta: str) -> None:
+        """Record more text; nothing is sent to the browser until `flush`."""
+        self._text += delta
+
+    def flush(self) -> None:
+        """Freeze newly finished blocks and re-render the open tail, if anything changed."""
+        boundary = self._last_block_boundary()
+        if boundary > self._frozen_upto:
+            block = self._text[self._frozen_upto:boundary]
+            self._frozen_upto = boundary
+            with self.container:
+                frozen = ui.markdown(block).classes("w-full")
+            frozen.move(self.container, target_index=len(self._frozen))
+            self._frozen.append(frozen)
+            self.renders += 1
+        tail = self._text[self._frozen_upto:]
+        if tail != self._rendered_tail:
+            self._tail.set_content(tail)
+            self._rendered_tail = tail
+            self.renders += 1
+
+    def finalize(self) -> None:
+        """Render the finished text as one element (exact markdown semantics)."""
+        if not self._frozen:
+            self.flush()
+            return
+        for element in self._frozen:
+            element.delete()
+        self._frozen.clear()
+        self._frozen_upto = 0
+        self._tail.set_content(self._text)
+        self._rendered_tail = self._text
+        self.renders += 1
+
+    def _last_block_boundary(self) -> int:
+        """Offset just after the last blank line outside a code fence (scanning only new text)."""
+        text = self._text
+        pos = self._frozen_upto
+        boundary = self._frozen_upto
+        in_fence = False
+        while True:
+            newline = text.find("\n", pos)
+            if newline < 0:
+                break
+            line = text[pos:newline]
+            if line.lstrip().startswith(FENCE):
+                in_fence = not in_fence
+            elif not line.strip() and not in_fence and newline > self._frozen_upto:
+                boundary = newline + 1
+            pos = newline + 1
+        return boundary
