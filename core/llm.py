@@ -103,7 +103,11 @@ def litellm_module() -> Any:
         if _litellm is None:
             # Without this litellm fetches a price list from the internet at import.
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            os.environ.setdefault("LITELLM_LOG", "WARNING")
             import litellm
+
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+                logging.getLogger(name).setLevel(logging.WARNING)
 
             litellm.suppress_debug_info = True
             litellm.drop_params = True

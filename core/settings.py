@@ -101,6 +101,7 @@ class Settings(BaseSettings):
         env_nested_max_split=1,
         extra="ignore",
         case_sensitive=False,
+        env_ignore_empty=True,
     )
 
     # Where the server listens. 127.0.0.1 by default: nothing listens beyond loopback unless asked.

@@ -238,6 +238,7 @@ class ChatPage:
             if self._follow_task is asyncio.current_task() and not self.client.is_deleted:
                 for view in self._views.values():
                     view.finalize()
+                self._views = {}
                 self._set_generating(False)
                 with contextlib.suppress(Exception):
                     await self._render_session_list()

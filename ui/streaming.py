@@ -35,6 +35,7 @@ class StreamingMarkdown:
         with self.container:
             self._tail = ui.markdown("").classes("w-full")
         self.renders = 0
+        self.finalized = False
         if text:
             self.append(text)
             self.flush()
@@ -46,10 +47,14 @@ class StreamingMarkdown:
 
     def append(self, delta: str) -> None:
         """Record more text; nothing is sent to the browser until `flush`."""
+        if self.finalized:
+            raise RuntimeError("this message is finished; it takes no more text")
         self._text += delta
 
     def flush(self) -> None:
         """Freeze newly finished blocks and re-render the open tail, if anything changed."""
+        if self.finalized:
+            return  # a late timer tick must not split the finished message again
         boundary = self._last_block_boundary()
         if boundary > self._frozen_upto:
             block = self._text[self._frozen_upto:boundary]
@@ -66,10 +71,12 @@ class StreamingMarkdown:
             self.renders += 1
 
     def finalize(self) -> None:
-        """Render the finished text as one element (exact markdown semantics)."""
+        """Render the finished text as one element (exact markdown semantics); later flushes do nothing."""
         if not self._frozen:
             self.flush()
+            self.finalized = True
             return
+        self.finalized = True
         for element in self._frozen:
             element.delete()
         self._frozen.clear()

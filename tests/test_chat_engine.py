@@ -1,0 +1,209 @@
+"""The chat engine with the offline demo model, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core import agents as agents_store
+from core import sessions as sessions_store
+from core.chat import InvalidMessage, SessionNotFound, TurnInProgress
+from core.services import Services
+from core.settings import Settings
+from models import A2ATaskSession, User
+from tests.conftest import make_settings
+
+
+async def new_chat(services: Services, slug: str = "coding-assistant") -> str:
+    async with services.db.session() as s:
+        agent = await agents_store.get_agent_by_slug(s, slug)
+        chat = await sessions_store.create_session(s, user_id=services.auth.local_user_id, agent_id=agent.id)
+    return chat.id
+
+
+async def run_turn(services: Services, session_id: str, text: str) -> list:
+    turn = await services.chat.start_turn(session_id=session_id, user_id=services.auth.local_user_id, text=text)
+    events = [e async for e in services.hub.subscribe(turn.stream_key, after=turn.after_event_id)]
+    await services.chat.wait(session_id, timeout=5)
+    return events
+
+
+async def saved(services: Services, session_id: str):
+    async with services.db.session() as s:
+        return await sessions_store.list_messages(s, session_id=session_id)
+
+
+async def test_a_turn_streams_ui_events_and_saves_both_messages(services: Services) -> None:
+    chat = await new_chat(services)
+    events = await run_turn(services, chat, "hello there")
+    types = [e.type for e in events]
+    assert types[0] == "start" and types[-1] == "finish"
+    deltas = [e.data["delta"] for e in events if e.type == "text-delta"]
+    assert len(deltas) > 10  # token by token, not one blob
+    assert events[-1].data["finishReason"] == "stop"
+    assert events[-1].data["usage"]["outputTokens"] == len(deltas)
+
+    user, assistant = await saved(services, chat)
+    assert (user.role, user.content, user.source, user.sort_order) == ("user", "hello there", "user", 1)
+    assert assistant.role == "assistant" and assistant.sort_order == 2
+    assert assistant.content == "".join(deltas)
+    assert "hello there" in assistant.content and "```python" in assistant.content  # coding agent shows code
+    assert assistant.model_id == "local/demo"
+    assert assistant.input_tokens > 0 and assistant.output_tokens == len(deltas)
+    assert assistant.status == "complete"
+
+
+async def test_the_next_turn_sees_the_history(services: Services) -> None:
+    chat = await new_chat(services)
+    first = await run_turn(services, chat, "one two three")
+    second = await run_turn(services, chat, "four")
+    # The demo model counts prompt words: the second prompt holds the first exchange too.
+    assert second[-1].data["usage"]["inputTokens"] > first[-1].data["usage"]["inputTokens"] + 10
+    assert [m.sort_order for m in await saved(services, chat)] == [1, 2, 3, 4]
+
+
+async def test_session_title_comes_from_the_first_message(services: Services) -> None:
+    chat = await new_chat(services)
+    await run_turn(services, chat, "Plan   a trip\nto the sea " + "x" * 100)
+    async with services.db.session() as s:
+        row = await sessions_store.get_session(s, chat)
+    assert row.title.startswith("Plan a trip to the sea") and row.title.endswith("…") and len(row.title) <= 60
+
+
+async def test_a_model_failure_keeps_the_partial_answer_and_the_question(services: Services) -> None:
+    chat = await new_chat(services)
+    events = await run_turn(services, chat, "/error")
+    assert [e.type for e in events][-2:] == ["error", "finish"]
+    assert "demo model failed" in events[-2].data["errorText"]
+    assert events[-1].data["finishReason"] == "error"
+    user, assistant = await saved(services, chat)
+    assert user.content == "/error"
+    assert assistant.status == "error" and assistant.content == "This reply will fail"
+    assert "demo model failed" in assistant.error
+    assert services.hub.get(chat).error
+
+
+async def test_stop_cancels_the_turn_and_saves_what_was_said(tmp_path, database_url: str) -> None:
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=5))
+    services.prepare()
+    try:
+        chat = await new_chat(services)
+        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
+                                              text="/lorem 2000")
+        events = []
+        async for event in services.hub.subscribe(turn.stream_key, after=turn.after_event_id):
+            events.append(event)
+            if len(events) == 20:
+                assert await services.chat.cancel(chat) is True
+        assert events[-1].type == "finish" and events[-1].data["finishReason"] == "canceled"
+        assert not services.chat.is_running(chat)
+        _, assistant = await saved(services, chat)
+        streamed = "".join(e.data["delta"] for e in events if e.type == "text-delta")
+        assert assistant.status == "canceled" and assistant.content == streamed
+        assert 10 < len(streamed.split()) < 2000
+        assert await services.chat.cancel(chat) is False  # nothing left to stop
+    finally:
+        await services.stop()
+
+
+async def test_a_turn_runs_to_the_end_with_nobody_watching(services: Services) -> None:
+    chat = await new_chat(services)
+    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 300")
+    await services.chat.wait(chat, timeout=10)
+    _, assistant = await saved(services, chat)
+    assert len(assistant.content.split()) == 300
+
+
+async def test_one_turn_at_a_time_per_session(tmp_path, database_url: str) -> None:
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
+    services.prepare()
+    try:
+        chat = await new_chat(services)
+        await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 50")
+        with pytest.raises(TurnInProgress):
+            await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="again")
+        await services.chat.cancel(chat)
+        assert [m.content for m in await saved(services, chat) if m.role == "user"] == ["/lorem 50"]
+    finally:
+        await services.stop()
+
+
+@pytest.mark.parametrize("text", ["", "   \n "])
+async def test_empty_messages_are_refused(services: Services, text: str) -> None:
+    chat = await new_chat(services)
+    with pytest.raises(InvalidMessage, match="empty"):
+        await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=text)
+    assert await saved(services, chat) == []
+
+
+async def test_over_long_messages_are_refused_with_the_limit(services: Services) -> None:
+    chat = await new_chat(services)
+    limit = services.settings.max_message_chars
+    with pytest.raises(InvalidMessage, match=f"{limit:,}"):
+        await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="x" * (limit + 1))
+
+
+async def test_a_session_of_someone_else_is_not_found(services: Services) -> None:
+    chat = await new_chat(services)
+    async with services.db.session() as s:
+        other = User(username="mallory", password_hash=None)
+        s.add(other)
+        await s.commit()
+        await s.refresh(other)
+    with pytest.raises(SessionNotFound):
+        await services.chat.start_turn(session_id=chat, user_id=other.id, text="hi")
+    with pytest.raises(SessionNotFound):
+        await services.chat.start_turn(session_id="as_unknown", user_id=services.auth.local_user_id, text="hi")
+
+
+async def test_turn_timeout_fails_the_turn_with_a_reason(tmp_path, database_url: str) -> None:
+    settings: Settings = make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20,
+                                       turn_timeout_s=0.3)
+    services = Services.build(settings)
+    services.prepare()
+    try:
+        chat = await new_chat(services)
+        events = await run_turn(services, chat, "/lorem 500")
+        assert events[-2].type == "error" and "longer than 0.3 s" in events[-2].data["errorText"]
+        _, assistant = await saved(services, chat)
+        assert assistant.status == "error" and assistant.content
+    finally:
+        await services.stop()
+
+
+async def test_shutdown_saves_running_turns(tmp_path, database_url: str) -> None:
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=10))
+    services.prepare()
+    chat = await new_chat(services)
+    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 1000")
+    await asyncio.sleep(0.3)
+    await services.chat.shutdown()
+    async with services.db.session() as s:
+        messages = await sessions_store.list_messages(s, session_id=chat)
+    await services.stop()
+    assert messages[-1].status == "canceled" and messages[-1].content
+
+
+async def test_list_sessions_hides_delegated_task_sessions(services: Services) -> None:
+    visible = await new_chat(services)
+    hidden = await new_chat(services, "coding-assistant")
+    shown_task = await new_chat(services, "coding-assistant")
+    async with services.db.session() as s:
+        s.add(A2ATaskSession(session_id=hidden, callee_agent_slug="coding-assistant", state="completed"))
+        s.add(A2ATaskSession(session_id=shown_task, callee_agent_slug="coding-assistant", state="completed",
+                             visible_in_sidebar=1))
+        await s.commit()
+        listed = [row.id for row in await sessions_store.list_sessions(s, user_id=services.auth.local_user_id)]
+    assert hidden not in listed
+    assert set(listed) == {visible, shown_task}
+
+
+async def test_list_sessions_is_newest_first_and_per_user(services: Services) -> None:
+    first = await new_chat(services)
+    second = await new_chat(services)
+    await run_turn(services, first, "bump")  # activity moves a session to the top
+    async with services.db.session() as s:
+        listed = [r.id for r in await sessions_store.list_sessions(s, user_id=services.auth.local_user_id)]
+        assert await sessions_store.list_sessions(s, user_id=services.auth.local_user_id + 1000) == []
+    assert listed == [first, second]
