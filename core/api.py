@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, Field
@@ -20,6 +20,7 @@ from core import accounts
 from core import agents as agents_store
 from core import sessions as sessions_store
 from core.chat import ChatError
+from core.delegation import TaskView, task_stream_key
 from core.services import Services
 from core.sse import hub_sse_response, last_event_id
 from models import AgentMessage, AgentSession, User
@@ -127,7 +128,39 @@ class MessageOut(BaseModel):
     tool_calls: list[dict[str, Any]] | None = Field(serialization_alias="toolCalls")
     tool_results: list[dict[str, Any]] | None = Field(serialization_alias="toolResults")
     source: str
+    a2a_task_id: str | None = Field(serialization_alias="a2aTaskId")
+    caller_agent_id: int | None = Field(serialization_alias="callerAgentId")
+    caller_session_id: str | None = Field(serialization_alias="callerSessionId")
     created_at: datetime = Field(serialization_alias="createdAt")
+
+
+class TaskOut(BaseModel):
+    """A delegated task (the audit view's row)."""
+
+    id: str
+    session_id: str = Field(serialization_alias="sessionId")
+    parent_task_id: str | None = Field(serialization_alias="parentTaskId")
+    caller_session_id: str | None = Field(serialization_alias="callerSessionId")
+    caller_agent_id: str | None = Field(serialization_alias="callerAgentId", description="registry id (slug)")
+    callee_agent_id: str = Field(serialization_alias="calleeAgentId", description="registry id (slug)")
+    callee_agent_name: str = Field(serialization_alias="calleeAgentName")
+    tool_call_id: str | None = Field(serialization_alias="toolCallId")
+    input: str
+    state: str
+    error: str | None
+    recursion_depth: int = Field(serialization_alias="recursionDepth")
+    input_tokens: int = Field(serialization_alias="inputTokens")
+    output_tokens: int = Field(serialization_alias="outputTokens")
+    duration_ms: int | None = Field(serialization_alias="durationMs")
+    created_at: datetime = Field(serialization_alias="createdAt")
+    finished_at: datetime | None = Field(serialization_alias="finishedAt")
+
+
+class TaskDetailOut(TaskOut):
+    """A task with the callee's messages and its direct child tasks."""
+
+    messages: list[MessageOut]
+    children: list[TaskOut]
 
 
 class TurnOut(BaseModel):
@@ -233,6 +266,49 @@ def api_router() -> APIRouter:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(services.hub, session_id, last_event_id(request))
 
+    @router.get("/agents/a2a/stream", response_model=None, tags=["delegation"])
+    async def task_stream(
+        request: Request,
+        user: CurrentUser,
+        services: ServicesDep,
+        task_id: Annotated[str | None, Query(alias="taskId", max_length=64)] = None,
+    ):
+        """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
+
+        `{"active": false, "reason": "no-buffer"}` when nothing is buffered for the task
+        (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
+        """
+        if not task_id:
+            raise HTTPException(400, detail="Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
+        key = task_stream_key(task_id)
+        info = services.hub.get(key)
+        task = await services.delegation.owned_task(user.id, task_id)
+        if task is None:
+            if info is None and not await services.delegation.task_exists(task_id):
+                return JSONResponse({"active": False, "reason": "no-buffer"})
+            raise HTTPException(404, detail="There is no such task among your conversations.")
+        if info is None:
+            return JSONResponse({"active": False, "reason": "no-buffer"})
+        return hub_sse_response(services.hub, key, last_event_id(request))
+
+    @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
+    async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
+        """Your delegated tasks, newest first (what the audit view lists)."""
+        return [_task_out(t) for t in await services.delegation.list_tasks(user.id)]
+
+    @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True,
+                tags=["delegation"])
+    async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+        """One delegated task with the callee's messages and its nested delegations."""
+        detail = await services.delegation.task_detail(user.id, task_id)
+        if detail is None:
+            raise HTTPException(404, detail="There is no such task among your conversations.")
+        return {
+            **_task_out(detail.task),
+            "messages": [_message_out(m) for m in detail.messages],
+            "children": [_task_out(c) for c in detail.children],
+        }
+
     return router
 
 
@@ -258,6 +334,17 @@ def _message_out(m: AgentMessage) -> MessageOut:
     return MessageOut(
         id=m.id, role=m.role, content=m.content, sort_order=m.sort_order, status=m.status, error=m.error,
         model_id=m.model_id, input_tokens=m.input_tokens, output_tokens=m.output_tokens, tool_calls=m.tool_calls,
-        tool_results=m.tool_results, source=m.source, created_at=m.created_at,
+        tool_results=m.tool_results, source=m.source, a2a_task_id=m.a2a_task_id, caller_agent_id=m.caller_agent_id,
+        caller_session_id=m.caller_session_id, created_at=m.created_at,
+    )
+
+
+def _task_out(t: TaskView) -> dict[str, Any]:
+    return dict(
+        id=t.id, session_id=t.session_id, parent_task_id=t.parent_task_id, caller_session_id=t.caller_session_id,
+        caller_agent_id=t.caller_agent_slug, callee_agent_id=t.callee_agent_slug,
+        callee_agent_name=t.callee_agent_name, tool_call_id=t.tool_call_id, input=t.input, state=t.state,
+        error=t.error, recursion_depth=t.recursion_depth, input_tokens=t.input_tokens,
+        output_tokens=t.output_tokens, duration_ms=t.duration_ms, created_at=t.created_at, finished_at=t.finished_at,
     )
 

@@ -12,6 +12,9 @@ Behaviour (documented in the README, relied on by the tests):
    the `agent_invoke` tool: it says which agents it delegates to, then calls
    `agent_invoke` with `{"agentSlug": "<agent-id>", "input": "<text>"}` once
    per mention, all in one step. The text of a mention runs to the next mention.
+   `@@<agent-id>` is not a mention here: it is passed on as `@<agent-id>` in the
+   text, so the callee delegates in turn (`@planner ask @@coding-assistant for code`
+   gives a nested delegation).
 3. `/lorem N`: N words of lorem ipsum (N up to 100,000), for long streams.
 4. `/error`: a few tokens, then a failure (to try error handling end to end).
 5. Otherwise: an echo of the message with a short guide. When the system prompt
@@ -72,12 +75,12 @@ def tokenize(text: str) -> list[str]:
 
 
 def find_mentions(text: str) -> list[tuple[str, str]]:
-    """`@agent-id text` pairs in order; each text runs up to the next mention."""
+    """`@agent-id text` pairs in order; each text runs up to the next mention (`@@` becomes `@` in it)."""
     matches = list(_MENTION.finditer(text))
     mentions: list[tuple[str, str]] = []
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        body = text[match.end() : end].strip()
+        body = text[match.end() : end].strip().replace("@@", "@")
         mentions.append((match.group(1), body))
     return mentions
 

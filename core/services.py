@@ -16,6 +16,7 @@ from core import accounts
 from core import agents as agents_store
 from core.chat import ChatEngine
 from core.db import Database
+from core.delegation import AgentInvokeTool, DelegationService
 from core.hub import StreamHub
 from core.llm import LLMGateway
 from core.settings import Settings
@@ -50,6 +51,7 @@ class Services:
     llm: LLMGateway
     tools: ToolRegistry
     chat: ChatEngine
+    delegation: DelegationService
     workspace: Workspace
     auth: AuthState = field(default_factory=lambda: AuthState(multi_user=False, local_user_id=None))
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
@@ -76,7 +78,9 @@ class Services:
             turn_timeout_s=settings.turn_timeout_s,
             max_message_chars=settings.max_message_chars,
         )
-        return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat,
+        delegation = DelegationService(db, hub, chat, tools)
+        tools.register(AgentInvokeTool(delegation))
+        return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
                    workspace=Workspace(db, hub, chat))
 
     def prepare(self) -> None:

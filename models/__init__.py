@@ -170,8 +170,15 @@ class A2ATaskSession(SQLModel, table=True):
     visible_in_sidebar: int = Field(
         default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
     )
+    # What the caller asked, and the model's id for the call (links the chat's tool card to the task).
+    input: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    tool_call_id: str | None = Field(default=None, sa_type=String(128))
+    # Totals of the callee's run, for the audit view.
+    input_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
+    output_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
+    finished_at: datetime | None = _ts(nullable=True, default=None)
 
 
 __all__ = [

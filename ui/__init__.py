@@ -7,9 +7,11 @@ from core.services import Services
 
 def register_pages(services: Services) -> None:
     """Register every page (called from `app.py` each time it runs, as the User fixture needs)."""
+    from ui.audit_page import register_audit_pages
     from ui.auth import install_login_middleware, register_login_pages
     from ui.chat_page import register_chat_pages
 
     install_login_middleware(services)
     register_login_pages(services)
     register_chat_pages(services)
+    register_audit_pages(services)

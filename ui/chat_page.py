@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nicegui import Client, background_tasks, ui
@@ -20,6 +21,7 @@ from core.chat import ChatError
 from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from core.services import Services
 from models import AgentMessage, AgentSession
+from ui.agent_invoke_panel import AgentInvokePanel
 from ui.auth import current_user_id
 from ui.streaming import StreamingMarkdown
 
@@ -84,6 +86,8 @@ class ChatPage:
                 ui.button(icon="menu", on_click=lambda: drawer.toggle()).props("flat round color=white")
                 ui.label("A2A Delegation Chat").classes("text-h6")
             with ui.row().classes("items-center gap-2"):
+                ui.button("Audit", icon="fact_check", on_click=lambda: ui.navigate.to("/audit")).props(
+                    "flat color=white data-testid=audit-link")
                 if self.services.auth.multi_user:
                     ui.button("Log out", on_click=lambda: ui.navigate.to("/logout")).props("flat color=white")
 
@@ -91,6 +95,7 @@ class ChatPage:
             testid(ui.button("New chat", icon="add", on_click=self._new_chat), "new-session-btn").classes("w-full")
             self.session_list = testid(ui.list().props("dense separator"), "session-list").classes("w-full mt-2")
         await self._render_session_list()
+        self.panel = AgentInvokePanel(self.services, self.client, self.user_id)
 
         with ui.column().classes("w-full max-w-3xl mx-auto pb-4") as column:
             self.messages = testid(column, "chat-messages")
@@ -126,6 +131,8 @@ class ChatPage:
                     ).props("aria-label=Stop")
         self._set_generating(False)
         ui.timer(FLUSH_INTERVAL_S, self._flush)
+        if view is not None:
+            await self.panel.restore(await self.services.delegation.tasks_of_session(self.user_id, self.session_id))
         if view is not None and view.live_turn:
             self._follow(after=None)
 
@@ -168,7 +175,10 @@ class ChatPage:
                     card = ToolCallCard(call["name"], _parse_json(call.get("arguments")))
                     result = results.get(call["id"])
                     if result is not None:
-                        card.finish(result.get("output"), result.get("metadata") or {}, bool(result.get("isError")))
+                        metadata = result.get("metadata") or {}
+                        card.finish(result.get("output"), metadata, bool(result.get("isError")))
+                        if isinstance(metadata.get("taskId"), str):
+                            card.link_task(metadata["taskId"], self.panel.show_task)
                 if message.status == "canceled":
                     ui.label("Stopped.").classes("text-grey-7 text-caption")
                 elif message.status == "error" and message.error:
@@ -227,7 +237,7 @@ class ChatPage:
             async for event in subscription:
                 if self.client.is_deleted:
                     break
-                self._apply(event)
+                await self._apply(event)
         except SubscriberOverflow:
             # Fell behind (a very fast stream and a slow browser): the saved answer has it all.
             with self.messages:
@@ -246,8 +256,9 @@ class ChatPage:
     def _flush(self) -> None:
         for view in self._views.values():
             view.flush()
+        self.panel.flush()
 
-    def _apply(self, event: StreamEvent) -> None:
+    async def _apply(self, event: StreamEvent) -> None:
         data = event.data
         if event.type == "start":
             self._views, self._tool_cards = {}, {}
@@ -270,6 +281,11 @@ class ChatPage:
             self._flush()
             with self._bubble:
                 self._tool_cards[data["toolCallId"]] = ToolCallCard(data.get("toolName", "tool"), data.get("input"))
+        elif event.type == "a2a-task-started":
+            card = self._tool_cards.get(data.get("toolCallId"))
+            if card is not None and isinstance(data.get("taskId"), str):
+                card.link_task(data["taskId"], self.panel.show_task)
+            await self.panel.task_started(data)
         elif event.type == "tool-output-available":
             card = self._tool_cards.get(data.get("toolCallId"))
             if card is not None:
@@ -321,11 +337,11 @@ class ToolCallCard:
 
     def __init__(self, tool_name: str, arguments: Any) -> None:
         target = arguments.get("agentSlug") if isinstance(arguments, dict) else None
-        title = f"{tool_name} → {target}" if target else tool_name
+        title = f"Delegated to {target}" if target and tool_name == "agent_invoke" else tool_name
         with ui.card().tight().classes("w-full q-my-xs").props("flat bordered data-testid=tool-call") as self.card:
             with ui.row().classes("items-center gap-2 q-pa-sm no-wrap"):
-                ui.icon("build", size="xs").classes("text-grey-7")
-                ui.label(title).classes("text-weight-medium")
+                ui.icon("call_split" if target else "build", size="xs").classes("text-grey-7")
+                self.title = ui.label(title).classes("text-weight-medium")
                 self.status = ui.label("running…").classes("text-grey-7 text-caption").props(
                     "data-testid=tool-call-status"
                 )
@@ -344,6 +360,14 @@ class ToolCallCard:
             self.detail.set_visibility(True)
         else:
             self.status.set_text(f"done{took}")
+        name = metadata.get("calleeAgentName")
+        if isinstance(name, str) and name:
+            self.title.set_text(f"Delegated to {name}")
+
+    def link_task(self, task_id: str, open_task: Callable[[str], Awaitable[None]]) -> None:
+        """Clicking the card opens that task in the side panel."""
+        self.card.props(f"data-task-id={task_id}").classes("cursor-pointer")
+        self.card.on("click", lambda: open_task(task_id))
 
 
 def _parse_json(value: Any) -> Any:

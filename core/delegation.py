@@ -1,0 +1,419 @@
+"""Agent delegation (seed 000 §3.2): the `agent_invoke` tool and the tasks behind it.
+
+A delegation is a task: the callee gets a hidden session of its own (an
+`agent_sessions` row plus an `a2a_task_sessions` row with `visible_in_sidebar=0`),
+its run streams into the hub buffer `a2a_<taskId>`, and its messages are saved
+with `source='a2a'` and the caller's context. The caller's model waits for the
+result (the tool call is synchronous), while the page shows the callee's stream
+in the side panel.
+
+Events of a task buffer, in order: `state` {state: 'submitted'}, `state`
+{state: 'working'}, then the callee's run as in a chat turn (`start`,
+`text-delta`, `tool-*`, and `a2a-task-started` when the callee delegates in
+turn), `error` {errorText} when it fails, a final `state` with the terminal
+state (completed, failed, canceled), and `done` {state, error, durationMs,
+usage}: the last event. The caller's buffer gets `a2a-task-started` {taskId,
+calleeAgentSlug, calleeAgentName, toolCallId, parentTaskId, recursionDepth}
+before the callee starts.
+
+Refusals (bad arguments, unknown callee, not allowed, too deep, a cycle) are
+tool errors the caller's model reads; no task is created and no panel opens.
+The callee runs inside the caller's tool call, so stopping the caller's turn
+cancels the delegation, and its own delegations, down the chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import col, select
+
+from core import agents as agents_store
+from core import sessions as sessions_store
+from core.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
+from core.chat import AgentRun, ChatEngine, build_model_messages
+from core.db import Database
+from core.hub import StreamHub
+from core.tools import ToolContext, ToolRegistry, ToolResult
+from models import A2ATaskSession, Agent, AgentMessage, utcnow
+
+log = logging.getLogger(__name__)
+
+SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
+TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
+MAX_INPUT_CHARS = 20_000
+TITLE_CHARS = 60
+
+
+def task_stream_key(task_id: str) -> str:
+    """The hub key of a task's events (seed 000: `a2a_${taskId}`)."""
+    return f"a2a_{task_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeLimits:
+    """An agent's `agent-invoke` config, validated (seed 000 §3.2.4)."""
+
+    max_recursion_depth: int
+    timeout_s: float
+    max_output_tokens: int | None
+    allowed_agents: frozenset[str] | None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> InvokeLimits:
+        """Limits from a tool config; missing or unusable values take the defaults."""
+        merged = {**DEFAULT_AGENT_INVOKE_CONFIG, **{k: v for k, v in (config or {}).items() if v is not None}}
+        allowed = merged.get("allowedAgents")
+        return cls(
+            max_recursion_depth=_positive_int(merged.get("maxRecursionDepth"), DEFAULT_AGENT_INVOKE_CONFIG["maxRecursionDepth"]),
+            timeout_s=_positive_int(merged.get("timeoutMs"), DEFAULT_AGENT_INVOKE_CONFIG["timeoutMs"]) / 1000,
+            max_output_tokens=_positive_int(merged.get("maxOutputTokens"), 0) or None,
+            allowed_agents=frozenset(str(a) for a in allowed) if isinstance(allowed, list) else None,
+        )
+
+
+def _positive_int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
+    """`(agentSlug, input)` from the model's arguments.
+
+    Raises:
+        ValueError: what is wrong, worded for the model to correct its call.
+    """
+    if not isinstance(arguments, dict):
+        raise ValueError('arguments must be a JSON object like {"agentSlug": "coding-assistant", "input": "..."}')
+    slug, text = arguments.get("agentSlug"), arguments.get("input")
+    if not isinstance(slug, str) or not slug.strip():
+        raise ValueError('"agentSlug" is required: the id of the agent to delegate to, as a string')
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError('"input" is required: the request for that agent, as a non-empty string')
+    if len(text) > MAX_INPUT_CHARS:
+        raise ValueError(f'"input" is {len(text):,} characters long; the limit is {MAX_INPUT_CHARS:,}')
+    return slug.strip(), text.strip()
+
+
+@dataclass(slots=True)
+class TaskView:
+    """A delegated task as pages and the API show it."""
+
+    id: str
+    session_id: str
+    parent_task_id: str | None
+    caller_session_id: str | None
+    caller_agent_slug: str | None
+    caller_agent_name: str | None
+    callee_agent_slug: str
+    callee_agent_name: str
+    tool_call_id: str | None
+    input: str
+    state: str
+    error: str | None
+    recursion_depth: int
+    input_tokens: int
+    output_tokens: int
+    created_at: datetime
+    finished_at: datetime | None
+    live: bool = False  # its buffer is still in the hub (running, or finished recently)
+
+    @property
+    def duration_ms(self) -> int | None:
+        """Wall time from creation to the terminal state (None while running)."""
+        if self.finished_at is None:
+            return None
+        return int((self.finished_at - self.created_at).total_seconds() * 1000)
+
+
+@dataclass(slots=True)
+class TaskDetail:
+    """One task with the callee's messages and its child tasks."""
+
+    task: TaskView
+    messages: list[AgentMessage]
+    children: list[TaskView] = field(default_factory=list)
+
+
+class DelegationService:
+    """Creates and runs delegated tasks; reads them back for the panel and the audit view."""
+
+    def __init__(self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry) -> None:
+        self.db = db
+        self.hub = hub
+        self.engine = engine
+        self.tools = tools
+        self.tasks_started = 0
+
+    # -- running -------------------------------------------------------------------------
+
+    async def invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one `agent_invoke` call to its end; never raises for bad input (cancellation passes)."""
+        started = time.monotonic()
+        limits = InvokeLimits.from_config(config)
+        try:
+            slug, text = parse_invoke_arguments(arguments)
+        except ValueError as exc:
+            return ToolResult(False, error=f"Invalid agent_invoke call: {exc}.")
+        depth = ctx.recursion_depth + 1
+        refusal = self._refusal(slug, depth, limits, ctx)
+        if refusal is not None:
+            return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
+
+        async with self.db.session() as s:
+            callee = await agents_store.get_agent_by_slug(s, slug)
+            if callee is None:
+                known = sorted(a.slug for a in await agents_store.list_agents(s) if a.slug not in ctx.chain)
+                return ToolResult(
+                    False,
+                    error=f"There is no agent {slug!r}. Agents you can delegate to: {', '.join(known) or 'none'}.",
+                    metadata={"agentSlug": slug, "recursionDepth": depth},
+                )
+            tool_rows = await agents_store.agent_tool_rows(s, callee.id)
+            task, user_row = await self._create_task(s, callee, text, depth, ctx)
+
+        key = task_stream_key(task.id)
+        meta = {
+            "taskId": task.id, "userId": ctx.user_id, "callerSessionId": ctx.session_id,
+            "calleeAgentSlug": callee.slug, "calleeAgentName": callee.name, "parentTaskId": ctx.task_id,
+            "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
+        }
+        await self.hub.create(key, meta=meta)
+        await self.hub.append(key, "state", {"state": SUBMITTED})
+        self.tasks_started += 1
+        if ctx.emit is not None:
+            await ctx.emit("a2a-task-started", {
+                "taskId": task.id, "calleeAgentSlug": callee.slug, "calleeAgentName": callee.name,
+                "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
+            })
+
+        run = AgentRun(
+            agent=callee,
+            messages=build_model_messages(callee, [user_row]),
+            fields={"source": "a2a", "a2a_task_id": task.id, "caller_agent_id": ctx.agent_id,
+                    "caller_session_id": ctx.session_id},
+        )
+        callee_ctx = ToolContext(
+            user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
+            recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
+        )
+        state, error = FAILED, None
+        try:
+            await self._set_state(task.id, WORKING, SUBMITTED)
+            async with asyncio.timeout(limits.timeout_s):
+                outcome = await self.engine.run_agent(
+                    stream_key=key, run=run, tools=self.tools.bind(tool_rows), ctx=callee_ctx,
+                    max_output_tokens=limits.max_output_tokens,
+                )
+            state, error = (COMPLETED, None) if outcome.status == "complete" else (FAILED, outcome.error)
+        except TimeoutError:
+            error = f"{callee.name} did not finish within {limits.timeout_s:g} s and was stopped."
+            await self.hub.append(key, "error", {"errorText": error})
+            _mark_rows(run, status="error", error=error)
+        except asyncio.CancelledError:
+            state, error = CANCELED, "The delegation was stopped because the calling turn was stopped."
+            # Shielded: the record is written even if the cancelling caller gives up waiting.
+            await asyncio.shield(self._finish(task.id, run, state, error, started))
+            raise
+        await self._finish(task.id, run, state, error, started)
+
+        metadata = {
+            "taskId": task.id, "agentSlug": callee.slug, "calleeAgentName": callee.name,
+            "recursionDepth": depth, "state": state, "durationMs": int((time.monotonic() - started) * 1000),
+            "usage": {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens},
+        }
+        text_out = run.outcome.text if run.outcome else ""
+        if state == COMPLETED:
+            return ToolResult(True, data=text_out, metadata=metadata)
+        partial = f" It had said: {text_out}" if text_out else ""
+        return ToolResult(False, error=f"{callee.name} failed: {error}{partial}", metadata=metadata)
+
+    def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
+        if depth > limits.max_recursion_depth:
+            return (
+                f"Delegation refused: this would be delegation level {depth}, and the limit is "
+                f"{limits.max_recursion_depth}. Answer with what you have instead."
+            )
+        if slug in ctx.chain:
+            return (
+                f"Delegation refused: {slug!r} is already working on this request "
+                f"({' → '.join([*ctx.chain, slug])}); delegating to it again would loop."
+            )
+        if limits.allowed_agents is not None and slug not in limits.allowed_agents:
+            allowed = ", ".join(sorted(limits.allowed_agents)) or "none"
+            return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
+        return None
+
+    async def _create_task(
+        self, s, callee: Agent, text: str, depth: int, ctx: ToolContext
+    ) -> tuple[A2ATaskSession, AgentMessage]:
+        hidden = await sessions_store.create_session(
+            s, user_id=ctx.user_id, agent_id=callee.id, title=sessions_store.make_title(f"Task: {text}")
+        )
+        task = A2ATaskSession(
+            session_id=hidden.id, callee_agent_id=callee.id, callee_agent_slug=callee.slug,
+            caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
+            parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
+            input=text, tool_call_id=ctx.tool_call_id or None,
+        )
+        s.add(task)
+        await s.commit()
+        await s.refresh(task)
+        [user_row] = await sessions_store.add_messages(s, session_id=hidden.id, messages=[{
+            "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
+            "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
+        }])
+        return task, user_row
+
+    async def _set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is not None:
+                row.state, row.error, row.updated_at = state, error, utcnow()
+                if state in TERMINAL_STATES:
+                    row.finished_at = row.updated_at
+                s.add(row)
+                await s.commit()
+        data = {"state": state, "previous": previous}
+        if error:
+            data["error"] = error
+        await self.hub.append(task_stream_key(task_id), "state", data)
+
+    async def _finish(self, task_id: str, run: AgentRun, state: str, error: str | None, started: float) -> None:
+        """Save the callee's answer and totals, then end the task's stream (runs once per task)."""
+        key = task_stream_key(task_id)
+        try:
+            rows = run.outcome.rows if run.outcome else []
+            async with self.db.session() as s:
+                row = await s.get(A2ATaskSession, task_id)
+                if rows and row is not None:
+                    await sessions_store.add_messages(s, session_id=row.session_id, messages=rows)
+                    row = await s.get(A2ATaskSession, task_id)
+                if row is not None:
+                    row.input_tokens, row.output_tokens = run.input_tokens, run.output_tokens
+                    s.add(row)
+                    await s.commit()
+            if state == CANCELED:
+                await self.hub.append(key, "error", {"errorText": error})
+            await self._set_state(task_id, state, WORKING, error)
+        except Exception:
+            log.exception("could not record the end of task %s", task_id)
+        finally:
+            await self.hub.append(key, "done", {
+                "state": state, "error": error, "durationMs": int((time.monotonic() - started) * 1000),
+                "usage": {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens},
+            })
+            await self.hub.finish(key, error=error if state != COMPLETED else None)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def owned_task(self, user_id: int, task_id: str) -> A2ATaskSession | None:
+        """The task if `user_id` owns the conversation it belongs to, else None."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+        return row if row is not None and row.caller_user_id == user_id else None
+
+    async def task_exists(self, task_id: str) -> bool:
+        """Whether any user has a task with that id."""
+        async with self.db.session() as s:
+            return await s.get(A2ATaskSession, task_id) is not None
+
+    async def tasks_of_session(self, user_id: int, session_id: str) -> list[TaskView]:
+        """Every task started from a session, nested ones included, parents before children."""
+        async with self.db.session() as s:
+            names = await _agent_names(s)
+            found: list[A2ATaskSession] = []
+            frontier = [session_id]
+            seen: set[str] = set()
+            while frontier:
+                query = select(A2ATaskSession).where(
+                    col(A2ATaskSession.caller_session_id).in_(frontier), A2ATaskSession.caller_user_id == user_id
+                ).order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
+                rows = [r for r in (await s.exec(query)).all() if r.id not in seen]
+                seen.update(r.id for r in rows)
+                found.extend(rows)
+                frontier = [r.session_id for r in rows]
+        return [self._view(r, names) for r in found]
+
+    async def list_tasks(self, user_id: int, *, limit: int = 200) -> list[TaskView]:
+        """A user's delegated tasks, newest first (the audit view)."""
+        async with self.db.session() as s:
+            names = await _agent_names(s)
+            query = (
+                select(A2ATaskSession).where(A2ATaskSession.caller_user_id == user_id)
+                .order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).limit(limit)
+            )
+            rows = list((await s.exec(query)).all())
+        return [self._view(r, names) for r in rows]
+
+    async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
+        """One of the user's tasks with the callee's saved messages and its direct children."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is None or row.caller_user_id != user_id:
+                return None
+            names = await _agent_names(s)
+            messages = await sessions_store.list_messages(s, session_id=row.session_id)
+            query = select(A2ATaskSession).where(A2ATaskSession.parent_task_id == task_id).order_by(
+                col(A2ATaskSession.created_at), col(A2ATaskSession.id)
+            )
+            children = list((await s.exec(query)).all())
+        return TaskDetail(self._view(row, names), messages, [self._view(c, names) for c in children])
+
+    def _view(self, row: A2ATaskSession, names: dict[int, tuple[str, str]]) -> TaskView:
+        caller = names.get(row.caller_agent_id or -1)
+        callee = names.get(row.callee_agent_id or -1)
+        return TaskView(
+            id=row.id, session_id=row.session_id, parent_task_id=row.parent_task_id,
+            caller_session_id=row.caller_session_id,
+            caller_agent_slug=caller[0] if caller else None, caller_agent_name=caller[1] if caller else None,
+            callee_agent_slug=row.callee_agent_slug, callee_agent_name=callee[1] if callee else row.callee_agent_slug,
+            tool_call_id=row.tool_call_id, input=row.input, state=row.state, error=row.error,
+            recursion_depth=row.recursion_depth, input_tokens=row.input_tokens, output_tokens=row.output_tokens,
+            created_at=row.created_at, finished_at=row.finished_at,
+            live=self.hub.get(task_stream_key(row.id)) is not None,
+        )
+
+
+async def _agent_names(s) -> dict[int, tuple[str, str]]:
+    return {a.id: (a.slug, a.name) for a in await agents_store.list_agents(s)}
+
+
+def _mark_rows(run: AgentRun, *, status: str, error: str) -> None:
+    if run.outcome is None:
+        return
+    run.outcome.status, run.outcome.error = status, error
+    for row in run.outcome.rows:
+        if row.get("status") == "canceled":
+            row["status"], row["error"] = status, error
+
+
+class AgentInvokeTool:
+    """The `agent_invoke` tool (seed 000 §3.2.4): delegate a request to another agent and wait for its answer."""
+
+    tool_type = AGENT_INVOKE
+    name = "agent_invoke"
+    description = (
+        "Delegate a request to another agent and get its answer. Use it when another agent is better "
+        "suited (for example coding-assistant for code). The other agent's reply is shown to the user live."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "agentSlug": {"type": "string", "description": "Id of the agent to delegate to, e.g. coding-assistant"},
+            "input": {"type": "string", "description": "The complete request for that agent"},
+        },
+        "required": ["agentSlug", "input"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, service: DelegationService) -> None:
+        self.service = service
+
+    async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run the delegation (see `DelegationService.invoke`)."""
+        return await self.service.invoke(arguments, config, ctx)

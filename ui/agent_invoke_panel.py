@@ -1,0 +1,262 @@
+"""AgentInvokePanel (seed 000 §3.3): the right drawer where delegated answers stream.
+
+It opens by itself when the chat's stream says `a2a-task-started`, one tab per
+task in the order they started; a task started by a callee (a nested
+delegation) is a child tab, indented under its parent. Each tab shows the
+callee's name, a status (waiting, generating, done, failed with the reason)
+and the callee's markdown as it streams, read-only. The panel stays open after
+the tasks end, until the user closes it.
+
+Each running task is followed through its own hub subscription (`a2a_<taskId>`),
+owned by the page's client; a task whose buffer is gone is shown from the
+saved messages instead. Text is coalesced: the page's flush timer calls `flush`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from nicegui import Client, background_tasks, ui
+
+from core.delegation import COMPLETED, TERMINAL_STATES, TaskView, task_stream_key
+from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
+from core.services import Services
+from ui.streaming import StreamingMarkdown
+
+STATUS_LABELS = {"submitted": "waiting", "working": "generating", "completed": "done", "failed": "failed",
+                 "canceled": "stopped"}
+STATUS_COLORS = {"waiting": "grey-7", "generating": "primary", "done": "positive", "failed": "negative",
+                 "stopped": "warning"}
+
+
+@dataclass(slots=True)
+class TaskTab:
+    """The widgets and state of one task's tab."""
+
+    task_id: str
+    callee_name: str
+    parent_task_id: str | None
+    depth: int
+    tab: ui.tab
+    status: ui.badge
+    error: ui.label
+    body: StreamingMarkdown
+    state: str = "submitted"
+    follower: asyncio.Task | None = None
+    views: dict[str, StreamingMarkdown] = field(default_factory=dict)
+
+
+class AgentInvokePanel:
+    """The side panel of one chat page; create it inside the page (it adds a right drawer)."""
+
+    def __init__(self, services: Services, client: Client, user_id: int | None) -> None:
+        self.services = services
+        self.client = client
+        self.user_id = user_id
+        self.tabs_by_task: dict[str, TaskTab] = {}
+        self.selected_task_id: str | None = None
+        with ui.right_drawer(value=False, fixed=False).props("width=460 bordered").classes("bg-grey-1 q-pa-none") as d:
+            self.drawer = d.mark("agent-invoke-panel").props("data-testid=agent-invoke-panel")
+            with ui.row().classes("w-full items-center justify-between q-px-md q-pt-sm no-wrap"):
+                ui.label("Delegated tasks").classes("text-subtitle1 text-weight-medium")
+                self.close_btn = ui.button(icon="close", on_click=self.close).props(
+                    "flat round dense aria-label=Close data-testid=agent-invoke-close"
+                ).mark("agent-invoke-close")
+            self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left outside-arrows mobile-arrows")
+            self.tabs.classes("w-full text-grey-8")
+            self.panels = ui.tab_panels(self.tabs, animated=False).classes("w-full bg-grey-1")
+        client.on_delete(self.stop_following)
+
+    # -- opening tasks -------------------------------------------------------------------
+
+    async def task_started(self, data: dict[str, Any]) -> None:
+        """An `a2a-task-started` event: add (or show) that task's tab and open the panel."""
+        task_id = data.get("taskId")
+        if not isinstance(task_id, str):
+            return
+        if task_id not in self.tabs_by_task:
+            self._add_tab(task_id, str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or "Agent"),
+                          data.get("parentTaskId"))
+            self._follow_or_load(task_id)
+        self._select_if_idle(task_id)
+        self.open()
+
+    async def restore(self, tasks: list[TaskView]) -> None:
+        """After a reload: tabs for the session's running and recent tasks (those still buffered)."""
+        recent = [t for t in tasks if t.live]
+        for task in recent:
+            if task.id not in self.tabs_by_task:
+                self._add_tab(task.id, task.callee_agent_name, task.parent_task_id)
+                self._follow_or_load(task.id, saved=task)
+        if recent:
+            running = next((t for t in recent if t.state not in TERMINAL_STATES), recent[0])
+            self.select(running.id)
+            self.open()
+
+    async def show_task(self, task_id: str) -> None:
+        """Open the panel on that task (a click on its card in the chat)."""
+        if task_id not in self.tabs_by_task:
+            detail = await self.services.delegation.task_detail(self.user_id or 0, task_id)
+            if detail is None:
+                ui.notify("That delegated task is not available.", color="warning")
+                return
+            self._add_tab(task_id, detail.task.callee_agent_name, detail.task.parent_task_id)
+            self._follow_or_load(task_id, saved=detail.task)
+        self.select(task_id)
+        self.open()
+
+    def open(self) -> None:
+        """Show the drawer."""
+        self.drawer.show()
+
+    def close(self) -> None:
+        """Hide the drawer (tasks keep running; their tabs stay)."""
+        self.drawer.hide()
+
+    def select(self, task_id: str) -> None:
+        """Make that task's tab the visible one."""
+        if task_id in self.tabs_by_task:
+            self.selected_task_id = task_id
+            self.tabs.set_value(_tab_name(task_id))
+
+    def _on_tab_change(self, event: Any) -> None:
+        value = event.value if isinstance(event.value, str) else getattr(event.value, "_props", {}).get("name", "")
+        if value.startswith("task-"):
+            self.selected_task_id = value.removeprefix("task-")
+
+    def _select_if_idle(self, task_id: str) -> None:
+        """Show a new task unless the one on screen is still streaming."""
+        current = self.tabs_by_task.get(self.selected_task_id or "")
+        if current is None or current.state in TERMINAL_STATES:
+            self.select(task_id)
+
+    def _add_tab(self, task_id: str, callee_name: str, parent_task_id: str | None) -> TaskTab:
+        parent = self.tabs_by_task.get(parent_task_id or "")
+        depth = parent.depth + 1 if parent else 0
+        # Children go right after their parent's subtree, so a nested delegation sits under its parent.
+        with self.tabs:
+            tab = ui.tab(name=_tab_name(task_id), label=("↳ " * depth) + callee_name).props(
+                f"no-caps data-testid=agent-invoke-tab data-task-id={task_id} "
+                f"data-parent-task-id={parent_task_id or ''} data-depth={depth}"
+            ).mark("agent-invoke-tab")
+        if parent is not None:
+            order = list(self.tabs_by_task.values())
+            subtree_end = max(
+                (i for i, t in enumerate(order) if t.task_id == parent.task_id or self._descends(t, parent.task_id)),
+                default=len(order) - 1,
+            )
+            tab.move(self.tabs, target_index=subtree_end + 1)
+        with self.panels:
+            with ui.tab_panel(tab).classes("q-pa-md bg-grey-1"):
+                with ui.row().classes("items-center gap-2 no-wrap"):
+                    ui.label(callee_name).classes("text-weight-medium").props("data-testid=agent-invoke-title")
+                    status = ui.badge("waiting", color="grey-7").props(
+                        f"data-testid=agent-invoke-status data-task-id={task_id}"
+                    ).mark("agent-invoke-status")
+                error = ui.label("").classes("text-negative text-caption").props("data-testid=agent-invoke-error")
+                error.set_visibility(False)
+                with ui.column().classes("w-full gap-0").props(
+                    f"data-testid=agent-invoke-body data-task-id={task_id}"
+                ).mark("agent-invoke-body"):
+                    body = StreamingMarkdown()
+        entry = TaskTab(task_id, callee_name, parent_task_id, depth, tab, status, error, body)
+        self.tabs_by_task[task_id] = entry
+        return entry
+
+    def _descends(self, tab: TaskTab, ancestor_id: str) -> bool:
+        parent_id = tab.parent_task_id
+        while parent_id:
+            if parent_id == ancestor_id:
+                return True
+            parent = self.tabs_by_task.get(parent_id)
+            parent_id = parent.parent_task_id if parent else None
+        return False
+
+    # -- following -----------------------------------------------------------------------
+
+    def _follow_or_load(self, task_id: str, saved: TaskView | None = None) -> None:
+        entry = self.tabs_by_task[task_id]
+        try:
+            subscription = self.services.hub.subscribe(task_stream_key(task_id))
+        except UnknownStream:
+            entry.follower = background_tasks.create(
+                self._load_saved(entry), name=f"load task {task_id}", context=self.client
+            )
+            return
+        entry.follower = background_tasks.create(
+            self._consume(entry, subscription), name=f"follow task {task_id}", context=self.client
+        )
+
+    async def _consume(self, entry: TaskTab, subscription) -> None:
+        try:
+            async for event in subscription:
+                if self.client.is_deleted:
+                    break
+                await self._apply(entry, event)
+        except SubscriberOverflow:
+            await self._load_saved(entry)
+        finally:
+            subscription.close()
+        if not self.client.is_deleted:
+            entry.body.finalize()
+            if entry.state not in TERMINAL_STATES:  # the buffer ended without its final state (should not happen)
+                await self._load_saved(entry)
+
+    async def _apply(self, entry: TaskTab, event: StreamEvent) -> None:
+        data = event.data
+        if event.type == "text-delta":
+            entry.body.append(data.get("delta", ""))
+        elif event.type == "state":
+            self._set_state(entry, str(data.get("state")), data.get("error"))
+        elif event.type == "error":
+            self._show_error(entry, str(data.get("errorText") or "The delegated agent failed."))
+        elif event.type == "a2a-task-started":  # the callee delegated in turn: a child tab
+            await self.task_started(data)
+        elif event.type == "done":
+            self._set_state(entry, str(data.get("state")), data.get("error"))
+
+    async def _load_saved(self, entry: TaskTab) -> None:
+        detail = await self.services.delegation.task_detail(self.user_id or 0, entry.task_id)
+        if detail is None or self.client.is_deleted:
+            return
+        text = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
+        if text != entry.body.text and not entry.body.finalized:
+            entry.body.append(text[len(entry.body.text):] if text.startswith(entry.body.text) else "")
+        entry.body.finalize()
+        self._set_state(entry, detail.task.state, detail.task.error)
+
+    def _set_state(self, entry: TaskTab, state: str, error: Any = None) -> None:
+        entry.state = state
+        label = STATUS_LABELS.get(state, state)
+        entry.status.set_text(label)
+        entry.status.props(f"color={STATUS_COLORS.get(label, 'grey-7')}")
+        entry.tab.props(f"data-state={state}")
+        if error and state != COMPLETED:
+            self._show_error(entry, str(error))
+
+    def _show_error(self, entry: TaskTab, message: str) -> None:
+        entry.error.set_text(message)
+        entry.error.set_visibility(True)
+
+    def flush(self) -> None:
+        """Render what streamed since the last tick (called by the page's timer)."""
+        for entry in self.tabs_by_task.values():
+            entry.body.flush()
+
+    def stop_following(self) -> None:
+        """Cancel the subscriptions (the page is gone; the tasks go on)."""
+        for entry in self.tabs_by_task.values():
+            if entry.follower is not None and not entry.follower.done():
+                entry.follower.cancel()
+
+    def state_of(self, task_id: str) -> str | None:
+        """The last state seen for a task shown here."""
+        entry = self.tabs_by_task.get(task_id)
+        return entry.state if entry else None
+
+
+
+def _tab_name(task_id: str) -> str:
+    return f"task-{task_id}"
