@@ -1,0 +1,133 @@
+"""`GET /api/agents/a2a/stream?taskId=` and `/api/tasks` over real HTTP: replay, resume, owner only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core import accounts
+from core.delegation import task_stream_key
+from core.services import Services
+from tests.conftest import make_settings
+from tests.test_api import build_api_app, stream_events
+from tests.utils.live_server import live_server
+from tests.utils.sync import run_sync
+
+ALICE, BOB = ("alice", "alice-password"), ("bob", "bob-password")
+
+
+@pytest.fixture
+def two_users_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
+    """A live API server with accounts alice and bob; the demo model takes 2 ms per token."""
+    seed = Services.build(make_settings(tmp_path, database_url=database_url))
+    seed.db.migrate()
+
+    async def create_users() -> None:
+        async with seed.db.session() as s:
+            await accounts.create_user(s, username=ALICE[0], password=ALICE[1])
+            await accounts.create_user(s, username=BOB[0], password=BOB[1])
+        await seed.db.close()
+
+    run_sync(create_users())
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2))
+    services.prepare()
+    with live_server(build_api_app(services)) as url:
+        yield url, services
+
+
+def kind(event: dict) -> str:
+    """An SSE event's type: its `event:` name, or the `type` of an unnamed event's data."""
+    return event.get("event") or event["data"]["type"]
+
+
+async def delegate(client: httpx.AsyncClient, text: str) -> tuple[str, str]:
+    """Send a delegating message as the client's user; returns (session id, task id) once the turn ended."""
+    session = (await client.post("/api/sessions", json={"agentId": "general-assistant"})).json()
+    turn = (await client.post(f"/api/sessions/{session['id']}/messages", json={"content": text})).json()
+    _, events = await stream_events(client, turn["streamUrl"])
+    [started] = [e["data"] for e in events if kind(e) == "a2a-task-started"]
+    return session["id"], started["taskId"]
+
+
+async def test_the_owner_reads_the_task_stream_and_can_resume_it(two_users_api) -> None:
+    url, _ = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
+        _, task_id = await delegate(alice, "@coding-assistant write hello")
+        response, events = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        kinds = [kind(e) for e in events]
+        assert kinds[0] == "state" and kinds[-1] == "done" and "text-delta" in kinds
+        ids = [int(e["id"]) for e in events]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+        middle = ids[len(ids) // 2]
+        _, rest = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}",
+                                      headers={"Last-Event-ID": str(middle)})
+        assert [int(e["id"]) for e in rest] == [i for i in ids if i > middle]
+        _, by_query = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}&lastEventId={middle}")
+        assert [int(e["id"]) for e in by_query] == [i for i in ids if i > middle]
+
+
+async def test_another_user_gets_404_for_the_stream_and_the_task(two_users_api) -> None:
+    url, _ = two_users_api
+    async with (httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice,
+                httpx.AsyncClient(base_url=url, auth=BOB, timeout=10) as bob):
+        _, task_id = await delegate(alice, "@coding-assistant secret plans")
+        stream = await bob.get(f"/api/agents/a2a/stream?taskId={task_id}")
+        assert stream.status_code == 404 and "no such task" in stream.json()["detail"]
+        assert (await bob.get(f"/api/tasks/{task_id}")).status_code == 404
+        assert (await bob.get("/api/tasks")).json() == []
+        assert [t["id"] for t in (await alice.get("/api/tasks")).json()] == [task_id]
+        anonymous = await httpx.AsyncClient(base_url=url).get(f"/api/agents/a2a/stream?taskId={task_id}")
+        assert anonymous.status_code == 401
+
+
+async def test_missing_or_unknown_task_ids(two_users_api) -> None:
+    url, _ = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
+        missing = await alice.get("/api/agents/a2a/stream")
+        assert missing.status_code == 400 and "taskId" in missing.json()["detail"]
+        empty = await alice.get("/api/agents/a2a/stream?taskId=")
+        assert empty.status_code == 400
+        unknown = await alice.get("/api/agents/a2a/stream?taskId=0123456789abcdef")
+        assert unknown.status_code == 200 and unknown.json() == {"active": False, "reason": "no-buffer"}
+        too_long = await alice.get("/api/agents/a2a/stream?taskId=" + "x" * 65)
+        assert too_long.status_code == 422
+
+
+async def test_an_evicted_task_answers_no_buffer_and_stays_readable(two_users_api) -> None:
+    url, services = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
+        session_id, task_id = await delegate(alice, "@coding-assistant short lived")
+        services.hub.ttl_s = 0
+        services.hub.sweep()
+        assert services.hub.get(task_stream_key(task_id)) is None
+        gone = await alice.get(f"/api/agents/a2a/stream?taskId={task_id}")
+        assert gone.status_code == 200 and gone.json() == {"active": False, "reason": "no-buffer"}
+        detail = (await alice.get(f"/api/tasks/{task_id}")).json()
+        assert detail["state"] == "completed" and detail["callerSessionId"] == session_id
+        assert [m["source"] for m in detail["messages"]] == ["a2a", "a2a"]
+
+
+async def test_a_running_task_streams_live_to_a_late_subscriber(two_users_api) -> None:
+    url, services = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=20) as alice:
+        session = (await alice.post("/api/sessions", json={"agentId": "general-assistant"})).json()
+        await alice.post(f"/api/sessions/{session['id']}/messages", json={"content": "@coding-assistant /lorem 600"})
+        task_id = None
+        for _ in range(200):
+            tasks = (await alice.get("/api/tasks")).json()
+            if tasks and tasks[0]["state"] == "working":
+                task_id = tasks[0]["id"]
+                break
+            await asyncio.sleep(0.01)
+        assert task_id, "the task never started"
+        response, events = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}")
+        text = "".join(e["data"]["delta"] for e in events if kind(e) == "text-delta")
+        assert len(text.split()) == 600 and events[-1]["data"]["state"] == "completed"
