@@ -39,6 +39,7 @@ from core.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat import AgentRun, ChatEngine, build_model_messages
 from core.db import Database
 from core.hub import StreamHub
+from core.registry import AgentRegistry, RemoteAgent
 from core.tools import ToolContext, ToolRegistry, ToolResult
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
@@ -142,11 +143,15 @@ class TaskDetail:
 class DelegationService:
     """Creates and runs delegated tasks; reads them back for the panel and the audit view."""
 
-    def __init__(self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry) -> None:
+    def __init__(
+        self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry,
+        registry: AgentRegistry | None = None,
+    ) -> None:
         self.db = db
         self.hub = hub
         self.engine = engine
         self.tools = tools
+        self.registry = registry
         self.tasks_started = 0
 
     # -- running -------------------------------------------------------------------------
@@ -164,22 +169,27 @@ class DelegationService:
         if refusal is not None:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
 
+        remote = self.registry.remote(slug) if self.registry is not None else None
         async with self.db.session() as s:
             callee = await agents_store.get_agent_by_slug(s, slug)
-            if callee is None:
-                known = sorted(a.slug for a in await agents_store.list_agents(s) if a.slug not in ctx.chain)
+            if callee is None and remote is None:
+                known = sorted({a.slug for a in await agents_store.list_agents(s)} | set(self._remote_ids()))
+                known = [k for k in known if k not in ctx.chain]
                 return ToolResult(
                     False,
                     error=f"There is no agent {slug!r}. Agents you can delegate to: {', '.join(known) or 'none'}.",
                     metadata={"agentSlug": slug, "recursionDepth": depth},
                 )
-            tool_rows = await agents_store.agent_tool_rows(s, callee.id)
-            task, user_row = await self._create_task(s, callee, text, depth, ctx)
+            tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
+            callee_name = callee.name if callee is not None else remote.name
+            task, user_row = await self._create_task(
+                s, slug, callee.id if callee is not None else None, text, depth, ctx
+            )
 
         key = task_stream_key(task.id)
         meta = {
             "taskId": task.id, "userId": ctx.user_id, "callerSessionId": ctx.session_id,
-            "calleeAgentSlug": callee.slug, "calleeAgentName": callee.name, "parentTaskId": ctx.task_id,
+            "calleeAgentSlug": slug, "calleeAgentName": callee_name, "parentTaskId": ctx.task_id,
             "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
@@ -187,50 +197,79 @@ class DelegationService:
         self.tasks_started += 1
         if ctx.emit is not None:
             await ctx.emit("a2a-task-started", {
-                "taskId": task.id, "calleeAgentSlug": callee.slug, "calleeAgentName": callee.name,
+                "taskId": task.id, "calleeAgentSlug": slug, "calleeAgentName": callee_name,
                 "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
             })
 
-        run = AgentRun(
-            agent=callee,
-            messages=build_model_messages(callee, [user_row]),
-            fields={"source": "a2a", "a2a_task_id": task.id, "caller_agent_id": ctx.agent_id,
-                    "caller_session_id": ctx.session_id},
-        )
-        callee_ctx = ToolContext(
-            user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
-            recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
-        )
+        fields = {"source": "a2a", "a2a_task_id": task.id, "caller_agent_id": ctx.agent_id,
+                  "caller_session_id": ctx.session_id}
+        if callee is not None:
+            record: _RunRecord = _LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, [user_row]),
+                                                    fields=fields))
+        else:
+            record = _RemoteRun(slug, fields)
         state, error = FAILED, None
         try:
             await self._set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
-                outcome = await self.engine.run_agent(
-                    stream_key=key, run=run, tools=self.tools.bind(tool_rows), ctx=callee_ctx,
-                    max_output_tokens=limits.max_output_tokens,
-                )
-            state, error = (COMPLETED, None) if outcome.status == "complete" else (FAILED, outcome.error)
+                if isinstance(record, _LocalRun):
+                    callee_ctx = ToolContext(
+                        user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
+                        recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
+                    )
+                    await self.engine.run_agent(
+                        stream_key=key, run=record.run, tools=self.tools.bind(tool_rows), ctx=callee_ctx,
+                        max_output_tokens=limits.max_output_tokens,
+                    )
+                else:
+                    await self._run_remote(key, remote, text, task.id, record)
+            state, error = record.result()
         except TimeoutError:
-            error = f"{callee.name} did not finish within {limits.timeout_s:g} s and was stopped."
+            error = f"{callee_name} did not finish within {limits.timeout_s:g} s and was stopped."
             await self.hub.append(key, "error", {"errorText": error})
-            _mark_rows(run, status="error", error=error)
+            record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
             state, error = CANCELED, "The delegation was stopped because the calling turn was stopped."
+            record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
-            await asyncio.shield(self._finish(task.id, run, state, error, started))
+            await asyncio.shield(self._finish(task.id, record, state, error, started))
             raise
-        await self._finish(task.id, run, state, error, started)
+        await self._finish(task.id, record, state, error, started)
 
         metadata = {
-            "taskId": task.id, "agentSlug": callee.slug, "calleeAgentName": callee.name,
+            "taskId": task.id, "agentSlug": slug, "calleeAgentName": callee_name,
             "recursionDepth": depth, "state": state, "durationMs": int((time.monotonic() - started) * 1000),
-            "usage": {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens},
+            "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
         }
-        text_out = run.outcome.text if run.outcome else ""
+        text_out = record.text()
         if state == COMPLETED:
             return ToolResult(True, data=text_out, metadata=metadata)
         partial = f" It had said: {text_out}" if text_out else ""
-        return ToolResult(False, error=f"{callee.name} failed: {error}{partial}", metadata=metadata)
+        return ToolResult(False, error=f"{callee_name} failed: {error}{partial}", metadata=metadata)
+
+    def _remote_ids(self) -> list[str]:
+        return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
+
+    async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: _RemoteRun) -> None:
+        """Relay a remote agent's events into the task buffer until it reports a terminal state."""
+        try:
+            async for event in remote.stream(text, task_id=task_id):
+                if event.text:
+                    record.chunks.append(event.text)
+                    await self.hub.append(key, "text-delta", {"id": "text-0", "delta": event.text})
+                if event.error:
+                    record.error = event.error
+                if event.final or (event.state in TERMINAL_STATES):
+                    record.state = event.state if event.state in TERMINAL_STATES else COMPLETED
+                    if record.state == FAILED and not record.error:
+                        record.error = f"{remote.name} reported that the task failed."
+                    break
+            else:
+                record.state, record.error = FAILED, f"{remote.name} ended the stream without a final state."
+        except (ConnectionError, OSError, RemoteAgentError) as exc:
+            record.state, record.error = FAILED, f"{remote.name} is unreachable: {exc}"
+        if record.state == FAILED and record.error:
+            await self.hub.append(key, "error", {"errorText": record.error})
 
     def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
         if depth > limits.max_recursion_depth:
@@ -249,13 +288,15 @@ class DelegationService:
         return None
 
     async def _create_task(
-        self, s, callee: Agent, text: str, depth: int, ctx: ToolContext
+        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
     ) -> tuple[A2ATaskSession, AgentMessage]:
+        # A remote callee has no local agent row: its hidden session belongs to the caller's agent.
         hidden = await sessions_store.create_session(
-            s, user_id=ctx.user_id, agent_id=callee.id, title=sessions_store.make_title(f"Task: {text}")
+            s, user_id=ctx.user_id, agent_id=callee_id if callee_id is not None else ctx.agent_id,
+            title=sessions_store.make_title(f"Task: {text}"),
         )
         task = A2ATaskSession(
-            session_id=hidden.id, callee_agent_id=callee.id, callee_agent_slug=callee.slug,
+            session_id=hidden.id, callee_agent_id=callee_id, callee_agent_slug=slug,
             caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
             parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
             input=text, tool_call_id=ctx.tool_call_id or None,
@@ -283,18 +324,18 @@ class DelegationService:
             data["error"] = error
         await self.hub.append(task_stream_key(task_id), "state", data)
 
-    async def _finish(self, task_id: str, run: AgentRun, state: str, error: str | None, started: float) -> None:
+    async def _finish(self, task_id: str, record: _RunRecord, state: str, error: str | None, started: float) -> None:
         """Save the callee's answer and totals, then end the task's stream (runs once per task)."""
         key = task_stream_key(task_id)
         try:
-            rows = run.outcome.rows if run.outcome else []
+            rows = record.rows()
             async with self.db.session() as s:
                 row = await s.get(A2ATaskSession, task_id)
                 if rows and row is not None:
                     await sessions_store.add_messages(s, session_id=row.session_id, messages=rows)
                     row = await s.get(A2ATaskSession, task_id)
                 if row is not None:
-                    row.input_tokens, row.output_tokens = run.input_tokens, run.output_tokens
+                    row.input_tokens, row.output_tokens = record.input_tokens, record.output_tokens
                     s.add(row)
                     await s.commit()
             if state == CANCELED:
@@ -305,7 +346,7 @@ class DelegationService:
         finally:
             await self.hub.append(key, "done", {
                 "state": state, "error": error, "durationMs": int((time.monotonic() - started) * 1000),
-                "usage": {"inputTokens": run.input_tokens, "outputTokens": run.output_tokens},
+                "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
             })
             await self.hub.finish(key, error=error if state != COMPLETED else None)
 
@@ -367,6 +408,9 @@ class DelegationService:
     def _view(self, row: A2ATaskSession, names: dict[int, tuple[str, str]]) -> TaskView:
         caller = names.get(row.caller_agent_id or -1)
         callee = names.get(row.callee_agent_id or -1)
+        remote = self.registry.remote(row.callee_agent_slug) if self.registry and callee is None else None
+        if remote is not None:
+            callee = (remote.id, remote.name)
         return TaskView(
             id=row.id, session_id=row.session_id, parent_task_id=row.parent_task_id,
             caller_session_id=row.caller_session_id,
@@ -383,13 +427,80 @@ async def _agent_names(s) -> dict[int, tuple[str, str]]:
     return {a.id: (a.slug, a.name) for a in await agents_store.list_agents(s)}
 
 
-def _mark_rows(run: AgentRun, *, status: str, error: str) -> None:
-    if run.outcome is None:
-        return
-    run.outcome.status, run.outcome.error = status, error
-    for row in run.outcome.rows:
-        if row.get("status") == "canceled":
-            row["status"], row["error"] = status, error
+class RemoteAgentError(RuntimeError):
+    """A remote agent failed at the protocol level (raised by `RemoteAgent.stream` adapters)."""
+
+
+class _LocalRun:
+    """The record of a local callee's run (the chat engine's `AgentRun`)."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+
+    @property
+    def input_tokens(self) -> int:
+        return self.run.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self.run.output_tokens
+
+    def result(self) -> tuple[str, str | None]:
+        outcome = self.run.outcome
+        return (COMPLETED, None) if outcome is not None and outcome.status == "complete" else (
+            FAILED, outcome.error if outcome else "the agent did not answer")
+
+    def mark_stopped(self, *, status: str, error: str | None) -> None:
+        outcome = self.run.outcome
+        if outcome is None or status == "canceled":
+            return
+        outcome.status, outcome.error = status, error
+        for row in outcome.rows:
+            if row.get("status") == "canceled":
+                row["status"], row["error"] = status, error
+
+    def rows(self) -> list[dict[str, Any]]:
+        return self.run.outcome.rows if self.run.outcome else []
+
+    def text(self) -> str:
+        return self.run.outcome.text if self.run.outcome else ""
+
+
+@dataclass(slots=True)
+class _RemoteRun:
+    """The record of a remote callee's answer, relayed chunk by chunk."""
+
+    agent_id: str
+    fields: dict[str, Any]
+    chunks: list[str] = field(default_factory=list)
+    state: str | None = None
+    error: str | None = None
+    status: str = "complete"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def result(self) -> tuple[str, str | None]:
+        if self.state == COMPLETED:
+            return COMPLETED, None
+        if self.state == CANCELED:
+            return CANCELED, self.error or "the remote agent canceled the task"
+        self.status = "error"
+        return FAILED, self.error or "the remote agent failed"
+
+    def mark_stopped(self, *, status: str, error: str | None) -> None:
+        self.status, self.error = status, error
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.chunks and self.status == "complete":
+            return []
+        return [{"role": "assistant", "content": self.text(), "model_id": f"a2a/{self.agent_id}",
+                 "status": self.status, "error": self.error, **self.fields}]
+
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+
+_RunRecord = _LocalRun | _RemoteRun
 
 
 class AgentInvokeTool:

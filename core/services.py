@@ -19,6 +19,7 @@ from core.db import Database
 from core.delegation import AgentInvokeTool, DelegationService
 from core.hub import StreamHub
 from core.llm import LLMGateway
+from core.registry import AgentRegistry
 from core.settings import Settings
 from core.tasks import BackgroundTasks
 from core.tools import ToolRegistry
@@ -52,6 +53,7 @@ class Services:
     tools: ToolRegistry
     chat: ChatEngine
     delegation: DelegationService
+    registry: AgentRegistry
     workspace: Workspace
     auth: AuthState = field(default_factory=lambda: AuthState(multi_user=False, local_user_id=None))
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
@@ -78,10 +80,11 @@ class Services:
             turn_timeout_s=settings.turn_timeout_s,
             max_message_chars=settings.max_message_chars,
         )
-        delegation = DelegationService(db, hub, chat, tools)
+        registry = AgentRegistry(db)
+        delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   workspace=Workspace(db, hub, chat))
+                   registry=registry, workspace=Workspace(db, hub, chat))
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.

@@ -316,3 +316,113 @@ def test_double_at_passes_a_mention_on_to_the_callee() -> None:
     assert find_mentions("@planner ask @@coding-assistant for code") == [
         ("planner", "ask @coding-assistant for code")
     ]
+
+
+# -- remote callees through the registry ------------------------------------------------------
+
+
+class ScriptedRemoteAgent:
+    """A remote agent adapter that replays a script of events (the real adapters have their own tests)."""
+
+    kind = "test"
+
+    def __init__(self, agent_id: str, events: list, *, pause_s: float = 0.0) -> None:
+        self.id, self.name, self.description = agent_id, agent_id.title(), "scripted"
+        self.events, self.pause_s = events, pause_s
+        self.requests: list[tuple[str, str]] = []
+        self.cancelled = False
+
+    def card(self) -> dict:
+        return {"name": self.name, "description": self.description, "skills": []}
+
+    async def stream(self, text: str, *, task_id: str, context_id: str | None = None):
+        self.requests.append((text, task_id))
+        try:
+            for event in self.events:
+                await asyncio.sleep(self.pause_s)
+                yield event
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+async def test_a_remote_agent_in_the_registry_is_delegated_to_like_a_local_one(services: Services) -> None:
+    from core.registry import RemoteEvent
+
+    remote = ScriptedRemoteAgent("weather", [
+        RemoteEvent(state="working"), RemoteEvent(text="Sunny, "), RemoteEvent(text="22 °C."),
+        RemoteEvent(state="completed", final=True),
+    ])
+    await services.registry.claim(remote)
+    chat = await chat_with(services)
+    events = await run_turn(services, chat, "@weather in Paris?")
+    [started] = [e.data for e in events if e.type == "a2a-task-started"]
+    assert started["calleeAgentName"] == "Weather"
+    [output] = tool_outputs(events)
+    assert output["isError"] is False and output["output"]["output"] == "Sunny, 22 °C."
+    [task] = await all_tasks(services)
+    assert remote.requests == [("in Paris?", task.id)]
+    assert task.state == "completed" and task.callee_agent_id is None and task.callee_agent_slug == "weather"
+    _, answer = await messages_of(services, task.session_id)
+    assert (answer.content, answer.model_id, answer.source) == ("Sunny, 22 °C.", "a2a/weather", "a2a")
+    deltas = [e.data["delta"] async for e in services.hub.subscribe(task_stream_key(task.id)) if e.type == "text-delta"]
+    assert deltas == ["Sunny, ", "22 °C."]
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [
+        ("failed", "reported that the task failed"),
+        ("no-final", "without a final state"),
+    ],
+)
+async def test_a_remote_agent_that_fails_or_just_stops_fails_the_task(services: Services, script, says) -> None:
+    from core.registry import RemoteEvent
+
+    events = [RemoteEvent(text="partial")]
+    if script == "failed":
+        events.append(RemoteEvent(state="failed", final=True))
+    await services.registry.claim(ScriptedRemoteAgent("flaky", events))
+    chat = await chat_with(services)
+    turn_events = await run_turn(services, chat, "@flaky try")
+    [output] = tool_outputs(turn_events)
+    assert output["isError"] is True and says in output["output"]["error"]
+    [task] = await all_tasks(services)
+    assert task.state == "failed" and says in task.error
+    _, answer = await messages_of(services, task.session_id)
+    assert answer.content == "partial" and answer.status == "error"
+
+
+async def test_stopping_the_caller_cancels_the_remote_stream(services: Services) -> None:
+    from core.registry import RemoteEvent
+
+    remote = ScriptedRemoteAgent("slow", [RemoteEvent(text="tick ")] * 1000, pause_s=0.01)
+    await services.registry.claim(remote)
+    chat = await chat_with(services)
+    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="@slow go")
+    for _ in range(300):
+        tasks = await all_tasks(services)
+        if tasks and (info := services.hub.get(task_stream_key(tasks[0].id))) and info.last_id > 5:
+            break
+        await asyncio.sleep(0.01)
+    assert await services.chat.cancel(chat)
+    await services.chat.wait(chat, timeout=5)
+    [task] = await all_tasks(services)
+    assert task.state == "canceled" and remote.cancelled
+    _, answer = await messages_of(services, task.session_id)
+    assert answer.status == "canceled" and answer.content.startswith("tick ")
+
+
+async def test_the_registry_refuses_ids_that_are_taken(services: Services) -> None:
+    from core.registry import IdTaken
+
+    with pytest.raises(IdTaken, match="local agent"):
+        await services.registry.claim(ScriptedRemoteAgent("coding-assistant", []))
+    first = ScriptedRemoteAgent("twin", [])
+    await services.registry.claim(first)
+    with pytest.raises(IdTaken, match="already connected"):
+        await services.registry.claim(ScriptedRemoteAgent("twin", []))
+    await services.registry.release("twin", ScriptedRemoteAgent("twin", []))  # not that instance: stays
+    assert services.registry.remote("twin") is first
+    await services.registry.release("twin", first)
+    assert services.registry.remote("twin") is None
