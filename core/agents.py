@@ -45,6 +45,10 @@ class AgentError(ValueError):
     """An agent definition that cannot be accepted; the message says why."""
 
 
+class AgentExists(AgentError):
+    """The id is taken by another local agent."""
+
+
 async def list_agents(session: AsyncSession) -> list[Agent]:
     """Every local agent, by name."""
     return list((await session.exec(select(Agent).order_by(Agent.name))).all())
@@ -86,7 +90,7 @@ async def create_agent(
     if not name.strip():
         raise AgentError("an agent needs a name")
     if await get_agent_by_slug(session, slug) is not None:
-        raise AgentError(f"an agent with the id {slug!r} already exists")
+        raise AgentExists(f"an agent with the id {slug!r} already exists")
     agent = Agent(slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt)
     session.add(agent)
     await session.flush()

@@ -89,6 +89,20 @@ class AgentOut(BaseModel):
     model: str
 
 
+class AgentCreate(BaseModel):
+    """A new local agent. With `canDelegate` it gets the `agent-invoke` tool (limits in `delegation`)."""
+
+    id: str = Field(max_length=64, description="Registry id: lowercase letters, digits, '-' or '_'")
+    name: str = Field(min_length=1, max_length=128)
+    description: str = Field("", max_length=2000)
+    system_prompt: str = Field("", alias="systemPrompt", max_length=20_000)
+    model: str | None = Field(None, max_length=255, description="LiteLLM model string; default DEFAULT_MODEL")
+    can_delegate: bool = Field(False, alias="canDelegate")
+    delegation: dict[str, Any] | None = Field(
+        None, description="agent-invoke config: maxRecursionDepth, timeoutMs, maxOutputTokens, allowedAgents"
+    )
+
+
 class SessionCreate(BaseModel):
     """A new chat with an agent (default: the first seeded one)."""
 
@@ -187,6 +201,24 @@ def api_router() -> APIRouter:
         async with services.db.session() as s:
             rows = await agents_store.list_agents(s)
         return [AgentOut(id=a.slug, name=a.name, description=a.description, model=a.model) for a in rows]
+
+    @router.post("/agents", status_code=201, response_model=AgentOut)
+    async def create_agent(body: AgentCreate, _: CurrentUser, services: ServicesDep) -> AgentOut:
+        """Add a local agent; it can be chatted with and delegated to at once."""
+        if services.registry.remote(body.id) is not None:
+            raise HTTPException(409, detail=f"{body.id!r} is the id of a connected remote agent; choose another id.")
+        tools = {agents_store.AGENT_INVOKE: {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **(body.delegation or {})}} \
+            if body.can_delegate else {}
+        async with services.db.session() as s:
+            try:
+                agent = await agents_store.create_agent(
+                    s, slug=body.id, name=body.name, model=body.model or services.settings.default_model,
+                    description=body.description, system_prompt=body.system_prompt, tools=tools,
+                )
+            except agents_store.AgentError as exc:
+                status_code = 409 if isinstance(exc, agents_store.AgentExists) else 422
+                raise HTTPException(status_code, detail=f"Cannot create the agent: {exc}.") from exc
+        return AgentOut(id=agent.slug, name=agent.name, description=agent.description, model=agent.model)
 
     @router.get("/sessions", response_model=list[SessionOut], response_model_by_alias=True)
     async def list_sessions(user: CurrentUser, services: ServicesDep) -> list[SessionOut]:

@@ -159,3 +159,61 @@ def test_reload_mid_delegation_restores_the_panel(page: Page, base_url: str) -> 
     wait_for_turn_end(page)
     detail = httpx.get(f"{base_url}/api/tasks/{task_id}", timeout=5.0).json()
     assert detail["state"] == "completed" and detail["messages"][-1]["content"] == lorem(400)
+
+
+def ensure_planner(base_url: str) -> None:
+    """A third agent that may delegate, for nested delegations (created once per server)."""
+    response = httpx.post(f"{base_url}/api/agents", timeout=5.0, json={
+        "id": "planner", "name": "Planner", "systemPrompt": "You plan work and delegate it.", "canDelegate": True,
+    })
+    assert response.status_code in (201, 409), response.text
+
+
+def test_a_nested_delegation_is_a_child_tab_of_its_parent(page: Page, base_url: str) -> None:
+    """general → planner → coding-assistant: two tabs, the second marked as the first one's child."""
+    ensure_planner(base_url)
+    open_chat(page, "/?agent=general-assistant")
+    send(page, f"@planner {unique('plan')} @@coding-assistant write it")
+    tabs = page.get_by_test_id("agent-invoke-tab")
+    expect(tabs).to_have_count(2, timeout=10_000)
+    wait_for_turn_end(page)
+    parent_id, child_id = task_ids_in_panel(page)
+    assert tabs.nth(0).get_attribute("data-depth") == "0"
+    assert tabs.nth(1).get_attribute("data-parent-task-id") == parent_id
+    assert tabs.nth(1).get_attribute("data-depth") == "1"
+    expect(tabs.nth(1)).to_contain_text("Coding Assistant")
+    tabs.nth(1).click()
+    expect(page.locator(f'[data-testid=agent-invoke-status][data-task-id="{child_id}"]')).to_have_text("done")
+    expect(page.locator(f'[data-testid=agent-invoke-body][data-task-id="{child_id}"]')).to_contain_text("write it")
+    page.goto(f"/audit/{parent_id}")
+    expect(page.get_by_test_id("audit-child")).to_have_attribute("data-task-id", child_id)
+
+
+def test_closing_the_page_mid_delegation_loses_nothing(page: Page, browser, base_url: str) -> None:
+    """The caller's page goes away while the callee streams; the delegation finishes, and reopening shows it."""
+    open_chat(page, "/?agent=general-assistant")
+    send(page, "@coding-assistant /lorem 300")
+    expect(page.get_by_test_id("agent-invoke-tab")).to_have_count(1, timeout=10_000)
+    session_id = session_id_of(page)
+    task_id = page.get_by_test_id("agent-invoke-tab").get_attribute("data-task-id")
+    page.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if httpx.get(f"{base_url}/api/tasks/{task_id}", timeout=5.0).json()["state"] == "completed":
+            break
+        time.sleep(0.1)
+    detail = httpx.get(f"{base_url}/api/tasks/{task_id}", timeout=5.0).json()
+    assert detail["state"] == "completed" and detail["messages"][-1]["content"] == lorem(300)
+
+    reopened = browser.new_page(base_url=base_url)
+    try:
+        open_chat(reopened, f"/chat/{session_id}")
+        wait_for_turn_end(reopened)
+        card = reopened.get_by_test_id("tool-call")
+        expect(card).to_contain_text("done")
+        card.click()
+        expect(reopened.get_by_test_id("agent-invoke-status")).to_have_text("done")
+        body = reopened.locator(f'[data-testid=agent-invoke-body][data-task-id="{task_id}"]')
+        expect(body).to_contain_text(lorem(300).split()[-1])
+    finally:
+        reopened.close()

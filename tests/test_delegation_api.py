@@ -131,3 +131,24 @@ async def test_a_running_task_streams_live_to_a_late_subscriber(two_users_api) -
         response, events = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}")
         text = "".join(e["data"]["delta"] for e in events if kind(e) == "text-delta")
         assert len(text.split()) == 600 and events[-1]["data"]["state"] == "completed"
+
+
+async def test_agents_can_be_added_over_the_api_and_delegate_at_once(two_users_api) -> None:
+    url, _ = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
+        created = await alice.post("/api/agents", json={
+            "id": "planner", "name": "Planner", "systemPrompt": "You plan.", "canDelegate": True,
+            "delegation": {"maxRecursionDepth": 2},
+        })
+        assert created.status_code == 201 and created.json()["model"] == "local/demo"
+        again = await alice.post("/api/agents", json={"id": "planner", "name": "Planner"})
+        assert again.status_code == 409 and "already exists" in again.json()["detail"]
+        bad = await alice.post("/api/agents", json={"id": "Not Valid!", "name": "x"})
+        assert bad.status_code == 422 and "agent id" in bad.json()["detail"]
+        missing = await alice.post("/api/agents", json={"id": "x"})
+        assert missing.status_code == 422 and "name" in str(missing.json()["detail"])
+        _, task_id = await delegate(alice, "@planner sketch @@coding-assistant code it")
+        detail = (await alice.get(f"/api/tasks/{task_id}")).json()
+        assert detail["calleeAgentId"] == "planner" and detail["state"] == "completed"
+        [child] = detail["children"]
+        assert child["calleeAgentId"] == "coding-assistant" and child["recursionDepth"] == 2
