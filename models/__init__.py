@@ -181,12 +181,50 @@ class A2ATaskSession(SQLModel, table=True):
     finished_at: datetime | None = _ts(nullable=True, default=None)
 
 
+# -- A2A for outside callers (issue 6) ------------------------------------------------------
+
+
+class ApiKey(SQLModel, table=True):
+    """A key that an A2A client sends as `Authorization: Bearer <key>`; only its SHA-256 is kept."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(sa_column=Column(Integer, ForeignKey("users.id", ondelete="CASCADE"), nullable=False))
+    name: str = Field(sa_type=String(100))
+    # The first characters of the key, shown in the UI so a key can be recognised without revealing it.
+    prefix: str = Field(sa_type=String(16))
+    key_hash: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
+    created_at: datetime = _ts(default_factory=utcnow)
+    last_used_at: datetime | None = _ts(nullable=True, default=None)
+    revoked_at: datetime | None = _ts(nullable=True, default=None)
+
+
+class RemoteA2AAgent(SQLModel, table=True):
+    """A remote A2A agent registered by the URL of its card; it rejoins the registry on start."""
+
+    __tablename__ = "a2a_remote_agents"
+
+    id: str = Field(sa_column=Column(String(64), primary_key=True))  # its id in the agent registry
+    card_url: str = Field(sa_type=Text)
+    card: dict[str, Any] = Field(default_factory=dict, sa_type=JSON)  # the card as fetched at registration
+    # Sent as `Authorization: Bearer <token>` to the remote agent, when it needs one.
+    bearer_token: str | None = Field(default=None, sa_type=Text)
+    created_by: int | None = Field(
+        default=None, sa_column=Column(Integer, ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    )
+    created_at: datetime = _ts(default_factory=utcnow)
+    updated_at: datetime = _ts(default_factory=utcnow)
+
+
 __all__ = [
     "A2ATaskSession",
     "Agent",
     "AgentMessage",
     "AgentSession",
     "AgentTool",
+    "ApiKey",
+    "RemoteA2AAgent",
     "User",
     "new_session_id",
     "new_task_id",
