@@ -30,6 +30,8 @@ def build(settings) -> object:
     """Build services, routes and pages on NiceGUI's app; returns the services."""
     from nicegui import app, ui
 
+    from core.a2a_api import a2a_api_router, a2a_router
+    from core.a2a_api import warm_up as warm_up_a2a
     from core.api import api_router
     from core.llm import warm_up
     from core.services import Services
@@ -39,11 +41,14 @@ def build(settings) -> object:
     services.prepare()
     app.state.services = services
     app.include_router(api_router())
+    app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
+    app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
     app.add_static_files("/assets", str(ROOT / "assets"))
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
     register_pages(services)
     app.on_startup(services.start)
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
+    app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
     app.on_shutdown(services.stop)
     return services
 

@@ -40,6 +40,7 @@ from core.chat import AgentRun, ChatEngine, build_model_messages
 from core.db import Database
 from core.hub import StreamHub
 from core.registry import AgentRegistry, RemoteAgent
+from core.tasks import BackgroundTasks
 from core.tools import ToolContext, ToolRegistry, ToolResult
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
@@ -153,6 +154,9 @@ class DelegationService:
         self.tools = tools
         self.registry = registry
         self.tasks_started = 0
+        # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
+        self._external = BackgroundTasks()
+        self._external_runs: dict[str, asyncio.Task[Any]] = {}
 
     # -- running -------------------------------------------------------------------------
 
@@ -229,7 +233,9 @@ class DelegationService:
             await self.hub.append(key, "error", {"errorText": error})
             record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
-            state, error = CANCELED, "The delegation was stopped because the calling turn was stopped."
+            state, error = CANCELED, (
+                "The delegation was stopped because the calling turn was stopped." if ctx.session_id
+                else "The caller canceled the task.")
             record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
             await asyncio.shield(self._finish(task.id, record, state, error, started))
@@ -290,9 +296,13 @@ class DelegationService:
     async def _create_task(
         self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
     ) -> tuple[A2ATaskSession, AgentMessage]:
-        # A remote callee has no local agent row: its hidden session belongs to the caller's agent.
+        # A remote callee has no local agent row: its hidden session belongs to the caller's agent
+        # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
+        owner_id = callee_id if callee_id is not None else ctx.agent_id
+        if owner_id is None:
+            owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
         hidden = await sessions_store.create_session(
-            s, user_id=ctx.user_id, agent_id=callee_id if callee_id is not None else ctx.agent_id,
+            s, user_id=ctx.user_id, agent_id=owner_id,
             title=sessions_store.make_title(f"Task: {text}"),
         )
         task = A2ATaskSession(
@@ -349,6 +359,64 @@ class DelegationService:
                 "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
             })
             await self.hub.finish(key, error=error if state != COMPLETED else None)
+
+    # -- tasks for callers outside the app (A2A JSON-RPC, issue 6) ---------------------------
+
+    async def start_external_task(
+        self, agent_slug: str, text: str, *, user_id: int, config: dict[str, Any] | None = None
+    ) -> str:
+        """Start a delegation for a caller outside the app (an A2A client); returns its id once it exists.
+
+        The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer
+        `a2a_<taskId>`, the audit view), with no caller agent and no caller session, owned by
+        `user_id`. It runs in the background until it ends, `cancel_external_task` stops it, or
+        the service shuts down; `config` is an `agent-invoke` config (limits; default limits when None).
+
+        Raises:
+            DelegationRefused: no such agent, or the request is not acceptable; the message says why.
+        """
+        loop = asyncio.get_running_loop()
+        created: asyncio.Future[str] = loop.create_future()
+
+        async def on_event(type: str, data: dict[str, Any]) -> None:
+            if type == "a2a-task-started" and not created.done():
+                created.set_result(data["taskId"])
+
+        # No caller agent or session: the task and its messages record None for both.
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None,  # type: ignore[arg-type]
+                          emit=on_event)
+        arguments = {"agentSlug": agent_slug, "input": text}
+        run = self._external.spawn(self.invoke(arguments, config or {}, ctx), name=f"a2a task for {agent_slug}")
+        await asyncio.wait([created, run], return_when=asyncio.FIRST_COMPLETED)
+        if not created.done():  # refused before a task existed
+            result: ToolResult = run.result()
+            raise DelegationRefused(result.error or f"The delegation to {agent_slug!r} was refused.")
+        task_id = created.result()
+        self._external_runs[task_id] = run
+        run.add_done_callback(lambda _done: self._external_runs.pop(task_id, None))
+        return task_id
+
+    async def wait_external_task(self, task_id: str, timeout: float | None = None) -> None:
+        """Wait until a task started by `start_external_task` ends (returns at once when none runs)."""
+        run = self._external_runs.get(task_id)
+        if run is not None:
+            await asyncio.wait([run], timeout=timeout)
+
+    async def cancel_external_task(self, task_id: str, timeout: float = 10.0) -> bool:
+        """Stop a task started by `start_external_task` and wait until it is recorded as canceled.
+
+        Returns False when no such task runs in this process.
+        """
+        run = self._external_runs.get(task_id)
+        if run is None or run.done():
+            return False
+        run.cancel()
+        await asyncio.wait([run], timeout=timeout)
+        return True
+
+    async def shutdown_external_tasks(self) -> None:
+        """Cancel every task started by `start_external_task` (each records itself as canceled)."""
+        await self._external.shutdown()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -429,6 +497,10 @@ async def _agent_names(s) -> dict[int, tuple[str, str]]:
 
 class RemoteAgentError(RuntimeError):
     """A remote agent failed at the protocol level (raised by `RemoteAgent.stream` adapters)."""
+
+
+class DelegationRefused(ValueError):
+    """A delegation that was not started (unknown agent, bad input, limits); the message says why."""
 
 
 class _LocalRun:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import accounts
 from core import agents as agents_store
@@ -20,6 +21,7 @@ from core.delegation import AgentInvokeTool, DelegationService
 from core.hub import StreamHub
 from core.llm import LLMGateway
 from core.registry import AgentRegistry
+from core.remote_agents import RemoteAgentDirectory
 from core.settings import Settings
 from core.tasks import BackgroundTasks
 from core.tools import ToolRegistry
@@ -57,6 +59,13 @@ class Services:
     workspace: Workspace
     auth: AuthState = field(default_factory=lambda: AuthState(multi_user=False, local_user_id=None))
     background: BackgroundTasks = field(default_factory=BackgroundTasks)
+    # Standard A2A (issue 6): remote agents registered by card URL; the JSON-RPC server, built on first use.
+    remote_agents: RemoteAgentDirectory = None  # type: ignore[assignment]  # set in __post_init__
+    a2a_server: Any = None
+
+    def __post_init__(self) -> None:
+        if self.remote_agents is None:
+            self.remote_agents = RemoteAgentDirectory(self.db, self.registry)
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -117,9 +126,13 @@ class Services:
     async def start(self) -> None:
         """Start periodic housekeeping (call on the serving loop)."""
         self.background.spawn(self._sweep_forever(), name="hub sweep")
+        # Off the start-up path: it imports the a2a-sdk.
+        self.background.spawn(self.remote_agents.restore(), name="restore remote A2A agents")
 
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""
+        await self.delegation.shutdown_external_tasks()
+        await self.remote_agents.close()
         await self.chat.shutdown()
         await self.background.shutdown()
         await self.db.close()

@@ -1,0 +1,171 @@
+"""HTTP routes of issue 6: standard A2A for every agent, API keys, remote agents by card URL.
+
+    GET    /a2a/agents/{id}/.well-known/agent-card.json   the agent's card (public)
+    POST   /a2a/agents/{id}                                A2A JSON-RPC, v1.0 and v0.3 (API key required)
+    GET    /api/a2a/keys            POST /api/a2a/keys            DELETE /api/a2a/keys/{key_id}
+    GET    /api/a2a/remote-agents   POST /api/a2a/remote-agents   DELETE /api/a2a/remote-agents/{id}
+
+`GET /a2a/agents` itself (no id) belongs to the broker's discovery and is not
+touched here. The A2A server (`core/a2a_server.py`, on the a2a-sdk) is built
+on the first A2A request, or by `warm_up` shortly after start: its import is
+kept off the path to the first page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import threading
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Request, Response
+from pydantic import BaseModel, Field
+
+from core import api_keys
+from core.api import CurrentUser, ServicesDep
+from core.remote_agents import RegistrationError
+
+AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
+
+
+def a2a_router() -> APIRouter:
+    """`/a2a/agents/{id}`: the card and the JSON-RPC endpoint of every agent in the registry."""
+    router = APIRouter(prefix="/a2a/agents", tags=["a2a"])
+
+    @router.get("/{agent_id}/.well-known/agent-card.json", response_model=None)
+    async def read_agent_card(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
+        """The agent's A2A card (v1.0, with the v0.3 fields); no key needed."""
+        return await (await a2a_server(services)).card_response(agent_id, request)
+
+    @router.post("/{agent_id}", response_model=None)
+    async def call_agent(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
+        """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
+        return await (await a2a_server(services)).rpc_response(agent_id, request)
+
+    return router
+
+
+_server_lock = threading.Lock()
+
+
+async def a2a_server(services: Any) -> Any:
+    """The A2A server of these services, built on first use (For internal use only.)."""
+    if services.a2a_server is None:
+        module = await asyncio.to_thread(importlib.import_module, "core.a2a_server")
+        with _server_lock:
+            if services.a2a_server is None:
+                services.a2a_server = module.A2AServer(services)
+    return services.a2a_server
+
+
+def warm_up() -> None:
+    """Import the A2A server in a thread, so the first A2A request does not pay for it."""
+    threading.Thread(target=importlib.import_module, args=("core.a2a_server",), name="a2a warm-up",
+                     daemon=True).start()
+
+
+# -- /api/a2a ------------------------------------------------------------------------------
+
+
+class ApiKeyCreate(BaseModel):
+    """A new API key for A2A callers."""
+
+    name: str = Field(min_length=1, max_length=api_keys.MAX_NAME_CHARS, description="What will use the key")
+
+
+class ApiKeyOut(BaseModel):
+    """An API key without its secret."""
+
+    id: int
+    name: str
+    prefix: str
+    created_at: datetime = Field(serialization_alias="createdAt")
+    last_used_at: datetime | None = Field(serialization_alias="lastUsedAt")
+    revoked_at: datetime | None = Field(serialization_alias="revokedAt")
+
+
+class ApiKeyCreated(ApiKeyOut):
+    """A new key: `key` is shown only in this answer."""
+
+    key: str
+
+
+class RemoteAgentCreate(BaseModel):
+    """A remote A2A agent to register by its card."""
+
+    card_url: str = Field(alias="cardUrl", min_length=8, max_length=2000,
+                          description="The card's URL (…/.well-known/agent-card.json) or the agent's base URL")
+    id: str | None = Field(None, max_length=64, description="Registry id; default: from the card's name")
+    bearer_token: str | None = Field(None, alias="bearerToken", max_length=4000,
+                                     description="Sent as 'Authorization: Bearer …' to the remote agent")
+
+
+class RemoteAgentOut(BaseModel):
+    """A registered remote A2A agent."""
+
+    id: str
+    name: str
+    description: str
+    card_url: str = Field(serialization_alias="cardUrl")
+    url: str | None
+    protocol_version: str | None = Field(serialization_alias="protocolVersion")
+    streaming: bool
+    skills: list[dict[str, Any]]
+    online: bool
+
+
+def a2a_api_router() -> APIRouter:
+    """`/api/a2a/keys` and `/api/a2a/remote-agents`."""
+    router = APIRouter(prefix="/api/a2a", tags=["a2a"])
+
+    @router.get("/keys", response_model=list[ApiKeyOut], response_model_by_alias=True)
+    async def list_keys(user: CurrentUser, services: ServicesDep) -> list[ApiKeyOut]:
+        """Your API keys, newest first (secrets are never shown again)."""
+        async with services.db.session() as s:
+            rows = await api_keys.list_keys(s, user_id=user.id)
+        return [ApiKeyOut.model_validate(r, from_attributes=True) for r in rows]
+
+    @router.post("/keys", status_code=201, response_model=ApiKeyCreated, response_model_by_alias=True)
+    async def create_key(body: ApiKeyCreate, user: CurrentUser, services: ServicesDep) -> ApiKeyCreated:
+        """Create an API key for A2A callers; copy `key` now, it is stored only as a hash."""
+        async with services.db.session() as s:
+            try:
+                row, key = await api_keys.create_key(s, user_id=user.id, name=body.name)
+            except api_keys.ApiKeyError as exc:
+                raise HTTPException(422, detail=f"Cannot create the key: {exc}.") from exc
+        return ApiKeyCreated(**ApiKeyOut.model_validate(row, from_attributes=True).model_dump(), key=key)
+
+    @router.delete("/keys/{key_id}", status_code=204)
+    async def revoke_key(key_id: int, user: CurrentUser, services: ServicesDep) -> Response:
+        """Revoke one of your keys; requests with it are refused from now on."""
+        async with services.db.session() as s:
+            if not await api_keys.revoke_key(s, user_id=user.id, key_id=key_id):
+                raise HTTPException(404, detail="You have no such active key.")
+        return Response(status_code=204)
+
+    @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
+    async def list_remote_agents(_: CurrentUser, services: ServicesDep) -> list[RemoteAgentOut]:
+        """Remote A2A agents registered by card URL."""
+        return [RemoteAgentOut.model_validate(v, from_attributes=True) for v in await services.remote_agents.list()]
+
+    @router.post("/remote-agents", status_code=201, response_model=RemoteAgentOut, response_model_by_alias=True)
+    async def register_remote_agent(
+        body: RemoteAgentCreate, user: CurrentUser, services: ServicesDep
+    ) -> RemoteAgentOut:
+        """Register a remote A2A agent by its card URL; it can be delegated to at once (`@<id> …`)."""
+        try:
+            view = await services.remote_agents.register(
+                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user.id)
+        except RegistrationError as exc:
+            raise HTTPException(exc.status_code, detail=str(exc)) from exc
+        return RemoteAgentOut.model_validate(view, from_attributes=True)
+
+    @router.delete("/remote-agents/{agent_id}", status_code=204)
+    async def unregister_remote_agent(agent_id: AgentId, _: CurrentUser, services: ServicesDep) -> Response:
+        """Remove a registered remote agent."""
+        if not await services.remote_agents.unregister(agent_id):
+            raise HTTPException(404, detail=f"There is no registered remote agent {agent_id!r}.")
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,114 @@
+"""Remote A2A agents over HTTP: the registry's `RemoteAgent` adapter (kind `http`) on the a2a-sdk client.
+
+A remote agent is known by its card. `stream` sends the request as a new task
+with the SDK client (v1.0 when the card offers it, else v0.3 through the
+SDK's compat transport), streaming when the card says it can, and turns what
+comes back into `RemoteEvent`s (`core.a2a_protocol.RemoteStreamReader`).
+Stopping the iteration (the delegation is cancelled) sends `CancelTask` for the
+remote task, best effort.
+
+Every failure of the remote side (unreachable, HTTP errors, JSON-RPC errors,
+a timeout) comes out as `RemoteAgentError` with the remote's own words, which
+the delegation reports as the task's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from core import a2a_protocol as wire
+from core.delegation import RemoteAgentError
+from core.registry import RemoteEvent
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+# Between two events of a stream; a working agent's SSE pings (every 15 s) keep a quiet stream alive.
+READ_TIMEOUT_S = 300.0
+CANCEL_TIMEOUT_S = 5.0
+
+
+class HttpRemoteAgent:
+    """A remote A2A agent called over HTTP with the a2a-sdk client.
+
+    Args:
+        agent_id: its id in the registry.
+        card: its card (the SDK's type, from `fetch_card` or `card_from_json`).
+        card_url: where the card was fetched from.
+        bearer_token: sent as `Authorization: Bearer <token>` when the remote agent needs one.
+    """
+
+    kind = "http"
+
+    def __init__(self, *, agent_id: str, card: Any, card_url: str, bearer_token: str | None = None) -> None:
+        self.id = agent_id
+        self.name = card.name
+        self.description = card.description
+        self.card_url = card_url
+        self._card = card
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), follow_redirects=True,
+        )
+
+    def card(self) -> dict[str, Any]:
+        """Name, description, skills, interface and where the card came from."""
+        return {"kind": self.kind, "cardUrl": self.card_url, **wire.card_summary(self._card)}
+
+    async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
+        """Send `text` as a new remote task and yield its events until it ends.
+
+        Raises:
+            RemoteAgentError: the remote agent could not be reached or answered with an error.
+        """
+        client = wire.open_client(self._card, self._http)
+        reader = wire.RemoteStreamReader(self.name)
+        request = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
+        try:
+            async for response in client.send_message(request):
+                for event in reader.read(response):
+                    yield event
+        except asyncio.CancelledError:
+            if reader.remote_task_id:
+                await asyncio.shield(self._cancel_remote(client, reader.remote_task_id))
+            raise
+        except Exception as exc:
+            if not wire.is_client_error(exc):
+                raise
+            raise RemoteAgentError(_describe(exc)) from exc
+        finally:
+            await client.close()  # the transport leaves our shared httpx client open
+
+    async def _cancel_remote(self, client: Any, remote_task_id: str) -> None:
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                await client.cancel_task(wire.cancel_request(remote_task_id))
+        except Exception as exc:  # best effort: the remote task may have ended, or the agent be gone
+            log.info("could not cancel task %s of remote agent %s: %s", remote_task_id, self.id, _describe(exc))
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (when the agent leaves the registry)."""
+        with contextlib.suppress(Exception):
+            await self._http.aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return message.strip()
+
+
+async def fetch_card(url: str, *, bearer_token: str | None = None) -> Any:
+    """Fetch and check the card at `url`.
+
+    Raises:
+        CardError: it cannot be fetched, is not a card, or offers nothing this app can call.
+    """
+    headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=CONNECT_TIMEOUT_S, follow_redirects=True) as http:
+        return await wire.fetch_card(http, url)

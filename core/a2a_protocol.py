@@ -1,0 +1,600 @@
+"""The A2A wire, in one module: everything that knows a2a-sdk 1.3.0's types and helpers.
+
+The rest of `core` talks to A2A through plain values: `CardSpec` and
+`TaskSnapshot` in, protobuf objects handed straight back to the SDK out
+(server side, `core/a2a_server.py`), and `RemoteEvent`s out of a remote
+agent's stream (client side, `core/a2a_client.py`). v1.0 ProtoJSON, the v0.3
+`kind` objects and the JSON-RPC framing stay inside the SDK, which this module
+wraps; v0.3 is served by the SDK's compat adapter on the same URL
+(`enable_v0_3_compat=True`) and chosen by its client factory when a card
+offers only 0.3.
+
+Importing this module costs about 0.2 s (protobuf, google-api-core), so the
+app imports it lazily, never on the path to the first page (`core/a2a_api.py`).
+
+Divergences from the SDK's usual shape (don't "fix" these):
+
+1. The JSON-RPC endpoint is one route with the agent id in its path, in front
+   of one `JsonRpcDispatcher`, instead of `create_jsonrpc_routes` per agent:
+   agents come and go at run time, and the route first checks the API key and
+   the body size before the dispatcher sees the request.
+2. `SDK-internal` helpers (`JsonRpcDispatcher`, `agent_card_to_dict`,
+   `build_error_response`, `parse_agent_card`, `validate_proto_required_fields`)
+   are used; they are importable but not in `__all__`, hence the exact pin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+from a2a.client import A2ACardResolver, A2AClientError, AgentCardResolutionError, Client, ClientConfig, ClientFactory
+from a2a.client.card_resolver import parse_agent_card
+from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.tasks.task_store import TaskStore
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    Artifact,
+    CancelTaskRequest,
+    HTTPAuthSecurityScheme,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    SendMessageRequest,
+    StreamResponse,
+    StringList,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER
+from a2a.utils.errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.proto_utils import validate_proto_required_fields
+
+from core.registry import RemoteEvent
+
+__all__ = [
+    "AGENT_CARD_WELL_KNOWN_PATH",
+    "VERSION_HEADER",
+    "A2AClientError",
+    "A2AError",
+    "CallContextBuilder",
+    "CardError",
+    "CardSpec",
+    "ContentTypeNotSupportedError",
+    "IncomingMessage",
+    "InvalidParamsError",
+    "ListTasksRequest",
+    "ListTasksResponse",
+    "PushNotificationNotSupportedError",
+    "RemoteStreamReader",
+    "RequestHandler",
+    "ServerCallContext",
+    "SkillSpec",
+    "Task",
+    "TaskEvents",
+    "TaskNotCancelableError",
+    "TaskNotFoundError",
+    "TaskSnapshot",
+    "TaskStore",
+    "UnsupportedOperationError",
+    "build_card",
+    "card_from_json",
+    "card_json",
+    "card_summary",
+    "card_to_storage",
+    "cancel_request",
+    "create_dispatcher",
+    "fetch_card",
+    "invalid_request_body",
+    "open_client",
+    "our_state",
+    "read_send_request",
+    "state_name",
+    "text_message_request",
+    "to_task",
+]
+
+SECURITY_SCHEME = "apiKey"
+TEXT_MODES = ("text/plain", "text/markdown")
+RESULT_ARTIFACT_ID = "result"
+
+# Our task states (a2a_task_sessions.state) and the protocol's.
+_TO_PROTO: dict[str, int] = {
+    "submitted": TaskState.TASK_STATE_SUBMITTED,
+    "working": TaskState.TASK_STATE_WORKING,
+    "completed": TaskState.TASK_STATE_COMPLETED,
+    "failed": TaskState.TASK_STATE_FAILED,
+    "canceled": TaskState.TASK_STATE_CANCELED,
+    "rejected": TaskState.TASK_STATE_REJECTED,
+    "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
+    "auth-required": TaskState.TASK_STATE_AUTH_REQUIRED,
+}
+_FROM_PROTO: dict[int, str] = {v: k for k, v in _TO_PROTO.items()}
+_PROTO_TERMINAL = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
+                             TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED})
+
+
+def our_state(task: Task) -> str:
+    """One of our states for a Task's status (`TASK_STATE_COMPLETED` → `completed`)."""
+    return _FROM_PROTO.get(task.status.state, "working")
+
+
+def state_name(state: str) -> str:
+    """The protocol's name of one of our states (`completed` → `TASK_STATE_COMPLETED`), for messages."""
+    return TaskState.Name(_TO_PROTO.get(state, TaskState.TASK_STATE_UNSPECIFIED))
+
+
+# -- agent cards (server side) -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkillSpec:
+    """One skill on a card."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardSpec:
+    """What a served card says, in plain values.
+
+    Attributes:
+        name: the agent's display name.
+        description: what it does.
+        rpc_url: the absolute URL of its JSON-RPC endpoint (both protocol versions).
+        version: the agent's version string.
+        provider: who runs it, and `provider_url` where.
+        skills: its skills; at least one (the card requires them).
+        extra_skills: skills listed on the extended card only (for callers with a key).
+    """
+
+    name: str
+    description: str
+    rpc_url: str
+    version: str
+    provider: str
+    provider_url: str
+    skills: tuple[SkillSpec, ...]
+    extra_skills: tuple[SkillSpec, ...] = ()
+
+
+def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
+    """The agent card: v1.0 and v0.3 JSON-RPC interfaces on one URL, bearer-key security, text in and out."""
+    skills = [*spec.skills, *(spec.extra_skills if extended else ())]
+    return AgentCard(
+        name=spec.name,
+        description=spec.description or spec.name,
+        version=spec.version,
+        provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
+        supported_interfaces=[
+            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        security_schemes={SECURITY_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+            scheme="bearer", bearer_format="API key",
+            description=f"An API key of this app (create one at {spec.provider_url}/api-keys), "
+                        "sent as 'Authorization: Bearer <key>'.",
+        ))},
+        security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
+        default_input_modes=list(TEXT_MODES),
+        default_output_modes=list(TEXT_MODES),
+        skills=[AgentSkill(id=s.id, name=s.name, description=s.description or s.name, tags=list(s.tags) or ["agent"],
+                           input_modes=list(TEXT_MODES), output_modes=list(TEXT_MODES)) for s in skills],
+    )
+
+
+def card_json(card: AgentCard) -> dict[str, Any]:
+    """The card as served: v1.0 ProtoJSON plus the legacy v0.3 top-level fields (`url`, `protocolVersion`)."""
+    return agent_card_to_dict(card)
+
+
+# -- tasks (server side) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSnapshot:
+    """A task as our database knows it.
+
+    Attributes:
+        id: the task id (`a2a_task_sessions.id`).
+        context_id: the A2A context: the task's hidden session id.
+        state: one of our states (submitted, working, completed, failed, canceled).
+        input: what the caller asked.
+        output: the callee's saved answer ('' while it runs).
+        error: why it failed or stopped, if it did.
+        created_at: when it was created; `updated_at` when its state last changed.
+        metadata: extra facts for the client (callee id, tokens, ...).
+    """
+
+    id: str
+    context_id: str
+    state: str
+    input: str
+    output: str
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None) -> Task:
+    """The protocol's Task for a snapshot: status, the full answer as artifact, the exchange as history.
+
+    Args:
+        snapshot: the task.
+        history_length: keep only this many most recent history messages (None: all; 0: none).
+    """
+    task_id, context_id = snapshot.id, snapshot.context_id
+    status = TaskStatus(state=_TO_PROTO.get(snapshot.state, TaskState.TASK_STATE_UNSPECIFIED))
+    status.timestamp.FromDatetime(snapshot.updated_at)
+    if snapshot.error and snapshot.state in {"failed", "canceled", "rejected"}:
+        status.message.CopyFrom(_agent_message(task_id, context_id, f"{task_id}-status", snapshot.error))
+    history = [Message(message_id=f"{task_id}-in", context_id=context_id, task_id=task_id, role=Role.ROLE_USER,
+                       parts=[Part(text=snapshot.input)])]
+    if snapshot.output:
+        history.append(_agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
+    if history_length is not None:
+        history = history[len(history) - history_length:] if history_length > 0 else []
+    task = Task(id=task_id, context_id=context_id, status=status, history=history)
+    if snapshot.output and snapshot.state == "completed":
+        task.artifacts.append(
+            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)]))
+    if snapshot.metadata:
+        task.metadata.update(snapshot.metadata)
+    return task
+
+
+class TaskEvents:
+    """Builds the stream events of one task: text as status updates, the result as an artifact, the end state."""
+
+    def __init__(self, task_id: str, context_id: str) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self._count = 0
+
+    def text(self, delta: str) -> TaskStatusUpdateEvent:
+        """A `working` status update carrying the next piece of the answer."""
+        self._count += 1
+        message = _agent_message(self.task_id, self.context_id, f"{self.task_id}-d{self._count}", delta)
+        return TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
+                                     status=TaskStatus(state=TaskState.TASK_STATE_WORKING, message=message))
+
+    def state(self, state: str, *, error: str | None = None, when: datetime | None = None) -> TaskStatusUpdateEvent:
+        """A status update to `state` (one of ours), with the error as its message when there is one."""
+        status = TaskStatus(state=_TO_PROTO.get(state, TaskState.TASK_STATE_UNSPECIFIED))
+        if error:
+            status.message.CopyFrom(_agent_message(self.task_id, self.context_id, f"{self.task_id}-status", error))
+        if when is not None:
+            status.timestamp.FromDatetime(when)
+        return TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id, status=status)
+
+    def result(self, text: str) -> TaskArtifactUpdateEvent:
+        """The full answer, as the task's one artifact."""
+        return TaskArtifactUpdateEvent(
+            task_id=self.task_id, context_id=self.context_id, last_chunk=True,
+            artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=text)]),
+        )
+
+
+def _agent_message(task_id: str, context_id: str, message_id: str, text: str) -> Message:
+    return Message(message_id=message_id, context_id=context_id, task_id=task_id, role=Role.ROLE_AGENT,
+                   parts=[Part(text=text)])
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """A `SendMessage` request, read.
+
+    Attributes:
+        text: the message's text (text parts, then JSON data parts).
+        task_id: the task it continues, when the client named one.
+        context_id: the context the client named, if any.
+        return_immediately: answer with the task as soon as it exists instead of waiting for its end.
+        history_length: how much history the answer's Task should carry (None: all).
+    """
+
+    text: str
+    task_id: str | None
+    context_id: str | None
+    return_immediately: bool
+    history_length: int | None
+
+
+def read_send_request(params: SendMessageRequest, *, max_chars: int) -> IncomingMessage:
+    """Validate a `SendMessage`/`SendStreamingMessage` request and take out what we use.
+
+    Raises:
+        InvalidParamsError: a required field is missing, the role is not user, or there is no text.
+        ContentTypeNotSupportedError: file parts, or output modes that exclude text.
+    """
+    validate_proto_required_fields(params)
+    message = params.message
+    if message.role != Role.ROLE_USER:
+        raise InvalidParamsError(message="The message must have role ROLE_USER (v0.3: 'user').")
+    pieces: list[str] = []
+    for part in message.parts:
+        kind = part.WhichOneof("content")
+        if kind == "text":
+            pieces.append(part.text)
+        elif kind == "data":
+            from google.protobuf.json_format import MessageToDict
+
+            pieces.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
+        else:
+            raise ContentTypeNotSupportedError(
+                message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part.")
+    text = "\n".join(p for p in pieces if p.strip()).strip()
+    if not text:
+        raise InvalidParamsError(message="The message has no text: send at least one non-empty text part.")
+    if len(text) > max_chars:
+        raise InvalidParamsError(message=f"The message is {len(text):,} characters long; the limit is {max_chars:,}.")
+    config = params.configuration
+    accepted = list(config.accepted_output_modes)
+    if accepted and not any(m in TEXT_MODES or m in {"text/*", "*/*"} for m in accepted):
+        raise ContentTypeNotSupportedError(
+            message=f"This agent answers in {' or '.join(TEXT_MODES)}; acceptedOutputModes allows only {accepted}.")
+    return IncomingMessage(
+        text=text,
+        task_id=message.task_id or None,
+        context_id=message.context_id or None,
+        return_immediately=config.return_immediately,
+        history_length=config.history_length if config.HasField("history_length") else None,
+    )
+
+
+# -- the JSON-RPC endpoint (server side) --------------------------------------------------
+
+
+class CallContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's call context plus who is calling which agent (`state['agent_id']`, `state['user_id']`).
+
+    The route puts both on `request.state` after checking the API key; the v0.3 adapter
+    wraps this builder, so both protocol generations see the same context.
+    """
+
+    def build(self, request: Any) -> ServerCallContext:
+        """The context of one request."""
+        context = super().build(request)
+        context.state["agent_id"] = request.path_params.get("agent_id", "")
+        context.state["user_id"] = getattr(request.state, "a2a_user_id", None)
+        return context
+
+
+def create_dispatcher(handler: RequestHandler) -> JsonRpcDispatcher:
+    """The SDK's JSON-RPC dispatcher over `handler`: v1.0 methods, and v0.3 ones on the same URL."""
+    return JsonRpcDispatcher(request_handler=handler, context_builder=CallContextBuilder(), enable_v0_3_compat=True)
+
+
+def invalid_request_body(message: str, request_id: str | int | None = None) -> dict[str, Any]:
+    """A JSON-RPC error body (-32600) for requests refused before dispatch (no key, too large)."""
+    return build_error_response(request_id, _JsonRpcInvalidRequest(message=message))
+
+
+# -- remote agents (client side) -----------------------------------------------------------
+
+
+class CardError(ValueError):
+    """A card that cannot be fetched or used; the message says what is wrong and where."""
+
+
+async def fetch_card(http: httpx.AsyncClient, url: str) -> AgentCard:
+    """Fetch and check the card at `url` (the card's own URL, or the agent's base URL).
+
+    Raises:
+        CardError: unreachable, not JSON, not a card, or no JSON-RPC interface we can call.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme not in {"http", "https"} or not parsed.netloc:
+        raise CardError(f"{url!r} is not an http(s) URL; give the URL of the agent card "
+                        f"(…{AGENT_CARD_WELL_KNOWN_PATH}) or of the agent.")
+    is_card_url = parsed.path.endswith(".json")
+    resolver = A2ACardResolver(http, url)
+    try:
+        card = await resolver.get_agent_card(relative_card_path="/" if is_card_url else None)
+    except AgentCardResolutionError as exc:
+        raise CardError(f"Could not read an agent card: {exc.message}") from exc
+    check_card(card, source=url)
+    return card
+
+
+def check_card(card: AgentCard, *, source: str) -> None:
+    """Raise `CardError` unless the card names the agent and offers an interface this app can call."""
+    if not card.name.strip():
+        raise CardError(f"The card at {source} is not an A2A agent card: it has no name.")
+    if _pick_interface(card) is None:
+        offered = ", ".join(f"{i.protocol_binding} {i.protocol_version or '?'} at {i.url or '?'}"
+                            for i in card.supported_interfaces) or "none"
+        raise CardError(f"The card at {source} offers no JSON-RPC interface (v1.0 or v0.3) with an http(s) URL; "
+                        f"it offers: {offered}.")
+
+
+def _pick_interface(card: AgentCard) -> AgentInterface | None:
+    usable = [i for i in card.supported_interfaces
+              if i.protocol_binding == "JSONRPC" and urlparse(i.url).scheme in {"http", "https"}]
+    for prefix in ("1.", "0.3"):
+        for interface in usable:
+            if (interface.protocol_version or "0.3").startswith(prefix):
+                return interface
+    return None
+
+
+def card_to_storage(card: AgentCard) -> dict[str, Any]:
+    """The card as JSON, for the database."""
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(card)
+
+
+def card_from_json(data: dict[str, Any]) -> AgentCard:
+    """A stored (or fetched) card back as the SDK's type (v0.3 shapes are converted).
+
+    Raises:
+        CardError: the JSON is not a usable card.
+    """
+    try:
+        card = parse_agent_card(json.loads(json.dumps(data)))  # parse_agent_card edits its argument
+    except Exception as exc:  # protobuf's ParseError and friends
+        raise CardError(f"The stored card is not valid: {exc}") from exc
+    check_card(card, source="the stored card")
+    return card
+
+
+def card_summary(card: AgentCard) -> dict[str, Any]:
+    """What the registry and the UI show about a remote agent's card."""
+    interface = _pick_interface(card)
+    return {
+        "name": card.name,
+        "description": card.description,
+        "version": card.version,
+        "url": interface.url if interface else None,
+        "protocolVersion": (interface.protocol_version or "0.3") if interface else None,
+        "streaming": card.capabilities.streaming,
+        "skills": [{"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
+                   for s in card.skills],
+    }
+
+
+def open_client(card: AgentCard, http: httpx.AsyncClient) -> Client:
+    """A client for the card's best interface (v1.0 first, else v0.3 through the SDK's compat transport).
+
+    The client uses `http` and does not close it.
+    """
+    return ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
+
+
+def text_message_request(text: str, *, message_id: str, context_id: str | None = None) -> SendMessageRequest:
+    """A `SendMessage` request carrying one text part from the user."""
+    message = Message(message_id=message_id, role=Role.ROLE_USER, parts=[Part(text=text)])
+    if context_id:
+        message.context_id = context_id
+    return SendMessageRequest(message=message)
+
+
+def cancel_request(task_id: str) -> CancelTaskRequest:
+    """A `CancelTask` request."""
+    return CancelTaskRequest(id=task_id)
+
+
+class RemoteStreamReader:
+    """Turns one remote task's stream (the SDK's `StreamResponse`s) into `RemoteEvent`s.
+
+    Agents stream in two styles: text in `working` status messages (ours, and
+    many SDK agents), or the answer as artifacts (whole or in appended chunks).
+    Both are relayed. An artifact that only repeats the text already streamed as
+    status messages (what this app's own server sends at the end) is not
+    relayed again; any other artifact is, after a blank line when status text
+    came first.
+
+    Attributes:
+        remote_task_id: the remote task's id, once the stream named it (for CancelTask).
+    """
+
+    def __init__(self, agent_name: str) -> None:
+        self.agent_name = agent_name
+        self.remote_task_id: str | None = None
+        self._status_text: list[str] = []
+        self._artifact_text: dict[str, str] = {}
+
+    def read(self, response: StreamResponse) -> list[RemoteEvent]:
+        """The events in one stream response (usually one)."""
+        kind = response.WhichOneof("payload")
+        if kind == "message":
+            text = _text_of(response.message.parts)
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+        if kind == "task":
+            return self._read_task(response.task)
+        if kind == "status_update":
+            update = response.status_update
+            self.remote_task_id = update.task_id or self.remote_task_id
+            return self._read_status(update.status)
+        if kind == "artifact_update":
+            update = response.artifact_update
+            self.remote_task_id = update.task_id or self.remote_task_id
+            return self._read_artifact(update.artifact, append=update.append)
+        return []
+
+    def _read_task(self, task: Task) -> list[RemoteEvent]:
+        self.remote_task_id = task.id or self.remote_task_id
+        events: list[RemoteEvent] = []
+        if task.status.state in _PROTO_TERMINAL:  # a non-streaming answer: the finished task at once
+            for artifact in task.artifacts:
+                events.extend(self._read_artifact(artifact, append=False))
+            if not task.artifacts:
+                answers = [m for m in task.history if m.role == Role.ROLE_AGENT]
+                if answers:
+                    events.append(RemoteEvent(text=_text_of(answers[-1].parts)))
+        events.extend(self._read_status(task.status))
+        return events
+
+    def _read_status(self, status: TaskStatus) -> list[RemoteEvent]:
+        state = _FROM_PROTO.get(status.state)
+        text = _text_of(status.message.parts) if status.HasField("message") else ""
+        if status.state in _PROTO_TERMINAL:
+            if state == "completed":
+                return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)] if text else [
+                    RemoteEvent(state="completed", final=True)]
+            if state == "rejected":
+                return [RemoteEvent(state="failed", final=True,
+                                    error=f"{self.agent_name} rejected the task" + (f": {text}" if text else "."))]
+            return [RemoteEvent(state=state, final=True, error=text or None)]
+        if status.state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
+            # A delegation cannot answer back; what the agent asked is its answer.
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+        if text:
+            self._status_text.append(text)
+        return [RemoteEvent(text=text, state=state)]
+
+    def _read_artifact(self, artifact: Artifact, *, append: bool) -> list[RemoteEvent]:
+        text = _text_of(artifact.parts)
+        if not text:
+            return []
+        seen = self._artifact_text.get(artifact.artifact_id)
+        self._artifact_text[artifact.artifact_id] = (seen or "") + text if append else text
+        streamed = "".join(self._status_text)
+        if not append and streamed and text.strip() == streamed.strip():
+            return []  # the full text of what was streamed already
+        if seen is None and streamed and not streamed.endswith("\n"):
+            text = "\n\n" + text
+        return [RemoteEvent(text=text)]
+
+
+def _text_of(parts: Iterable[Part]) -> str:
+    return "".join(p.text for p in parts if p.WhichOneof("content") == "text")
+
+
+def is_client_error(exc: BaseException) -> bool:
+    """True for the SDK client's own failures (HTTP errors, timeouts, JSON-RPC errors from the agent)."""
+    return isinstance(exc, A2AClientError | A2AError | httpx.HTTPError)

@@ -1,0 +1,472 @@
+"""Standard A2A for every agent in the registry: cards and JSON-RPC at `/a2a/agents/{id}`.
+
+    GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0, with the v0.3 fields)
+    POST /a2a/agents/{id}                                JSON-RPC: v1.0 (A2A-Version: 1.0) and v0.3
+
+Local agents (database) and remote ones (`AgentRegistry`) are looked up by id
+on every request, so an agent added at run time is served at once.
+
+A call from outside is a delegation like any other (`DelegationService.
+start_external_task`): a row of `a2a_task_sessions` owned by the API key's
+user, a hidden session with `source='a2a'` messages, the hub buffer
+`a2a_<taskId>`, the audit view. Those rows are the task store
+(`TaskSessionStore`): `GetTask` reads them, so it answers after a restart; a
+stream (`SendStreamingMessage`, `SubscribeToTask`) follows the task's hub
+buffer and turns its events into A2A events:
+
+    text-delta {delta}        → status update WORKING carrying the delta as an agent message
+    state {completed}         → artifact `result` with the full saved answer, then status COMPLETED
+    state {failed|canceled}   → status FAILED / CANCELED with the error as its message
+
+Who may call: every JSON-RPC request needs an API key (`core/api_keys.py`, also
+in single-user mode); without one the answer is HTTP 401. A key sees only its
+user's tasks; another user's task id is answered as unknown (-32001), so ids
+cannot be probed. Only tasks started over A2A can be canceled over A2A; a
+delegation started by a chat is stopped from that chat.
+
+Bad input gets the spec's codes from the SDK's dispatcher (-32700 parse,
+-32600 request, -32601 method, -32602 params, -32009 version, -32001 task not
+found, -32002 not cancelable, -32004 unsupported, -32005 content type) with a
+message that says what to change. Bodies over `MAX_BODY_BYTES` are refused
+before they are read to the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from importlib import metadata
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from sqlmodel import col, select
+
+from core import a2a_protocol as wire
+from core import agents as agents_store
+from core import api_keys
+from core import sessions as sessions_store
+from core.agents import AGENT_INVOKE
+from core.delegation import (
+    MAX_INPUT_CHARS,
+    TERMINAL_STATES,
+    WORKING,
+    DelegationRefused,
+    DelegationService,
+    task_stream_key,
+)
+from core.hub import StreamHub, SubscriberOverflow, UnknownStream
+from core.registry import AgentRegistry
+from core.settings import Settings
+from models import A2ATaskSession, utcnow
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1_048_576
+PROVIDER = "A2A Delegation Chat"
+LIST_PAGE_SIZE_MAX = 100
+
+
+def _app_version() -> str:
+    try:
+        return metadata.version("a2a-delegation-chat")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
+class A2AServer:
+    """The two routes' work: cards, key check, body limit, then the SDK's JSON-RPC dispatcher.
+
+    Args:
+        services: the app's services (db, hub, registry, delegation, settings).
+    """
+
+    def __init__(self, services: Any) -> None:
+        self.db = services.db
+        self.settings: Settings = services.settings
+        self.cards = AgentCards(services.db, services.registry, services.settings)
+        self.store = TaskSessionStore(services.db)
+        self.handler = AgentRequestHandler(
+            delegation=services.delegation, hub=services.hub, store=self.store, cards=self.cards,
+        )
+        self.dispatcher = wire.create_dispatcher(self.handler)
+
+    async def card_response(self, agent_id: str, request: Request) -> Response:
+        """The agent's public card (no key needed), with a weak ETag."""
+        spec = await self.cards.spec(agent_id)
+        if spec is None:
+            return JSONResponse({"detail": f"There is no agent {agent_id!r}."}, status_code=404)
+        body = wire.card_json(wire.build_card(spec))
+        etag = 'W/"' + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32] + '"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag})
+        return JSONResponse(body, headers={"ETag": etag})
+
+    async def rpc_response(self, agent_id: str, request: Request) -> Response:
+        """Check the key and the body, then hand the request to the dispatcher."""
+        user_id = await self._authenticate(request)
+        if user_id is None:
+            return JSONResponse(
+                wire.invalid_request_body(
+                    "Unauthorized: send an API key of this app as 'Authorization: Bearer <key>' "
+                    f"(create one at {self.settings.base_url}/api-keys)."),
+                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="a2a"'},
+            )
+        if await self.cards.spec(agent_id) is None:
+            return JSONResponse(wire.invalid_request_body(f"There is no agent {agent_id!r} on this server."),
+                                status_code=404)
+        body = await _read_body(request, MAX_BODY_BYTES)
+        if body is None:
+            return JSONResponse(wire.invalid_request_body(
+                f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes."))
+        request.state.a2a_user_id = user_id
+        return await self.dispatcher.handle_requests(_with_body(request, body))
+
+    async def _authenticate(self, request: Request) -> int | None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        async with self.db.session() as s:
+            key = await api_keys.authenticate_key(s, token.strip())
+        return key.user_id if key is not None else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed `limit` (Content-Length, or while reading)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _with_body(request: Request, body: bytes) -> Request:
+    """The same request, its body already read (the dispatcher reads it again)."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await request.receive()
+
+    return Request(request.scope, receive)
+
+
+# -- cards --------------------------------------------------------------------------------
+
+
+class AgentCards:
+    """The card of any agent the registry knows, built from what the app knows about it."""
+
+    def __init__(self, db: Any, registry: AgentRegistry, settings: Settings) -> None:
+        self.db = db
+        self.registry = registry
+        self.settings = settings
+        self.version = _app_version()
+
+    def rpc_url(self, agent_id: str) -> str:
+        """The absolute URL of an agent's JSON-RPC endpoint."""
+        return f"{self.settings.base_url}/a2a/agents/{agent_id}"
+
+    async def spec(self, agent_id: str) -> wire.CardSpec | None:
+        """The agent's card in plain values, or None when no agent has that id."""
+        async with self.db.session() as s:
+            agent = await agents_store.get_agent_by_slug(s, agent_id)
+            tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
+        common = {"rpc_url": self.rpc_url(agent_id), "version": self.version, "provider": PROVIDER,
+                  "provider_url": self.settings.base_url}
+        if agent is not None:
+            extra = (wire.SkillSpec(id="delegate", name="Delegates to other agents", tags=("delegation",),
+                                    description="May hand parts of a request to the app's other agents."),) \
+                if AGENT_INVOKE in tools else ()
+            return wire.CardSpec(
+                name=agent.name, description=agent.description,
+                skills=(wire.SkillSpec(id=agent.slug, name=agent.name, description=agent.description,
+                                       tags=("chat", "local")),),
+                extra_skills=extra, **common,
+            )
+        remote = self.registry.remote(agent_id)
+        if remote is None:
+            return None
+        info = remote.card() or {}
+        skills = tuple(
+            wire.SkillSpec(id=str(s.get("id") or i), name=str(s.get("name") or s.get("id") or remote.name),
+                           description=str(s.get("description") or ""), tags=tuple(str(t) for t in s.get("tags") or ()))
+            for i, s in enumerate(info.get("skills") or []) if isinstance(s, dict)
+        ) or (wire.SkillSpec(id=remote.id, name=remote.name, description=remote.description,
+                             tags=("remote", remote.kind)),)
+        return wire.CardSpec(name=remote.name, description=remote.description, skills=skills, **common)
+
+
+# -- the task store: rows of a2a_task_sessions ------------------------------------------------
+
+
+class TaskSessionStore(wire.TaskStore):
+    """A2A tasks are the rows of `a2a_task_sessions` (no second copy, in memory or elsewhere).
+
+    A task's answer is its hidden session's saved assistant messages, so a Task read from
+    here after a restart has the same status, artifact and history as before. What a caller
+    may see is scoped by the call context: tasks of the key's user, for the agent of the URL.
+    """
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    async def snapshot(self, task_id: str, *, user_id: int | None, agent_id: str) -> wire.TaskSnapshot | None:
+        """The task in plain values when this caller may see it, else None."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is None or user_id is None or row.caller_user_id != user_id or row.callee_agent_slug != agent_id:
+                return None
+            output = ""
+            if row.state in TERMINAL_STATES:
+                messages = await sessions_store.list_messages(s, session_id=row.session_id)
+                output = "".join(m.content for m in messages if m.role == "assistant" and m.a2a_task_id == row.id)
+        return _snapshot(row, output)
+
+    async def get(self, task_id: str, context: wire.ServerCallContext) -> wire.Task | None:
+        """The Task, or None when unknown to this caller."""
+        snap = await self.snapshot(task_id, user_id=context.state.get("user_id"),
+                                   agent_id=context.state.get("agent_id", ""))
+        return wire.to_task(snap) if snap is not None else None
+
+    async def save(self, task: wire.Task, context: wire.ServerCallContext) -> None:
+        """Record a state change of an existing task (tasks are created by `DelegationService` only).
+
+        Raises:
+            TaskNotFoundError: no such task for this caller.
+        """
+        snap = await self.snapshot(task.id, user_id=context.state.get("user_id"),
+                                   agent_id=context.state.get("agent_id", ""))
+        if snap is None:
+            raise wire.TaskNotFoundError(message=f"There is no task {task.id!r} for this agent and key.")
+        state = wire.our_state(task)
+        if state == snap.state:
+            return
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task.id)
+            row.state, row.updated_at = state, utcnow()
+            if state in TERMINAL_STATES:
+                row.finished_at = row.updated_at
+            s.add(row)
+            await s.commit()
+
+    async def list(self, params: wire.ListTasksRequest, context: wire.ServerCallContext) -> wire.ListTasksResponse:
+        """The caller's tasks for this agent, newest first, a page at a time (`pageToken` is an offset)."""
+        user_id, agent_id = context.state.get("user_id"), context.state.get("agent_id", "")
+        size = min(params.page_size or 50, LIST_PAGE_SIZE_MAX)
+        offset = int(params.page_token) if params.page_token.isdigit() else 0
+        async with self.db.session() as s:
+            query = select(A2ATaskSession).where(
+                A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id,
+            ).order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).offset(offset).limit(size + 1)
+            rows = list((await s.exec(query)).all())
+        page = [wire.to_task(_snapshot(r, ""), history_length=params.history_length or None) for r in rows[:size]]
+        response = wire.ListTasksResponse(tasks=page, page_size=size)
+        if len(rows) > size:
+            response.next_page_token = str(offset + size)
+        return response
+
+    async def delete(self, task_id: str, context: wire.ServerCallContext) -> None:
+        """Not offered: tasks are the audit record of delegations."""
+        raise NotImplementedError("tasks are kept as the audit record of delegations; they are not deleted over A2A")
+
+
+def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
+    return wire.TaskSnapshot(
+        id=row.id, context_id=row.session_id, state=row.state, input=row.input, output=output, error=row.error,
+        created_at=row.created_at, updated_at=row.updated_at,
+        metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens,
+                  "outputTokens": row.output_tokens},
+    )
+
+
+# -- the request handler -------------------------------------------------------------------
+
+
+class AgentRequestHandler(wire.RequestHandler):
+    """The SDK's `RequestHandler` over our delegations; the agent is `context.state['agent_id']`.
+
+    Implemented here rather than with the SDK's `DefaultRequestHandler` + an executor:
+    that handler keeps its own copy of each task and saves the whole Task on every
+    event, while ours already has the task (its row) and its stream (the hub buffer).
+    """
+
+    def __init__(self, *, delegation: DelegationService, hub: StreamHub, store: TaskSessionStore,
+                 cards: AgentCards) -> None:
+        self.delegation = delegation
+        self.hub = hub
+        self.store = store
+        self.cards = cards
+
+    # -- sending ----------------------------------------------------------------
+
+    async def on_message_send(self, params: Any, context: wire.ServerCallContext) -> wire.Task:
+        """Start a task; answer with it when it ends (or at once with `returnImmediately`)."""
+        incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
+        agent_id, user_id = _caller(context)
+        task_id = await self._start(agent_id, user_id, incoming)
+        if not incoming.return_immediately:
+            await self.delegation.wait_external_task(task_id)
+        snap = await self.store.snapshot(task_id, user_id=user_id, agent_id=agent_id)
+        return wire.to_task(snap, history_length=incoming.history_length)
+
+    async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+        """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
+        incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
+        agent_id, user_id = _caller(context)
+        task_id = await self._start(agent_id, user_id, incoming)
+        snap = await self.store.snapshot(task_id, user_id=user_id, agent_id=agent_id)
+        yield wire.to_task(snap, history_length=incoming.history_length)
+        async for event in self._follow(snap, user_id=user_id, agent_id=agent_id):
+            yield event
+
+    async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> str:
+        if incoming.task_id is not None:
+            snap = await self.store.snapshot(incoming.task_id, user_id=user_id, agent_id=agent_id)
+            if snap is None:
+                raise wire.TaskNotFoundError(message=f"There is no task {incoming.task_id!r} for this agent and key.")
+            raise wire.UnsupportedOperationError(
+                message=f"Task {incoming.task_id} is {wire.state_name(snap.state)}; this agent does not take "
+                        "follow-up messages in a task. Send the message without taskId to start a new task.")
+        try:
+            return await self.delegation.start_external_task(agent_id, incoming.text, user_id=user_id)
+        except DelegationRefused as exc:
+            raise wire.InvalidParamsError(message=str(exc)) from exc
+
+    # -- reading and following --------------------------------------------------
+
+    async def on_get_task(self, params: Any, context: wire.ServerCallContext) -> wire.Task | None:
+        """The task from the database (answers after a restart too)."""
+        agent_id, user_id = _caller(context)
+        snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
+        if snap is None:
+            raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
+        history = params.history_length if params.HasField("history_length") else None
+        return wire.to_task(snap, history_length=history)
+
+    async def on_list_tasks(self, params: Any, context: wire.ServerCallContext) -> wire.ListTasksResponse:
+        """This key's tasks for this agent, newest first."""
+        return await self.store.list(params, context)
+
+    async def on_subscribe_to_task(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+        """Follow a running task: its Task, then everything it streamed so far and from now on."""
+        agent_id, user_id = _caller(context)
+        snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
+        if snap is None:
+            raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
+        if snap.state in TERMINAL_STATES:
+            raise wire.UnsupportedOperationError(
+                message=f"Task {snap.id} is in terminal state: {wire.state_name(snap.state)}; "
+                        "there is nothing more to stream. Read it with GetTask.")
+        if self.hub.get(task_stream_key(snap.id)) is None:
+            raise wire.UnsupportedOperationError(
+                message=f"Task {snap.id} is not running on this server any more (it was interrupted, "
+                        "for example by a restart); read what it has with GetTask.")
+        yield wire.to_task(snap)
+        async for event in self._follow(snap, user_id=user_id, agent_id=agent_id):
+            yield event
+
+    async def _follow(self, snap: wire.TaskSnapshot, *, user_id: int, agent_id: str) -> AsyncIterator[Any]:
+        """The task's hub buffer as A2A events, from its first event, until its terminal state."""
+        events = wire.TaskEvents(snap.id, snap.context_id)
+        key = task_stream_key(snap.id)
+        after: int | None = None
+        said_working = False
+        while True:
+            try:
+                subscription = self.hub.subscribe(key, after)
+            except UnknownStream:
+                break  # evicted (long finished): the ending comes from the database
+            try:
+                async for event in subscription:
+                    after = event.id
+                    if event.type == "text-delta":
+                        yield events.text(event.data.get("delta", ""))
+                    elif event.type == "state":
+                        state = event.data.get("state")
+                        if state in TERMINAL_STATES:
+                            async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
+                                yield ending
+                            return
+                        if state == WORKING and not said_working:
+                            said_working = True
+                            yield events.state(WORKING)
+                break
+            except SubscriberOverflow:
+                continue  # this client read too slowly; pick up after the last event it got
+            finally:
+                subscription.close()
+        async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
+            yield ending
+
+    async def _ending(self, events: wire.TaskEvents, *, user_id: int, agent_id: str) -> AsyncIterator[Any]:
+        # The saved answer, not the deltas seen: complete even when the client joined late.
+        snap = await self.store.snapshot(events.task_id, user_id=user_id, agent_id=agent_id)
+        if snap is None:
+            return
+        if snap.state == "completed" and snap.output:
+            yield events.result(snap.output)
+        yield events.state(snap.state, error=snap.error, when=snap.updated_at)
+
+    # -- canceling ----------------------------------------------------------------
+
+    async def on_cancel_task(self, params: Any, context: wire.ServerCallContext) -> wire.Task | None:
+        """Stop a running task started over A2A; answers with the canceled task."""
+        agent_id, user_id = _caller(context)
+        snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
+        if snap is None:
+            raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
+        if snap.state in TERMINAL_STATES:
+            raise wire.TaskNotCancelableError(
+                message=f"Task {snap.id} is already {wire.state_name(snap.state)}; only running tasks can be canceled.")
+        if not await self.delegation.cancel_external_task(snap.id):
+            raise wire.TaskNotCancelableError(
+                message=f"Task {snap.id} was not started over A2A on this server (a chat's delegation, or "
+                        "interrupted by a restart); stop it from the chat that started it.")
+        snap = await self.store.snapshot(snap.id, user_id=user_id, agent_id=agent_id)
+        return wire.to_task(snap)
+
+    # -- the rest -------------------------------------------------------------------
+
+    async def on_get_extended_agent_card(self, params: Any, context: wire.ServerCallContext) -> Any:
+        """The card with what only key holders see (e.g. whether the agent delegates further)."""
+        agent_id, _ = _caller(context)
+        spec = await self.cards.spec(agent_id)
+        if spec is None:
+            raise wire.InvalidParamsError(message=f"There is no agent {agent_id!r}.")
+        return wire.build_card(spec, extended=True)
+
+    async def on_create_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> Any:
+        """Not offered (the card says `pushNotifications: false`)."""
+        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
+
+    async def on_get_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> Any:
+        """Not offered."""
+        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
+
+    async def on_list_task_push_notification_configs(self, params: Any, context: wire.ServerCallContext) -> Any:
+        """Not offered."""
+        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
+
+    async def on_delete_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> None:
+        """Not offered."""
+        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
+
+
+_NO_PUSH = "Push notifications are not offered; follow a task with SubscribeToTask or poll it with GetTask."
+
+
+def _caller(context: wire.ServerCallContext) -> tuple[str, int]:
+    agent_id, user_id = context.state.get("agent_id"), context.state.get("user_id")
+    assert agent_id and isinstance(user_id, int), "the route authenticates before dispatching"
+    return agent_id, user_id

@@ -1,0 +1,198 @@
+"""Remote A2A agents registered by the URL of their card: kept in `a2a_remote_agents`, live in the registry.
+
+`register` fetches and checks the card, claims the id in `AgentRegistry`
+and saves the registration, in that order; when a step fails, the steps
+before it are undone, so a failed registration leaves nothing behind. On
+start, `restore` puts every saved registration back into the registry from
+its stored card, without calling the remote agent (it may be down; a call
+then fails with its reason, as a delegation error).
+
+The SDK-based adapter (`core/a2a_client.py`) is imported on first use, off
+the path to the first page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from core.agents import SLUG_PATTERN
+from core.db import Database
+from core.registry import AgentRegistry, IdTaken
+from models import RemoteA2AAgent
+
+log = logging.getLogger(__name__)
+
+
+class RegistrationError(ValueError):
+    """A remote agent that cannot be registered; `status_code` for the API, the message for people."""
+
+    status_code = 422
+
+
+class RegistrationConflict(RegistrationError):
+    """The id is taken (a local agent, or another remote agent)."""
+
+    status_code = 409
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteAgentView:
+    """A registered remote agent as the API and the UI show it."""
+
+    id: str
+    name: str
+    description: str
+    card_url: str
+    url: str | None
+    protocol_version: str | None
+    streaming: bool
+    skills: list[dict[str, Any]]
+    online: bool
+
+
+class RemoteAgentDirectory:
+    """Registrations of remote HTTP A2A agents, and their adapters in the registry."""
+
+    def __init__(self, db: Database, registry: AgentRegistry) -> None:
+        self.db = db
+        self.registry = registry
+
+    async def register(
+        self, card_url: str, *, agent_id: str | None = None, bearer_token: str | None = None, user_id: int | None = None
+    ) -> RemoteAgentView:
+        """Fetch the card, add the agent to the registry and save the registration.
+
+        Args:
+            card_url: the card's URL (…/.well-known/agent-card.json) or the agent's base URL.
+            agent_id: the id to use; default: made from the card's name.
+            bearer_token: sent to the remote agent on every call, if it needs one.
+            user_id: who registers it.
+
+        Raises:
+            RegistrationError: the card cannot be fetched or used, or the id is malformed.
+            RegistrationConflict: the id is taken.
+        """
+        client = await _client_module()
+        card_url = card_url.strip()
+        try:
+            card = await client.fetch_card(card_url, bearer_token=bearer_token)
+        except client.wire.CardError as exc:
+            raise RegistrationError(str(exc)) from exc
+        agent_id = (agent_id or "").strip() or slug_from_name(card.name)
+        if not SLUG_PATTERN.fullmatch(agent_id):
+            raise RegistrationError(f"{agent_id!r} cannot be an agent id: use 1-64 lowercase letters, digits, "
+                                    "'-' or '_', starting with a letter or digit.")
+        agent = client.HttpRemoteAgent(agent_id=agent_id, card=card, card_url=card_url, bearer_token=bearer_token)
+        try:
+            await self.registry.claim(agent)
+        except IdTaken as exc:
+            await agent.aclose()
+            raise RegistrationConflict(f"Cannot register {card.name!r} as {agent_id!r}: {exc}.") from exc
+        try:
+            async with self.db.session() as s:
+                s.add(RemoteA2AAgent(id=agent_id, card_url=card_url, card=client.wire.card_to_storage(card),
+                                     bearer_token=bearer_token, created_by=user_id))
+                await s.commit()
+        except IntegrityError as exc:
+            await self._drop(agent_id, agent)
+            raise RegistrationConflict(f"A remote agent is already registered as {agent_id!r}.") from exc
+        except BaseException:
+            await self._drop(agent_id, agent)
+            raise
+        log.info("registered remote A2A agent %s (%s) from %s", agent_id, card.name, card_url)
+        return _view(agent)
+
+    async def unregister(self, agent_id: str) -> bool:
+        """Remove a registration and its agent from the registry; False when there is none."""
+        async with self.db.session() as s:
+            row = await s.get(RemoteA2AAgent, agent_id)
+            if row is None:
+                return False
+            await s.delete(row)
+            await s.commit()
+        agent = self.registry.remote(agent_id)
+        if agent is not None and getattr(agent, "kind", None) == "http":
+            await self._drop(agent_id, agent)
+        return True
+
+    async def list(self) -> list[RemoteAgentView]:
+        """Every registration, by id (`online`: it is in the registry)."""
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
+        views = []
+        for row in rows:
+            agent = self.registry.remote(row.id)
+            if agent is not None and getattr(agent, "kind", None) == "http":
+                views.append(_view(agent))
+            else:
+                summary = row.card or {}
+                views.append(RemoteAgentView(
+                    id=row.id, name=str(summary.get("name") or row.id),
+                    description=str(summary.get("description") or ""),
+                    card_url=row.card_url, url=None, protocol_version=None, streaming=False, skills=[], online=False,
+                ))
+        return views
+
+    async def restore(self) -> int:
+        """Put every saved registration back into the registry; returns how many joined."""
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
+        if not rows:
+            return 0
+        client = await _client_module()
+        joined = 0
+        for row in rows:
+            try:
+                card = client.wire.card_from_json(row.card)
+            except client.wire.CardError as exc:
+                log.warning("remote agent %s is not restored: %s (register it again)", row.id, exc)
+                continue
+            agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url,
+                                           bearer_token=row.bearer_token)
+            try:
+                await self.registry.claim(agent)
+            except IdTaken as exc:
+                await agent.aclose()
+                log.warning("remote agent %s is not restored: %s", row.id, exc)
+                continue
+            joined += 1
+        return joined
+
+    async def close(self) -> None:
+        """Release every HTTP agent from the registry and close its connections."""
+        for agent in self.registry.remote_agents():
+            if getattr(agent, "kind", None) == "http":
+                await self._drop(agent.id, agent)
+
+    async def _drop(self, agent_id: str, agent: Any) -> None:
+        await self.registry.release(agent_id, agent)
+        await agent.aclose()
+
+
+def slug_from_name(name: str) -> str:
+    """A registry id from a card's name: `Weather Agent` → `weather-agent`."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-")
+    return slug or "remote-agent"
+
+
+def _view(agent: Any) -> RemoteAgentView:
+    info = agent.card()
+    return RemoteAgentView(
+        id=agent.id, name=agent.name, description=agent.description, card_url=agent.card_url,
+        url=info.get("url"), protocol_version=info.get("protocolVersion"), streaming=bool(info.get("streaming")),
+        skills=list(info.get("skills") or []), online=True,
+    )
+
+
+async def _client_module() -> ModuleType:
+    # The SDK import takes ~0.2 s: keep it off the event loop.
+    return await asyncio.to_thread(importlib.import_module, "core.a2a_client")
