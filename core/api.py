@@ -255,7 +255,8 @@ def api_router() -> APIRouter:
         """Delete a chat (stops its running turn first)."""
         async with services.db.session() as s:
             await _owned_session(s, session_id, user)
-            await services.chat.cancel(session_id)
+        await services.chat.cancel(session_id)  # outside the transaction: the turn saves in its own
+        async with services.db.session() as s:
             await sessions_store.delete_session(s, session_id=session_id, user_id=user.id)
         return Response(status_code=204)
 

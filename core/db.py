@@ -7,6 +7,8 @@ selects PostgreSQL. Schema changes go only through Alembic (`models/migrations`)
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -60,6 +62,20 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cursor.close()
 
 
+def _sqlite_manual_transactions(dbapi_conn, _record) -> None:
+    # The driver's own implicit BEGIN is deferred; we issue ours (below).
+    dbapi_conn.isolation_level = None
+
+
+def _sqlite_begin_immediate(conn) -> None:
+    # A deferred transaction that reads and then writes fails at once with "database is locked"
+    # when another connection committed in between (WAL snapshot upgrade; busy_timeout does not
+    # apply). Taking the write lock at BEGIN makes concurrent writers wait their turn instead.
+    # Within this process `Database.session` already takes turns; this covers other processes
+    # (the `users` CLI while the server runs), within busy_timeout.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def alembic_config(url: str) -> Config:
     """An Alembic config pointing at our scripts and at `url`."""
     cfg = Config()
@@ -75,6 +91,8 @@ class Database:
         self.url = url
         self.dialect = make_url(url).get_backend_name()
         self.engine: AsyncEngine = self._make_async_engine()
+        self._turn_lock: asyncio.Lock | None = None
+        self._turn_loop: asyncio.AbstractEventLoop | None = None
 
     def _make_async_engine(self) -> AsyncEngine:
         kwargs: dict = {}
@@ -85,6 +103,8 @@ class Database:
         engine = create_async_engine(async_url(self.url), **kwargs)
         if self.dialect == "sqlite":
             event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(engine.sync_engine, "connect", _sqlite_manual_transactions)
+            event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
 
     def _make_sync_engine(self) -> Engine:
@@ -113,9 +133,26 @@ class Database:
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
-        """A short unit of work. Commit explicitly; the session closes on exit."""
-        async with AsyncSession(self.engine, expire_on_commit=False) as session:
+        """A short unit of work. Commit explicitly; the session closes on exit.
+
+        On SQLite the units of work of this process take turns (FIFO, on the event loop):
+        SQLite has one writer at a time, and waiting here is fair and has no timeout,
+        where waiting in SQLite's busy handler is neither (100 concurrent delegations
+        hit "database is locked" without it). Never open a session inside another.
+        """
+        if self.dialect != "sqlite":
+            async with AsyncSession(self.engine, expire_on_commit=False) as session:
+                yield session
+            return
+        async with self._sqlite_turn(), AsyncSession(self.engine, expire_on_commit=False) as session:
             yield session
+
+    def _sqlite_turn(self) -> asyncio.Lock:
+        # One lock per event loop: `Services.prepare` runs on a loop of its own before serving.
+        loop = asyncio.get_running_loop()
+        if self._turn_loop is not loop:
+            self._turn_lock, self._turn_loop = asyncio.Lock(), loop
+        return self._turn_lock
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_settings
+from tests.conftest import make_settings
 
 from core import agents as agents_store
 from core import sessions as sessions_store
