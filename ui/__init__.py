@@ -7,11 +7,15 @@ from core.services import Services
 
 def register_pages(services: Services) -> None:
     """Register every page (called from `app.py` each time it runs, as the User fixture needs)."""
+    from ui.api_keys_page import register_api_keys_page
     from ui.audit_page import register_audit_pages
     from ui.auth import install_login_middleware, register_login_pages
     from ui.chat_page import register_chat_pages
+    from ui.remote_agents_page import register_remote_agents_page
 
     install_login_middleware(services)
     register_login_pages(services)
     register_chat_pages(services)
     register_audit_pages(services)
+    register_api_keys_page(services)  # issue 6: keys for A2A callers
+    register_remote_agents_page(services)  # issue 6: remote A2A agents by card URL

@@ -1,0 +1,97 @@
+"""`/api-keys`: create and revoke the API keys that A2A clients send to `POST /a2a/agents/{id}`.
+
+A new key is shown once, right after it is made; the app keeps only its hash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from nicegui import ui
+
+from core import api_keys
+from core.services import Services
+from ui.auth import current_user_id
+
+
+def register_api_keys_page(services: Services) -> None:
+    """`/api-keys`."""
+
+    @ui.page("/api-keys", title="API keys")
+    async def api_keys_page() -> None:
+        user_id = current_user_id(services) or 0
+        a2a_header("API keys")
+
+        @ui.refreshable
+        async def key_list() -> None:
+            async with services.db.session() as s:
+                rows = await api_keys.list_keys(s, user_id=user_id)
+            if not rows:
+                ui.label("No keys yet.").classes("text-grey-7").mark("no-keys")
+                return
+            for row in rows:
+                with ui.row().classes("w-full items-center gap-4").props(f"data-testid=api-key data-key-id={row.id}"):
+                    ui.label(row.name).classes("text-weight-medium min-w-40")
+                    ui.label(f"{row.prefix}…").classes("font-mono text-grey-8")
+                    ui.label(f"created {_when(row.created_at)}").classes("text-grey-7")
+                    ui.label(f"last used {_when(row.last_used_at)}").classes("text-grey-7")
+                    if row.revoked_at is not None:
+                        ui.badge("revoked", color="grey-7").mark(f"revoked-{row.name}")
+                    else:
+                        ui.button("Revoke", on_click=lambda r=row: revoke(r.id, r.name)).props(
+                            "flat color=negative dense").mark(f"revoke-{row.name}")
+
+        async def create() -> None:
+            async with services.db.session() as s:
+                try:
+                    _, key = await api_keys.create_key(s, user_id=user_id, name=name.value or "")
+                except api_keys.ApiKeyError as exc:
+                    ui.notify(f"Cannot create the key: {exc}.", color="negative")
+                    return
+            name.value = ""
+            new_key.clear()
+            with new_key:
+                ui.label("Copy this key now; it will not be shown again:")
+                with ui.row().classes("items-center gap-2"):
+                    ui.label(key).classes("font-mono bg-grey-2 q-pa-sm").mark("new-key")
+                    ui.button(icon="content_copy", on_click=lambda: ui.clipboard.write(key)).props("flat dense")
+            new_key.set_visibility(True)
+            key_list.refresh()
+
+        async def revoke(key_id: int, key_name: str) -> None:
+            async with services.db.session() as s:
+                done = await api_keys.revoke_key(s, user_id=user_id, key_id=key_id)
+            ui.notify(f"Revoked {key_name!r}." if done else "That key was already revoked.")
+            key_list.refresh()
+
+        with ui.column().classes("w-full max-w-4xl mx-auto q-pa-md gap-4"):
+            ui.label("API keys for A2A clients").classes("text-h5")
+            ui.markdown(
+                "Any A2A client can call this app's agents at "
+                f"`{services.settings.base_url}/a2a/agents/<agent-id>` (card: "
+                "`…/.well-known/agent-card.json`). JSON-RPC calls need one of your keys as "
+                "`Authorization: Bearer <key>`, in single-user mode too; the tasks they start are yours "
+                "and appear in the [audit view](/audit)."
+            )
+            with ui.row().classes("items-end gap-2"):
+                name = ui.input("Name", placeholder="what will use the key").props("dense outlined").mark("key-name")
+                name.on("keydown.enter", create)
+                ui.button("Create key", icon="key", on_click=create).mark("create-key-btn")
+            new_key = ui.card().classes("w-full bg-green-1")
+            new_key.set_visibility(False)
+            await key_list()
+
+
+def a2a_header(title: str) -> None:
+    """The header of the A2A pages, with links between them."""
+    with ui.header().classes("items-center justify-between bg-primary"):
+        ui.link("A2A Delegation Chat", "/").classes("text-h6 text-white no-underline")
+        with ui.row().classes("items-center gap-4"):
+            for label, target in (("Audit", "/audit"), ("Remote agents", "/remote-agents"), ("API keys", "/api-keys")):
+                link = ui.link(label, target).classes("text-white no-underline")
+                if label == title:
+                    link.classes("text-weight-bold")
+
+
+def _when(moment: datetime | None) -> str:
+    return "never" if moment is None else f"{moment:%Y-%m-%d %H:%M} UTC"

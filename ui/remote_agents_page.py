@@ -1,0 +1,82 @@
+"""`/remote-agents`: register remote A2A agents by the URL of their card, and remove them.
+
+A registered agent joins the registry under its id at once: mention it in a
+chat with an agent that can delegate (`@<id> …`).
+"""
+
+from __future__ import annotations
+
+from nicegui import ui
+
+from core.remote_agents import RegistrationError
+from core.services import Services
+from ui.api_keys_page import a2a_header
+from ui.auth import current_user_id
+
+
+def register_remote_agents_page(services: Services) -> None:
+    """`/remote-agents`."""
+
+    @ui.page("/remote-agents", title="Remote agents")
+    async def remote_agents_page() -> None:
+        a2a_header("Remote agents")
+
+        @ui.refreshable
+        async def agent_list() -> None:
+            agents = await services.remote_agents.list()
+            if not agents:
+                ui.label("No remote agents registered yet.").classes("text-grey-7").mark("no-remote-agents")
+                return
+            for agent in agents:
+                props = f"flat bordered data-testid=remote-agent data-agent-id={agent.id}"
+                with ui.card().classes("w-full").props(props):
+                    with ui.row().classes("w-full items-center justify-between"):
+                        with ui.row().classes("items-center gap-2"):
+                            ui.label(agent.name).classes("text-h6")
+                            ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}")
+                            ui.badge("online" if agent.online else "not loaded",
+                                     color="positive" if agent.online else "grey-7")
+                        ui.button("Remove", on_click=lambda a=agent: remove(a.id)).props(
+                            "flat color=negative dense").mark(f"remove-{agent.id}")
+                    if agent.description:
+                        ui.label(agent.description)
+                    details = [f"card: {agent.card_url}"]
+                    if agent.url:
+                        details.append(f"A2A {agent.protocol_version} at {agent.url}")
+                        details.append("streaming" if agent.streaming else "no streaming")
+                    ui.label(" · ".join(details)).classes("text-caption text-grey-7")
+
+        async def register() -> None:
+            button.disable()
+            try:
+                view = await services.remote_agents.register(
+                    card_url.value or "", agent_id=agent_id.value or None, bearer_token=token.value or None,
+                    user_id=current_user_id(services),
+                )
+            except RegistrationError as exc:
+                ui.notify(str(exc), color="negative", multi_line=True)
+                return
+            finally:
+                button.enable()
+            ui.notify(f"Registered {view.name} as @{view.id}.", color="positive")
+            card_url.value = agent_id.value = token.value = ""
+            agent_list.refresh()
+
+        async def remove(remote_id: str) -> None:
+            removed = await services.remote_agents.unregister(remote_id)
+            ui.notify(f"Removed @{remote_id}." if removed else f"@{remote_id} was not registered.")
+            agent_list.refresh()
+
+        with ui.column().classes("w-full max-w-4xl mx-auto q-pa-md gap-4"):
+            ui.label("Remote A2A agents").classes("text-h5")
+            ui.label("Register an agent that speaks A2A over HTTP by the URL of its agent card (or its base URL). "
+                     "It can then be delegated to like a local agent: @<id> in a chat.").classes("text-grey-8")
+            with ui.row().classes("w-full items-end gap-2"):
+                card_url = ui.input("Card URL", placeholder="https://host/.well-known/agent-card.json").props(
+                    "dense outlined").classes("grow").mark("card-url")
+                agent_id = ui.input("Id (optional)", placeholder="from the card's name").props(
+                    "dense outlined").classes("w-48").mark("remote-id")
+                token = ui.input("Bearer token (optional)", password=True).props("dense outlined").classes(
+                    "w-56").mark("remote-token")
+                button = ui.button("Register", icon="add_link", on_click=register).mark("register-btn")
+            await agent_list()
