@@ -33,6 +33,7 @@ def build(settings) -> object:
     from core.a2a_api import a2a_api_router, a2a_router
     from core.a2a_api import warm_up as warm_up_a2a
     from core.api import api_router
+    from core.broker.routes import broker_router
     from core.llm import warm_up
     from core.services import Services
     from ui import register_pages
@@ -43,6 +44,7 @@ def build(settings) -> object:
     app.include_router(api_router())
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
+    app.include_router(broker_router())  # /a2a: the seed-003 broker
     app.add_static_files("/assets", str(ROOT / "assets"))
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
     register_pages(services)
@@ -73,6 +75,10 @@ def serve(settings) -> None:
         fastapi_docs=True,
         show_welcome_message=False,
         favicon="🤖",
+        # Seed 003 heartbeat: WebSocket ping every broker_heartbeat_interval; a peer that misses the pong is dropped.
+        ws_ping_interval=settings.broker_heartbeat_interval / 1000,
+        ws_ping_timeout=settings.broker_heartbeat_interval / 1000,
+        ws_max_size=max(16 * 1024 * 1024, settings.broker_max_line_bytes * 4),
     )
 
 

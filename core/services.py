@@ -15,6 +15,7 @@ from typing import Any
 
 from core import accounts
 from core import agents as agents_store
+from core.broker import Broker
 from core.chat import ChatEngine
 from core.db import Database
 from core.delegation import AgentInvokeTool, DelegationService
@@ -62,6 +63,7 @@ class Services:
     # Standard A2A (issue 6): remote agents registered by card URL; the JSON-RPC server, built on first use.
     remote_agents: RemoteAgentDirectory = None  # type: ignore[assignment]  # set in __post_init__
     a2a_server: Any = None
+    broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
@@ -93,7 +95,7 @@ class Services:
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   registry=registry, workspace=Workspace(db, hub, chat))
+                   registry=registry, workspace=Workspace(db, hub, chat), broker=Broker(settings, registry))
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.
@@ -128,11 +130,15 @@ class Services:
         self.background.spawn(self._sweep_forever(), name="hub sweep")
         # Off the start-up path: it imports the a2a-sdk.
         self.background.spawn(self.remote_agents.restore(), name="restore remote A2A agents")
+        if self.broker is not None:
+            await self.broker.start()
 
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""
         await self.delegation.shutdown_external_tasks()
         await self.remote_agents.close()
+        if self.broker is not None:
+            await self.broker.stop()
         await self.chat.shutdown()
         await self.background.shutdown()
         await self.db.close()

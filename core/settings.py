@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     blacklist_ip: Annotated[list[str], NoDecode] = Field(default_factory=list, description="IPs refused on /a2a")
+    # Broker limits beyond the seed's keys (core/broker).
+    broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
+    broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
+    broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
 
     debug: str | None = None
 

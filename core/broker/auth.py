@@ -1,0 +1,136 @@
+"""Who is dialing in on `/a2a`: the IP blacklist, then the identity (seed 003 `auth.mode`).
+
+- `none` (development): `?a2a_id=<name>&agent_id=<chat agent id>` from the query
+  (the legacy `?agentId=` is accepted for `agent_id`).
+- `jwt`: `?token=<JWT>`, ES256 only, verified against the configured PEM public
+  keys (any of them), expiry required and enforced; `a2a_id` and `agent_id`
+  (or legacy `agentId`) come from the claims, never from the query.
+
+Both checks run before the WebSocket upgrade completes, so a refused peer costs
+one HTTP response and holds no connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.broker.wire import A2A_ID_PATTERN
+from core.settings import AuthSettings
+
+log = logging.getLogger(__name__)
+
+ALGORITHM = "ES256"
+
+
+class Refused(Exception):
+    """The connection is refused before the upgrade: `status` (HTTP) and a reason to show the peer."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A remote agent's id and its binding (None: global, visible to every chat agent)."""
+
+    a2a_id: str
+    agent_id: str | None = None
+    card_url: str | None = None
+
+
+def is_blacklisted(host: str | None, blacklist: list[str]) -> bool:
+    """True when `host` is one of the blacklisted addresses or inside a blacklisted network (CIDR)."""
+    if not host or not blacklist:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host in blacklist
+    for entry in blacklist:
+        try:
+            if address in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:
+            if entry == host:
+                return True
+    return False
+
+
+def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
+    """The identity the peer claims, checked as `auth.mode` says.
+
+    Raises:
+        Refused: 400 for a missing or malformed id, 401 for a missing, invalid or expired token.
+    """
+    card_url = query.get("cardUrl") or None
+    if card_url is not None and not card_url.startswith(("http://", "https://")):
+        raise Refused(400, "cardUrl must be an http:// or https:// URL")
+    if auth.mode == "jwt":
+        claims = _verify(query.get("token"), auth.public_keys)
+        a2a_id, agent_id = claims.get("a2a_id"), claims.get("agent_id", claims.get("agentId"))
+        where = "the token's a2a_id claim"
+    else:
+        a2a_id, agent_id = query.get("a2a_id"), query.get("agent_id") or query.get("agentId")
+        where = "?a2a_id="
+    if not isinstance(a2a_id, str) or not a2a_id:
+        raise Refused(400, f"{where} is required: the remote agent's name (the dispatch targetAgent)")
+    if not A2A_ID_PATTERN.fullmatch(a2a_id):
+        raise Refused(400, f"{where} {a2a_id[:64]!r} is not a valid id: use 1-60 of a-z, 0-9, '-' and '_', "
+                           "starting with a letter or digit")
+    if agent_id is not None and (isinstance(agent_id, bool) or not isinstance(agent_id, (str, int))):
+        raise Refused(400, "agent_id must be a string or a number")
+    agent = str(agent_id) if agent_id not in (None, "") else None
+    return Identity(a2a_id=a2a_id, agent_id=agent, card_url=card_url)
+
+
+def _verify(token: str | None, public_keys: list[str]) -> dict[str, Any]:
+    import jwt  # PyJWT (and cryptography) only when jwt mode is on
+
+    if not token:
+        raise Refused(401, "auth mode is jwt: pass ?token=<ES256 JWT>")
+    if not public_keys:
+        raise Refused(401, "auth mode is jwt but the broker has no public keys configured (auth.public_keys)")
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError as exc:
+        raise Refused(401, f"the token is not a JWT: {exc}") from exc
+    if header.get("alg") != ALGORITHM:
+        raise Refused(401, f"the token is signed with {header.get('alg')!r}; only {ALGORITHM} is accepted")
+    last: Exception | None = None
+    for pem in public_keys:
+        try:
+            return jwt.decode(token, pem, algorithms=[ALGORITHM], options={"require": ["exp"]})
+        except jwt.ExpiredSignatureError as exc:
+            raise Refused(401, "the token has expired") from exc
+        except jwt.MissingRequiredClaimError as exc:
+            raise Refused(401, f"the token must carry an expiry: {exc}") from exc
+        except (jwt.InvalidSignatureError, jwt.InvalidKeyError, ValueError) as exc:
+            last = exc  # try the next key
+        except jwt.PyJWTError as exc:
+            raise Refused(401, f"the token is invalid: {exc}") from exc
+    log.info("refused a token: no configured key verifies it (%s)", last)
+    raise Refused(401, "the token's signature does not match any configured public key")
+
+
+def check_public_keys(public_keys: list[str]) -> None:
+    """Make sure every configured key is a PEM EC P-256 public key (what ES256 needs).
+
+    Raises:
+        ValueError: which key (by position) is not, and why.
+    """
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    for i, pem in enumerate(public_keys):
+        try:
+            key = load_pem_public_key(pem.encode("utf-8"))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"auth.public_keys[{i}] is not a PEM public key: {exc}") from exc
+        if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+            raise ValueError(f"auth.public_keys[{i}] is not an EC P-256 key, which ES256 needs")

@@ -1,0 +1,142 @@
+"""The broker's HTTP and WebSocket surface, all under `/a2a` (seed 003).
+
+    WS   /a2a?a2a_id=&agent_id=     remote agents dial in (`?token=` in jwt mode)
+    GET  /a2a/agents?agent_id=      discovery
+    POST /a2a/tasks/dispatch        {task, targetAgent, agentId, chatId, macAddress} -> ack
+    POST /a2a/tasks/cancel          {chatId} -> {canceled: N}
+    GET  /a2a/health, /a2a/stats
+
+`/a2a/agents/{id}` (standard A2A JSON-RPC per agent) is not here; it belongs
+to the A2A server module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, WebSocket
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+from starlette.requests import HTTPConnection
+from starlette.websockets import WebSocketDisconnect
+
+from core.broker.auth import Refused
+from core.broker.service import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_TASK_CHARS = 20_000
+
+NonEmpty = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1)]
+
+
+def get_broker(connection: HTTPConnection) -> Broker:
+    """The app's broker (`app.state.services.broker`)."""
+    return connection.app.state.services.broker
+
+
+class DispatchRequest(BaseModel):
+    """`POST /a2a/tasks/dispatch` (seed 003)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    task: Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1,
+                                           max_length=MAX_TASK_CHARS)] = Field(
+        description="The whole task, as the user said it")
+    targetAgent: NonEmpty = Field(description="a2a_id of a connected agent")  # noqa: N815 - wire name
+    agentId: StrictInt | NonEmpty = Field(description="The chat agent's id; injects go to agent:events:<agentId>")  # noqa: N815
+    chatId: NonEmpty = Field(description="The chat the injects are for")  # noqa: N815
+    macAddress: str | None = Field(None, description="The device, passed through")  # noqa: N815
+
+
+class DispatchAck(BaseModel):
+    """`{taskId, status: "accepted"}` or `{status: "no_agent"}`."""
+
+    taskId: str | None = None  # noqa: N815
+    status: str
+
+
+class CancelRequest(BaseModel):
+    """`POST /a2a/tasks/cancel`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    chatId: NonEmpty  # noqa: N815
+
+
+def broker_router() -> APIRouter:
+    """The `/a2a` broker routes."""
+    router = APIRouter(tags=["a2a broker"])
+
+    @router.websocket("/a2a")
+    async def agent_socket(websocket: WebSocket) -> None:
+        """A remote agent dials in; JSON-RPC 2.0, one message per line."""
+        broker = get_broker(websocket)
+        host = websocket.client.host if websocket.client else None
+        try:
+            identity = broker.admit(host, dict(websocket.query_params))
+        except Refused as exc:
+            await _deny(websocket, exc)
+            return
+        await websocket.accept()
+
+        async def frames() -> AsyncIterator[str]:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                if message.get("text") is not None:
+                    yield message["text"]
+                elif message.get("bytes") is not None:
+                    yield message["bytes"].decode("utf-8", errors="replace")
+
+        async def close(code: int, reason: str) -> None:
+            await websocket.close(code, reason)
+
+        try:
+            await broker.serve(identity, frames(), send=websocket.send_text, close=close,
+                               remote_addr=f"{host}:{websocket.client.port}" if websocket.client else None)
+        except WebSocketDisconnect:
+            pass
+
+    @router.get("/a2a/agents")
+    async def discover(connection: HTTPConnection,
+                       agent_id: Annotated[str | None, Query(description="The chat agent's id")] = None
+                       ) -> dict[str, Any]:
+        """Connected agents bound to `agent_id` plus global ones (every agent without it), with LLM tools."""
+        return {"agents": get_broker(connection).discover(agent_id)}
+
+    @router.post("/a2a/tasks/dispatch", response_model=DispatchAck, response_model_exclude_none=True)
+    async def dispatch(body: DispatchRequest, connection: HTTPConnection) -> DispatchAck:
+        """Start a task on a connected agent; returns at once, progress follows as injects."""
+        ack = get_broker(connection).dispatch(task=body.task, target_agent=body.targetAgent, agent_id=body.agentId,
+                                             chat_id=body.chatId, mac_address=body.macAddress)
+        return DispatchAck(**ack)
+
+    @router.post("/a2a/tasks/cancel")
+    async def cancel(body: CancelRequest, connection: HTTPConnection) -> dict[str, int]:
+        """Cancel the chat's running tasks."""
+        return {"canceled": await get_broker(connection).cancel_chat(body.chatId)}
+
+    @router.get("/a2a/health")
+    async def health(connection: HTTPConnection) -> dict[str, Any]:
+        """Liveness and the return path's state."""
+        return get_broker(connection).health()
+
+    @router.get("/a2a/stats")
+    async def stats(connection: HTTPConnection) -> dict[str, Any]:
+        """Counters since start."""
+        return get_broker(connection).stats()
+
+    return router
+
+
+async def _deny(websocket: WebSocket, refused: Refused) -> None:
+    """Refuse before the upgrade: an HTTP response with the reason, where the server supports it."""
+    response = JSONResponse({"error": refused.reason}, status_code=refused.status)
+    try:
+        await websocket.send_denial_response(response)
+    except RuntimeError:  # no websocket.http.response extension: a bare 403 is all we can send
+        await websocket.close(1008, refused.reason[:120])

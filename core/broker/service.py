@@ -1,0 +1,419 @@
+"""The broker (seed 003 `A2aBroker`): connected agents, dispatched tasks, progress back as injects.
+
+Three legs: chat systems dispatch over HTTP (`dispatch`, `cancel_chat`),
+agents stream over WebSocket (`serve`), and progress goes back over Redis
+(`InjectPublisher`). A dispatched task is relayed event by event:
+
+- text of a working event -> `delay` inject, at most one per task per
+  `inject_min_interval` (leading edge; the rest are dropped, not deferred);
+- the terminal event -> `auto` inject with the result (never throttled);
+- no event for `task_idle_timeout` -> `tasks/cancel` to the agent and an
+  `auto` "timed out" inject; an agent that disconnects fails its tasks the same way.
+
+Agents join the app's one registry (`AgentRegistry.claim`), so the chat's
+`@<id>` delegation reaches them too, through `AgentConnection.stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.broker import wire
+from core.broker.auth import Identity, Refused, identify, is_blacklisted
+from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
+from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
+from core.broker.reload import ConfigReloader
+from core.delegation import RemoteAgentError
+from core.registry import AgentRegistry, IdTaken
+from core.settings import Settings
+from core.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+RECENT_TASKS = 100
+
+# WebSocket close codes (4000-4999 are the application's).
+CLOSE_BAD_CARD, CLOSE_ID_TAKEN, CLOSE_NO_CARD, CLOSE_GOING_AWAY = 4400, 4409, 4408, 1001
+
+TIMEOUT = "timeout"  # a task state of the broker's own, next to A2A's
+
+
+def _close_reason(text: str) -> str:
+    """WebSocket close reasons are limited to 123 bytes."""
+    data = text.encode("utf-8")
+    return text if len(data) <= 123 else data[:120].decode("utf-8", "ignore") + "..."
+
+
+@dataclass(slots=True)
+class BrokerTask:
+    """One dispatched task, as the broker page and stats see it."""
+
+    id: str
+    agent: AgentConnection
+    chat_agent_id: Any
+    chat_id: str
+    text: str
+    mac_address: str | None = None
+    state: str = "submitted"
+    last_text: str = ""
+    events: int = 0
+    injects: int = 0
+    throttled: int = 0
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    remote_task_id: str | None = None
+    cancel_requested: bool = False
+    first_inject_at: float | None = None
+    runner: asyncio.Task[None] | None = None
+    _last_delay: float = float("-inf")
+
+    def view(self) -> dict[str, Any]:
+        """A JSON-able summary."""
+        return {
+            "taskId": self.id, "targetAgent": self.agent.id, "agentName": self.agent.name,
+            "agentId": self.chat_agent_id, "chatId": self.chat_id, "task": self.text, "state": self.state,
+            "lastProgress": self.last_text, "events": self.events, "injects": self.injects,
+            "throttled": self.throttled, "remoteTaskId": self.remote_task_id,
+            "createdAt": self.created_at, "updatedAt": self.updated_at, "finishedAt": self.finished_at,
+        }
+
+
+@dataclass(slots=True)
+class _Result:
+    """What a task answered, assembled from its events for the final inject."""
+
+    artifacts: dict[str, str] = field(default_factory=dict)
+    last_progress: str = ""
+
+    def add_artifact(self, event: wire.WireEvent) -> None:
+        key = event.artifact_id or f"artifact-{len(self.artifacts)}"
+        self.artifacts[key] = (self.artifacts.get(key, "") + event.text) if event.append else event.text
+
+    def text(self, final: wire.WireEvent) -> str:
+        pieces = [t for t in self.artifacts.values() if t.strip()]
+        if final.text.strip() and final.text not in pieces:
+            pieces.append(final.text)
+        return "\n".join(pieces).strip() or self.last_progress
+
+
+class Broker:
+    """Connections, tasks and the return path."""
+
+    def __init__(self, settings: Settings, registry: AgentRegistry) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.injects = InjectPublisher(settings.redis.dsn, outbox_max=settings.broker_outbox_max)
+        self.reloader = ConfigReloader(settings)
+        self.conn_stats = ConnectionStats()
+        self.started_at = time.time()
+        self.connections_total = 0
+        self.connections_refused = 0
+        self.tasks_dispatched = 0
+        self.tasks_no_agent = 0
+        self.injects_throttled = 0
+        self.tasks_finished: Counter[str] = Counter()
+        self._connections: dict[str, AgentConnection] = {}
+        self._closers: dict[str, Callable[[int, str], Awaitable[None]]] = {}
+        self._tasks: dict[str, BrokerTask] = {}
+        self._recent: deque[BrokerTask] = deque(maxlen=RECENT_TASKS)
+        self._runners = BackgroundTasks()
+        self._stopping = False
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect the return path and watch the config file."""
+        self._stopping = False
+        self.started_at = time.time()
+        await self.injects.start()
+        await self.reloader.start()
+
+    async def stop(self) -> None:
+        """Fail running tasks (their `auto` injects still go out), close agents, then the return path."""
+        self._stopping = True
+        await self._runners.shutdown(timeout=5.0)
+        for agent_id, close in list(self._closers.items()):
+            try:
+                await close(CLOSE_GOING_AWAY, "the broker is shutting down")
+            except Exception:  # the socket may already be gone
+                log.debug("closing %s failed", agent_id, exc_info=True)
+        await self.reloader.stop()
+        await self.injects.stop()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def admit(self, client_host: str | None, query: dict[str, str]) -> Identity:
+        """Check a connecting peer before the upgrade: blacklist, then identity.
+
+        Raises:
+            Refused: with the HTTP status and the reason for the peer.
+        """
+        try:
+            if is_blacklisted(client_host, self.settings.blacklist_ip):
+                raise Refused(403, f"connections from {client_host} are refused (blacklist_ip)")
+            return identify(query, self.settings.auth)
+        except Refused as exc:
+            self.connections_refused += 1
+            log.info("refused /a2a connection from %s: %s", client_host, exc.reason)
+            raise
+
+    async def serve(self, identity: Identity, frames: AsyncIterator[str], *, send: Callable[[str], Awaitable[None]],
+                    close: Callable[[int, str], Awaitable[None]], remote_addr: str | None = None) -> None:
+        """Run one accepted connection until it ends: card, registration, then relaying lines."""
+        conn = AgentConnection(identity, send=send, settings=self.settings, stats=self.conn_stats,
+                               remote_addr=remote_addr)
+        reader = asyncio.get_running_loop().create_task(self._read(conn, frames), name=f"a2a reader {conn.id}")
+        registered = False
+        try:
+            refusal = await self._id_refusal(conn.id)
+            if refusal is not None:
+                return await self._refuse(close, CLOSE_ID_TAKEN, refusal)
+            try:
+                card = await self._card(conn)
+            except TimeoutError:
+                return await self._refuse(close, CLOSE_NO_CARD, f"no agent card within {self.settings.request_timeout} ms")
+            except (wire.WireError, RpcError) as exc:
+                return await self._refuse(close, CLOSE_BAD_CARD, f"agent card: {exc}")
+            except ConnectionError:
+                return None
+            conn.set_card(card)
+            try:
+                await self.registry.claim(conn)
+            except IdTaken as exc:
+                return await self._refuse(close, CLOSE_ID_TAKEN, str(exc))
+            registered = True
+            self.connections_total += 1
+            self._connections[conn.id] = conn
+            self._closers[conn.id] = close
+            log.info("agent %s (%s) connected from %s%s", conn.id, conn.name, remote_addr or "?",
+                     f", bound to {conn.binding}" if conn.binding else "")
+            await reader  # until the peer goes away
+        finally:
+            reader.cancel()
+            conn.close(conn.closed or "the connection ended")
+            if registered:
+                if self._connections.get(conn.id) is conn:
+                    del self._connections[conn.id]
+                    self._closers.pop(conn.id, None)
+                await self.registry.release(conn.id, conn)
+                log.info("agent %s disconnected", conn.id)
+
+    async def _refuse(self, close: Callable[[int, str], Awaitable[None]], code: int, reason: str) -> None:
+        self.connections_refused += 1
+        log.info("closing /a2a connection: %s", reason)
+        try:
+            await close(code, _close_reason(reason))
+        except Exception:
+            log.debug("close failed", exc_info=True)
+
+    async def _read(self, conn: AgentConnection, frames: AsyncIterator[str]) -> None:
+        try:
+            async for frame in frames:
+                await conn.feed(frame)
+        finally:
+            conn.close("the agent disconnected")
+
+    async def _id_refusal(self, a2a_id: str) -> str | None:
+        if a2a_id in self._connections:
+            return f"an agent with the id {a2a_id!r} is already connected"
+        if self.registry.remote(a2a_id) is not None:
+            return f"{a2a_id!r} is already registered as a remote agent"
+        async with self.registry.db.session() as s:
+            from core import agents as agents_store
+
+            if await agents_store.get_agent_by_slug(s, a2a_id) is not None:
+                return f"{a2a_id!r} is the id of a local agent; choose another id"
+        return None
+
+    async def _card(self, conn: AgentConnection) -> wire.AgentCard:
+        timeout_s = self.settings.request_timeout / 1000
+        if conn.card_url:
+            import httpx  # only for agents that name a card URL
+
+            try:
+                async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as client:
+                    response = await client.get(conn.card_url)
+                response.raise_for_status()
+                body = response.json()
+            except httpx.TimeoutException as exc:
+                raise TimeoutError(str(exc)) from exc
+            except (httpx.HTTPError, ValueError) as exc:
+                raise wire.WireError(f"fetching {conn.card_url} failed: {exc}") from exc
+            return wire.parse_card(body)
+        return await conn.fetch_card(timeout_s=timeout_s)
+
+    def connection(self, a2a_id: str) -> AgentConnection | None:
+        """The connected agent with that id."""
+        return self._connections.get(a2a_id)
+
+    def connections(self) -> list[AgentConnection]:
+        """Every connected agent, by id."""
+        return [self._connections[k] for k in sorted(self._connections)]
+
+    def discover(self, agent_id: str | None = None) -> list[dict[str, Any]]:
+        """`GET /a2a/agents`: agents bound to `agent_id` plus global ones (all without it)."""
+        return [self._describe(c) for c in self.connections() if agent_id is None or c.visible_to(agent_id)]
+
+    def _describe(self, conn: AgentConnection) -> dict[str, Any]:
+        return {
+            "a2a_id": conn.id, "name": conn.name, "description": conn.description,
+            "skills": conn.card()["skills"], "tool": conn.tool, "agent_id": conn.binding,
+            "connectedAt": conn.connected_at,
+        }
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str,
+                 mac_address: str | None = None) -> dict[str, Any]:
+        """Start a task on a connected agent; the answer is the ack, progress follows as injects."""
+        conn = self._connections.get(target_agent)
+        if conn is None or not conn.visible_to(agent_id) or conn.closed is not None:
+            self.tasks_no_agent += 1
+            return {"status": "no_agent"}
+        record = BrokerTask(id=str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id, text=task,
+                            mac_address=mac_address)
+        self._tasks[record.id] = record
+        self.tasks_dispatched += 1
+        record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
+        return {"taskId": record.id, "status": "accepted"}
+
+    async def cancel_chat(self, chat_id: str) -> int:
+        """Cancel the chat's running tasks (each agent gets `tasks/cancel`); how many there were."""
+        runners = []
+        for record in [t for t in self._tasks.values() if t.chat_id == chat_id and t.runner is not None]:
+            record.cancel_requested = True
+            runners.append(record.runner)
+            record.runner.cancel()
+        if runners:
+            await asyncio.wait(runners, timeout=self.settings.request_timeout / 1000)
+        return len(runners)
+
+    def running_tasks(self) -> list[BrokerTask]:
+        """Tasks still relaying, oldest first."""
+        return sorted(self._tasks.values(), key=lambda t: t.created_at)
+
+    def recent_tasks(self) -> list[BrokerTask]:
+        """Finished tasks, newest first (the last hundred)."""
+        return list(reversed(self._recent))
+
+    async def _inject(self, record: BrokerTask, text: str, mode: str) -> None:
+        name = record.agent.name
+        await self.injects.publish(Inject(agent_id=record.chat_agent_id, chat_id=record.chat_id,
+                                          text=f"[{name}] {text}", mode=mode, task_id=record.id))
+        record.injects += 1
+        if record.first_inject_at is None:
+            record.first_inject_at = time.time()
+
+    async def _relay(self, record: BrokerTask) -> None:
+        stream = record.agent.open_task(record.text, task_id=record.id)
+        result = _Result()
+        state, final_text = "failed", ""
+        try:
+            async with contextlib.aclosing(stream.events()) as events:
+                async for event in events:
+                    record.events += 1
+                    record.updated_at = time.time()
+                    record.remote_task_id = stream.remote_task_id
+                    if event.state:
+                        record.state = event.state
+                    if event.kind == "artifact":
+                        result.add_artifact(event)
+                        if event.text:
+                            record.last_text = event.text
+                        continue
+                    if event.final:
+                        state = "failed" if event.state == "rejected" else (
+                            event.state if event.state in wire.TERMINAL_STATES else "completed")
+                        final_text = result.text(event)
+                        break
+                    if event.text:
+                        record.last_text = result.last_progress = event.text
+                        await self._progress(record, event.text)
+        except asyncio.CancelledError:
+            state = "canceled"
+            final_text = ("The task was canceled." if record.cancel_requested or not self._stopping
+                          else "The task was stopped: the broker is shutting down.")
+            await asyncio.shield(self._finish(record, state, final_text))
+            raise
+        except TaskIdle as exc:
+            state, final_text = TIMEOUT, f"The task timed out: {exc}."
+        except ConnectionError:
+            state, final_text = "failed", "The task failed: the agent disconnected."
+        except RemoteAgentError as exc:
+            state, final_text = "failed", f"The task failed: {exc}."
+        except Exception as exc:  # a bug here must still tell the chat the task is over
+            log.exception("relay of task %s failed", record.id)
+            state, final_text = "failed", f"The task failed in the broker: {type(exc).__name__}."
+        else:
+            if state == "failed":
+                final_text = f"The task failed: {final_text}" if final_text else "The task failed."
+            elif state == "canceled":
+                final_text = f"The task was canceled: {final_text}" if final_text else "The task was canceled."
+            final_text = final_text or "The task completed."
+        await self._finish(record, state, final_text)
+
+    async def _progress(self, record: BrokerTask, text: str) -> None:
+        now = time.monotonic()
+        if (now - record._last_delay) * 1000 < self.settings.inject_min_interval:
+            record.throttled += 1
+            self.injects_throttled += 1
+            return
+        record._last_delay = now
+        await self._inject(record, text, DELAY)
+
+    async def _finish(self, record: BrokerTask, state: str, text: str) -> None:
+        if record.finished_at is not None:
+            return
+        record.state, record.finished_at = state, time.time()
+        record.runner = None
+        self._tasks.pop(record.id, None)
+        self._recent.append(record)
+        self.tasks_finished[state] += 1
+        try:
+            await self._inject(record, text, AUTO)
+        except Exception:
+            log.exception("the final inject of task %s failed", record.id)
+
+    # -- health and counters ------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """`GET /a2a/health`: ok, or degraded while Redis is configured but down."""
+        redis_state = self.injects.state
+        return {
+            "status": "degraded" if redis_state == "down" else "ok",
+            "redis": redis_state,
+            "outbox": self.injects.outbox_size,
+            "redisError": self.injects.last_error,
+            "agentsOnline": len(self._connections),
+            "tasksRunning": len(self._tasks),
+            "uptimeS": round(time.time() - self.started_at, 1),
+            "config": {"watching": self.reloader.watching, "lastReloadAt": self.reloader.last_reload_at,
+                       "lastError": self.reloader.last_error},
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """`GET /a2a/stats`: counters since start."""
+        c = self.conn_stats
+        by_state = Counter({"running": len(self._tasks), **self.tasks_finished})
+        return {
+            "agentsOnline": len(self._connections),
+            "connections": {"total": self.connections_total, "refused": self.connections_refused},
+            "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
+            "eventsRelayed": c.events_in,
+            "injects": {"sent": self.injects.sent, "throttled": self.injects_throttled,
+                        "dropped": self.injects.dropped, "queued": self.injects.outbox_size},
+            "lines": {"in": c.lines_in, "malformed": c.lines_malformed, "oversized": c.lines_oversized,
+                      "unknownResponses": c.unknown_responses, "agentRequests": c.agent_requests,
+                      "badEvents": c.bad_events},
+            "redis": self.injects.state,
+            "config": {"reloads": self.reloader.reloads, "rejected": self.reloader.rejected},
+        }
