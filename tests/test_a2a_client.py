@@ -108,7 +108,7 @@ async def test_register_by_card_url_then_delegate_from_a_chat_with_the_stream_an
     assert (task["calleeAgentId"], task["calleeAgentName"], task["state"]) == ("echo", "Echo Agent", "completed")
     # The panel's stream: the remote agent's words as they came, one text-delta each.
     deltas = [data["delta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta"]
-    assert deltas == ["Echo:", " hello", " there,", " remote", " agent"] and "".join(deltas) == "Echo: hello there, remote agent"
+    assert deltas == ["Echo:", " hello", " there,", " remote", " agent"]
     # The audit data: the exchange saved with source='a2a'.
     detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
     assert [(m["role"], m["source"], m["content"]) for m in detail["messages"]] == [

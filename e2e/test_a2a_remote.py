@@ -1,0 +1,87 @@
+"""A remote A2A agent in a real Chromium (issue 6): registered by card URL, its stream shown in the side panel.
+
+The remote agent is `tests/utils/a2a_echo_server.py` (only the a2a-sdk), in its
+own process, pausing 40 ms between words so the panel visibly streams.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from e2e.conftest import REPO_ROOT, _free_port
+from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def echo_card_url() -> Iterator[str]:
+    """The card URL of a slow echo agent built on the a2a-sdk."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "tests" / "utils" / "a2a_echo_server.py"), "--port", str(port),
+         "--delay-ms", "40", "--name", "Echo Agent"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(url, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "the echo agent did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_url: str, echo_card_url: str) -> None:
+    """`@<remote id> …`: the panel opens on the remote agent and grows word by word; the exchange is audited."""
+    agent_id = f"echo-{unique('x').split()[1]}"
+    created = httpx.post(f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id},
+                         timeout=30)
+    assert created.status_code == 201, created.text
+    request = unique("words from far away, one at a time")
+    expected = f"Echo: {request}"
+
+    open_chat(page, "/?agent=general-assistant")
+    send(page, f"@{agent_id} {request}")
+    tab = page.get_by_test_id("agent-invoke-tab")
+    expect(tab).to_have_count(1, timeout=10_000)
+    expect(tab).to_contain_text("Echo Agent")
+    task_id = tab.get_attribute("data-task-id")
+    body = page.locator(f'[data-testid=agent-invoke-body][data-task-id="{task_id}"]')
+    status = page.get_by_test_id("agent-invoke-status")
+    lengths: set[int] = set()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if body.count():
+            lengths.add(len(body.inner_text().strip()))
+        if status.inner_text() == "done":
+            break
+        page.wait_for_timeout(20)
+    expect(status).to_have_text("done", timeout=TURN_TIMEOUT_MS)
+    expect(body).to_have_text(expected)
+    intermediate = {n for n in lengths if 0 < n < len(expected)}
+    assert len(intermediate) >= 3, f"the panel should grow while the remote agent streams, saw {sorted(lengths)}"
+    wait_for_turn_end(page)
+
+    session_id = session_id_of(page)
+    [task] = [t for t in httpx.get(f"{base_url}/api/tasks", timeout=5).json() if t["callerSessionId"] == session_id]
+    assert (task["id"], task["calleeAgentId"], task["state"]) == (task_id, agent_id, "completed")
+    page.goto(f"/audit/{task_id}")
+    expect(page.get_by_test_id("audit-task")).to_contain_text("General Assistant → Echo Agent")
+    expect(page.get_by_test_id("audit-message")).to_have_count(2)
+    expect(page.get_by_test_id("audit-message").last).to_contain_text(expected)
