@@ -1,0 +1,141 @@
+"""Who may dial in on /a2a: JWT ES256 with real keys made here, the IP blacklist, and the
+hot-reloaded config file that changes both while the server runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+import websockets
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from core.services import Services
+from core.settings import load_settings
+from tests.conftest import make_settings
+from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for
+
+
+def es256_keys() -> tuple[str, str]:
+    """A fresh P-256 key pair as PEM (private, public)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return private, public
+
+
+async def refused(host: str, query: str) -> tuple[int, str]:
+    with pytest.raises(websockets.InvalidStatus) as caught:
+        await websockets.connect(f"ws://{host}/a2a?{query}", open_timeout=5)
+    response = caught.value.response
+    return response.status_code, json.loads(response.body)["error"]
+
+
+async def test_jwt_mode_accepts_only_valid_unexpired_es256_tokens(tmp_path: Path) -> None:
+    private, public = es256_keys()
+    other_private, other_public = es256_keys()
+    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [other_public, public]}))
+    services.prepare()
+    now = int(time.time())
+    async with serve_app(broker_app(services)) as host:
+        good = jwt.encode({"a2a_id": "travel", "agent_id": 123, "exp": now + 60}, private, algorithm="ES256")
+        # The identity comes from the claims; the query's a2a_id is ignored.
+        agent = await FakeAgent.connect(host, token=good, a2a_id="spoofed")
+        await wait_for(lambda: services.broker.connection("travel") is not None)
+        assert services.broker.connection("travel").binding == "123"
+        assert services.broker.connection("spoofed") is None
+        await agent.close()
+
+        legacy = jwt.encode({"a2a_id": "legacy", "agentId": "9", "exp": now + 60}, other_private, algorithm="ES256")
+        agent = await FakeAgent.connect(host, token=legacy, wait_registered=None)
+        await wait_for(lambda: services.broker.connection("legacy") is not None)
+        assert services.broker.connection("legacy").binding == "9"
+        await agent.close()
+
+        wrong_key, _ = es256_keys()
+        cases = {
+            "expired": (jwt.encode({"a2a_id": "t", "exp": now - 5}, private, algorithm="ES256"), "expired"),
+            "wrong key": (jwt.encode({"a2a_id": "t", "exp": now + 60}, wrong_key, algorithm="ES256"),
+                          "does not match any configured public key"),
+            "HS256": (
+                jwt.encode({"a2a_id": "t", "exp": now + 60}, "a-shared-secret-that-is-long-enough", algorithm="HS256"),
+                "only ES256"),
+            "none": (jwt.encode({"a2a_id": "t", "exp": now + 60}, None, algorithm="none"), "only ES256"),
+            "no expiry": (jwt.encode({"a2a_id": "t"}, private, algorithm="ES256"), "expiry"),
+            "no a2a_id": (jwt.encode({"exp": now + 60}, private, algorithm="ES256"), "a2a_id claim is required"),
+            "garbage": ("not.a.jwt", "not a JWT"),
+        }
+        for name, (token, says) in cases.items():
+            status, reason = await refused(host, f"token={token}&a2a_id=t")
+            expected = 400 if name == "no a2a_id" else 401
+            assert (status, says in reason) == (expected, True), (name, reason)
+        status, reason = await refused(host, "a2a_id=travel")
+        assert status == 401 and "?token=" in reason
+        assert services.broker.stats()["connections"]["refused"] == len(cases) + 1
+
+
+async def test_blacklisted_ips_are_refused_before_the_upgrade(tmp_path: Path) -> None:
+    services = Services.build(make_settings(tmp_path, blacklist_ip=["10.0.0.0/8", "127.0.0.1"]))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        status, reason = await refused(host, "a2a_id=travel")
+        assert status == 403 and "127.0.0.1" in reason and "blacklist_ip" in reason
+        assert services.broker.stats()["connections"] == {"total": 0, "refused": 1}
+        services.settings.blacklist_ip = ["10.0.0.0/8"]  # read live on every connection
+        agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=services.broker)
+        await agent.close()
+
+
+async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Path, monkeypatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    config = tmp_path / "server.json"
+    config.write_text(json.dumps({"_comment": "test", "port": 3100, "inject_min_interval": 1000}))
+    monkeypatch.setenv("CONFIG_FILE", str(config))
+    services = Services.build(load_settings())
+    services.prepare()
+    broker = services.broker
+    caplog.set_level(logging.INFO, logger="core.broker.reload")
+
+    async def edit(content: str, until) -> None:
+        config.write_text(content)
+        await wait_for(until, timeout=5)
+
+    async with serve_app(broker_app(services)) as host:
+        assert broker.reloader.watching
+        _, public = es256_keys()
+        await edit(json.dumps({"port": 3100, "inject_min_interval": 250, "blacklist_ip": ["127.0.0.1"],
+                               "task_idle_timeout": 5000}),
+                   lambda: broker.reloader.reloads == 1)
+        assert (services.settings.inject_min_interval, services.settings.task_idle_timeout) == (250, 5000)
+        status, _ = await refused(host, "a2a_id=travel")
+        assert status == 403  # the blacklist applies to the next connection
+
+        for bad in ['{"port": 3100, "blacklist_ip": [', '{"inject_min_interval": "soon"}', '[1, 2]',
+                    json.dumps({"auth": {"mode": "jwt", "public_keys": ["not a key"]}})]:
+            before = broker.reloader.rejected
+            await edit(bad, lambda b=before: broker.reloader.rejected == b + 1)
+        assert broker.reloader.last_error and "public_keys[0]" in broker.reloader.last_error
+        assert "rejected, keeping the last good configuration" in caplog.text
+        assert services.settings.inject_min_interval == 250 and services.settings.blacklist_ip == ["127.0.0.1"]
+        assert (await refused(host, "a2a_id=travel"))[0] == 403  # still the last good config
+        health = broker.health()["config"]
+        assert health["watching"] and health["lastError"]
+
+        # Port and Redis are read at start only: changing them is logged, not applied.
+        await edit(json.dumps({"port": 4100, "redis": {"url": "redis://elsewhere:6379/0"}, "inject_min_interval": 250,
+                               "auth": {"mode": "jwt", "public_keys": [public]}}),
+                   lambda: broker.reloader.reloads == 2)
+        assert services.settings.port == 3100 and services.settings.redis.url is None
+        assert "port, redis changed; restart the app" in caplog.text
+        assert services.settings.auth.mode == "jwt" and services.settings.blacklist_ip == []
+        assert broker.reloader.last_error is None
+        status, reason = await refused(host, "a2a_id=travel")
+        assert status == 401 and "token" in reason  # jwt mode is on now
+    await asyncio.sleep(0)
