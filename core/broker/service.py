@@ -251,6 +251,14 @@ class Broker:
             return wire.parse_card(body)
         return await conn.fetch_card(timeout_s=timeout_s)
 
+    async def disconnect(self, a2a_id: str, reason: str = "disconnected by an operator", code: int = 1000) -> bool:
+        """Close a connected agent's socket (its tasks fail with `auto` injects); False when it is not connected."""
+        close = self._closers.get(a2a_id)
+        if close is None:
+            return False
+        await close(code, _close_reason(reason))
+        return True
+
     def connection(self, a2a_id: str) -> AgentConnection | None:
         """The connected agent with that id."""
         return self._connections.get(a2a_id)
