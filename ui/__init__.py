@@ -10,6 +10,7 @@ def register_pages(services: Services) -> None:
     from ui.api_keys_page import register_api_keys_page
     from ui.audit_page import register_audit_pages
     from ui.auth import install_login_middleware, register_login_pages
+    from ui.broker_page import register_broker_pages
     from ui.chat_page import register_chat_pages
     from ui.remote_agents_page import register_remote_agents_page
 
@@ -19,3 +20,4 @@ def register_pages(services: Services) -> None:
     register_audit_pages(services)
     register_api_keys_page(services)  # issue 6: keys for A2A callers
     register_remote_agents_page(services)  # issue 6: remote A2A agents by card URL
+    register_broker_pages(services)  # issue 5: the seed-003 broker, live

@@ -1,0 +1,151 @@
+"""`/broker`: the seed-003 broker, live: online agents, running tasks, counters.
+
+Refreshed once a second by a timer; the tables get new rows, nothing else is
+rebuilt. A page holds no rules: the rows come from `Broker` views below.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nicegui import ui
+
+from core.broker import Broker
+from core.services import Services
+
+REFRESH_S = 1.0
+RECENT_SHOWN = 20
+
+AGENT_COLUMNS = [
+    {"name": "id", "label": "Id", "field": "id", "align": "left"},
+    {"name": "name", "label": "Name", "field": "name", "align": "left"},
+    {"name": "binding", "label": "Bound to", "field": "binding", "align": "left"},
+    {"name": "skills", "label": "Skills", "field": "skills", "align": "left"},
+    {"name": "age", "label": "Connected for", "field": "age", "align": "right"},
+    {"name": "inFlight", "label": "In flight", "field": "inFlight", "align": "right"},
+    {"name": "address", "label": "From", "field": "address", "align": "left"},
+]
+TASK_COLUMNS = [
+    {"name": "task", "label": "Task", "field": "task", "align": "left"},
+    {"name": "agent", "label": "Agent", "field": "agent", "align": "left"},
+    {"name": "chat", "label": "Chat (agentId / chatId)", "field": "chat", "align": "left"},
+    {"name": "state", "label": "State", "field": "state", "align": "left"},
+    {"name": "progress", "label": "Last progress", "field": "progress", "align": "left"},
+    {"name": "events", "label": "Events", "field": "events", "align": "right"},
+    {"name": "injects", "label": "Injects (throttled)", "field": "injects", "align": "right"},
+    {"name": "age", "label": "Age", "field": "age", "align": "right"},
+]
+
+
+def age(seconds: float) -> str:
+    """`42 s`, `3 min 5 s`, `2 h 10 min`."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def agent_rows(broker: Broker, now: float | None = None) -> list[dict[str, Any]]:
+    """One row per connected agent."""
+    now = now or time.time()
+    return [{
+        "id": c.id, "name": c.name, "binding": c.binding or "global (every chat agent)",
+        "skills": ", ".join(s["name"] for s in c.card()["skills"]) or "—",
+        "age": age(now - c.connected_at), "inFlight": c.in_flight, "address": c.remote_addr or "—",
+    } for c in broker.connections()]
+
+
+def task_rows(tasks: list[Any], now: float | None = None) -> list[dict[str, Any]]:
+    """One row per broker task (running or finished)."""
+    now = now or time.time()
+    rows = []
+    for t in tasks:
+        end = t.finished_at or now
+        rows.append({
+            "id": t.id, "task": t.text if len(t.text) <= 60 else t.text[:59] + "…", "agent": t.agent.name,
+            "chat": f"{t.chat_agent_id} / {t.chat_id}", "state": t.state,
+            "progress": t.last_text[:120] or "—", "events": t.events,
+            "injects": f"{t.injects} ({t.throttled})", "age": age(end - t.created_at),
+        })
+    return rows
+
+
+def counters(broker: Broker) -> list[tuple[str, str]]:
+    """The figures shown at the top."""
+    stats, health = broker.stats(), broker.health()
+    by_state = stats["tasks"]["byState"]
+    injects = stats["injects"]
+    finished = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if k != "running") or "none"
+    redis = health["redis"] + (f" — {health['outbox']} waiting" if health["outbox"] else "")
+    return [
+        ("Agents online", str(stats["agentsOnline"])),
+        ("Tasks running", str(by_state.get("running", 0))),
+        ("Tasks finished", finished),
+        ("Events relayed", f"{stats['eventsRelayed']:,}"),
+        ("Injects sent", f"{injects['sent']:,}"),
+        ("Throttled / dropped", f"{injects['throttled']:,} / {injects['dropped']:,}"),
+        ("Connections (refused)", f"{stats['connections']['total']} ({stats['connections']['refused']})"),
+        ("Redis", redis),
+    ]
+
+
+def _header() -> None:
+    with ui.header().classes("items-center justify-between bg-primary"):
+        ui.link("A2A Delegation Chat", "/").classes("text-h6 text-white no-underline")
+        with ui.row().classes("items-center gap-4"):
+            for label, target in (("Audit", "/audit"), ("Remote agents", "/remote-agents"),
+                                  ("API keys", "/api-keys"), ("Broker", "/broker")):
+                link = ui.link(label, target).classes("text-white no-underline")
+                if label == "Broker":
+                    link.classes("text-weight-bold")
+
+
+def register_broker_pages(services: Services) -> None:
+    """`/broker`."""
+
+    @ui.page("/broker", title="Broker")
+    async def broker_page() -> None:
+        broker = services.broker
+        _header()
+        with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
+            ui.label("Broker").classes("text-h5")
+            ui.label("Remote agents dial in on /a2a (python -m core.pipe ws://…/a2a?a2a_id=NAME -- command); "
+                     "chat systems dispatch with POST /a2a/tasks/dispatch and hear back over Redis.").classes(
+                "text-grey-7")
+            if broker is None:
+                ui.label("The broker is not running in this process.")
+                return
+            figures: dict[str, ui.label] = {}
+            with ui.row().classes("gap-3 w-full").mark("broker-counters"):
+                for title, value in counters(broker):
+                    with ui.card().props("flat bordered").classes("q-pa-sm"):
+                        ui.label(title).classes("text-caption text-grey-7")
+                        figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}")
+
+            ui.label("Online agents").classes("text-h6")
+            agents = ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id").classes("w-full").mark(
+                "broker-agents").props("flat bordered dense no-data-label='No agent is connected.'")
+            ui.label("Running tasks").classes("text-h6")
+            running = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks()), row_key="id").classes(
+                "w-full").mark("broker-running").props("flat bordered dense no-data-label='No task is running.'")
+            ui.label("Recently finished").classes("text-h6")
+            recent = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN]),
+                              row_key="id").classes("w-full").mark("broker-recent").props(
+                "flat bordered dense no-data-label='Nothing finished yet.'")
+
+            def refresh() -> None:
+                now = time.time()
+                for title, value in counters(broker):
+                    if figures[title].text != value:
+                        figures[title].set_text(value)
+                for table, rows in ((agents, agent_rows(broker, now)),
+                                    (running, task_rows(broker.running_tasks(), now)),
+                                    (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], now))):
+                    if table.rows != rows:
+                        table.rows = rows
+                        table.update()
+
+            ui.timer(REFRESH_S, refresh)
