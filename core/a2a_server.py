@@ -122,7 +122,7 @@ class A2AServer:
             return JSONResponse(wire.invalid_request_body(
                 f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes."))
         request.state.a2a_user_id = user_id
-        return await self.dispatcher.handle_requests(_with_body(request, body))
+        return wire.coalesce_sse(await self.dispatcher.handle_requests(_with_body(request, body)))
 
     async def _authenticate(self, request: Request) -> int | None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -40,6 +40,11 @@ def lorem(count: int) -> str:
     return "".join(plan_reply([{"role": "user", "content": f"/lorem {count}"}], tools=None).tokens)
 
 
+def tokens(count: int) -> list[str]:
+    """The demo model's tokens for `/lorem <count>`."""
+    return plan_reply([{"role": "user", "content": f"/lorem {count}"}], tools=None).tokens
+
+
 def kinds(events) -> list[str]:
     return [e.WhichOneof("payload") for e in events]
 
@@ -129,6 +134,9 @@ async def test_non_streaming_send_waits_for_the_end_and_get_task_reads_it_back(a
     # Another agent's URL does not see the task either.
     response = rpc(app.agent_url("general-assistant"), app.key, "GetTask", {"id": task.id})
     assert response.json()["error"]["code"] == -32001
+    listed = rpc(app.agent_url("coding-assistant"), app.key, "ListTasks", {"pageSize": 10}).json()["result"]
+    assert [t["id"] for t in listed["tasks"]] == [task.id]
+    assert rpc(app.agent_url("general-assistant"), app.key, "ListTasks", {}).json()["result"]["tasks"] == []
 
 
 async def test_cancel_a_running_task_ends_its_stream_canceled(app: LiveApp) -> None:
@@ -148,6 +156,22 @@ async def test_cancel_a_running_task_ends_its_stream_canceled(app: LiveApp) -> N
         assert (await client.get_task(GetTaskRequest(id=task_id))).status.state == TaskState.TASK_STATE_CANCELED
         with pytest.raises(TaskNotCancelableError, match="already TASK_STATE_CANCELED"):
             await client.cancel_task(CancelTaskRequest(id=task_id))
+
+
+async def test_a_client_that_goes_away_mid_stream_does_not_stop_the_task(app: LiveApp) -> None:
+    async with sdk_client(app.agent_url("coding-assistant"), app.key) as (client, _):
+        stream = client.send_message(user_message("/lorem 400"))
+        task_id = (await anext(stream)).task.id
+        await anext(stream)
+        await stream.aclose()
+    async with sdk_client(app.agent_url("coding-assistant"), app.key) as (client, _):
+        deadline = asyncio.get_running_loop().time() + 20
+        task = await client.get_task(GetTaskRequest(id=task_id))
+        while task.status.state != TaskState.TASK_STATE_COMPLETED:
+            assert asyncio.get_running_loop().time() < deadline, task.status
+            await asyncio.sleep(0.05)
+            task = await client.get_task(GetTaskRequest(id=task_id))
+    assert task.artifacts[0].parts[0].text == lorem(400)
 
 
 async def test_subscribe_to_a_running_task_replays_and_follows_it_to_the_end(app: LiveApp) -> None:
@@ -247,6 +271,7 @@ async def test_tasks_are_read_from_the_database_after_a_restart(tmp_path: Path) 
         async with sdk_client(first.agent_url("coding-assistant"), key) as (client, _):
             events = [e async for e in client.send_message(user_message("/lorem 8"))]
         task_id = events[0].task.id
+        assert status_texts(events) == tokens(8)  # without delay, bursts share a write but stay separate events
     with live_a2a_app(tmp_path, data_dir=data, demo_model_delay_ms=0) as second:
         async with sdk_client(second.agent_url("coding-assistant"), key) as (client, _):
             task = await client.get_task(GetTaskRequest(id=task_id))
