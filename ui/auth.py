@@ -22,6 +22,20 @@ from core.services import Services
 PUBLIC_PREFIXES = ("/_nicegui", "/login", "/api", "/a2a", "/docs", "/openapi.json", "/favicon", "/assets")
 
 
+def safe_local_path(target: str) -> str:
+    """`target` when it is a path on this site, else `/` (no open redirect after login).
+
+    Browsers read `/\\host` and `/<TAB>/host` as `//host` (WHATWG URL parsing strips
+    tabs and newlines and treats backslashes as slashes), so anything but a plain
+    `/path` without backslashes or control characters is refused.
+    """
+    if not target.startswith("/") or target.startswith("//"):
+        return "/"
+    if "\\" in target or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target):
+        return "/"
+    return target
+
+
 def current_user_id(services: Services) -> int | None:
     """The logged-in user's id in this browser (the `local` user in single-user mode)."""
     if not services.auth.multi_user:
@@ -49,7 +63,7 @@ def register_login_pages(services: Services) -> None:
 
     @ui.page("/login", title="Log in")
     async def login_page(redirect_to: str = "/") -> RedirectResponse | None:
-        target = redirect_to if redirect_to.startswith("/") and not redirect_to.startswith("//") else "/"
+        target = safe_local_path(redirect_to)
         if not services.auth.multi_user or isinstance(app.storage.user.get(USER_ID_KEY), int):
             return RedirectResponse(target)
 

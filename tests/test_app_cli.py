@@ -1,0 +1,281 @@
+"""`python app.py` as a command: `users add|list|passwd`, and no single-user mode beyond loopback.
+
+The commands run as real subprocesses on their own data dirs (side by side where independent);
+the error paths call `app.main` in-process, which is the same code without the start-up cost.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core import accounts
+from core.db import Database
+from core.services import Services, StartupRefused
+from tests.conftest import make_settings
+from tests.utils.sync import run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND_TIMEOUT_S = 30
+
+# The child must not think it runs under pytest or NiceGUI's simulation (see the playwright notes),
+# nor inherit the parent's NiceGUI storage path or a password.
+_DROPPED = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
+            "HOST", "PORT"}
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env.update(DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def start_app(args: list[str], data_dir: Path, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "app.py", *args], cwd=ROOT, env=child_env(data_dir, **env),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # no terminal: a password prompt fails at once instead of waiting
+    )
+
+
+def finish(proc: subprocess.Popen) -> Result:
+    try:
+        out, err = proc.communicate(timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"`python app.py {' '.join(proc.args[2:])}` did not finish in {COMMAND_TIMEOUT_S} s:\n{err}")
+    return Result(proc.returncode, out, err)
+
+
+def run_all(*commands: tuple[list[str], Path, dict[str, str]]) -> list[Result]:
+    """Run independent commands side by side; results in the same order."""
+    started = [start_app(args, data_dir, **env) for args, data_dir, env in commands]
+    return [finish(proc) for proc in started]
+
+
+def authenticate(data_dir: Path, username: str, password: str) -> bool:
+    db = Database(make_settings(data_dir.parent, data_dir=data_dir).database)
+
+    async def check() -> bool:
+        try:
+            async with db.session() as s:
+                return await accounts.authenticate(s, username=username, password=password) is not None
+        finally:
+            await db.close()
+
+    return run_sync(check())
+
+
+def create_account(data_dir: Path, username: str, password: str) -> None:
+    db = Database(make_settings(data_dir.parent, data_dir=data_dir).database)
+    db.migrate()
+
+    async def create() -> None:
+        try:
+            async with db.session() as s:
+                await accounts.create_user(s, username=username, password=password)
+        finally:
+            await db.close()
+
+    run_sync(create())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def is_listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+# -- users add / list / passwd --------------------------------------------------------------
+
+
+def test_users_add_then_list_and_passwd(tmp_path: Path) -> None:
+    main = tmp_path / "main"
+    (add,) = run_all((["users", "add", "alice"], main, {"APP_USER_PASSWORD": "first-password"}))
+    assert add.returncode == 0, add.stderr
+    assert "created user 'alice'" in add.stdout
+    assert authenticate(main, "alice", "first-password")
+    assert not authenticate(main, "alice", "wrong-password")
+
+    # A copy of the data dir, so that `list` and `passwd` can run side by side on their own files.
+    copy = tmp_path / "copy"
+    shutil.copytree(main, copy)
+    listed, passwd = run_all(
+        (["users", "list"], copy, {}),
+        (["users", "passwd", "alice"], main, {"APP_USER_PASSWORD": "second-password"}),
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == ["alice\tpassword"]
+    assert passwd.returncode == 0, passwd.stderr
+    assert "changed the password of 'alice'" in passwd.stdout
+    assert authenticate(main, "alice", "second-password")
+    assert not authenticate(main, "alice", "first-password")
+
+
+# The error paths run `app.main` in this process (the same code as the subprocess, minus its
+# two-second start), with the data dir of `isolated_env`.
+
+
+@pytest.fixture
+def run_main(monkeypatch: pytest.MonkeyPatch, isolated_env: Path, capsys: pytest.CaptureFixture):
+    import app
+
+    monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))  # main() setdefault()s it
+    monkeypatch.delenv("APP_USER_PASSWORD", raising=False)
+
+    def run(*argv: str, password: str | None = None, typed: list[str] | None = None) -> Result:
+        if password is not None:
+            monkeypatch.setenv("APP_USER_PASSWORD", password)
+        else:
+            monkeypatch.delenv("APP_USER_PASSWORD", raising=False)
+        answers = iter(typed or [])
+        monkeypatch.setattr("getpass.getpass", lambda prompt="": next(answers))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            app.main(list(argv))
+        out, err = capsys.readouterr()
+        code = exited.value.code
+        if isinstance(code, str):  # sys.exit("message") prints the message and exits with 1
+            return Result(1, out, err + code)
+        return Result(code or 0, out, err)
+
+    return run
+
+
+def test_users_errors_are_clear(run_main, isolated_env: Path) -> None:
+    data = isolated_env / "data"
+    too_short = run_main("users", "add", "bob", password="short")
+    assert too_short.returncode == 2 and "at least 8 characters" in too_short.stderr
+    no_such_user = run_main("users", "passwd", "nobody", password="long-enough-password")
+    assert no_such_user.returncode == 2 and "there is no user 'nobody'" in no_such_user.stderr
+    reserved = run_main("users", "add", "local", password="long-enough-password")
+    assert reserved.returncode == 2 and "reserved for single-user mode" in reserved.stderr
+    bad_name = run_main("users", "add", "no spaces", password="long-enough-password")
+    assert bad_name.returncode == 2 and "a username is 1-64 letters" in bad_name.stderr
+
+    assert run_main("users", "add", "alice", password="alice-password").returncode == 0
+    again = run_main("users", "add", "alice", password="other-password")
+    assert again.returncode == 2 and "the user 'alice' already exists" in again.stderr
+    assert authenticate(data, "alice", "alice-password")
+    assert not authenticate(data, "bob", "short")
+
+
+def test_without_the_env_variable_the_password_is_asked_twice(run_main, isolated_env: Path) -> None:
+    data = isolated_env / "data"
+    differ = run_main("users", "add", "carol", typed=["one-password", "another-password"])
+    assert differ.returncode != 0 and "the passwords differ" in differ.stderr
+    assert not authenticate(data, "carol", "one-password")
+
+    typed = run_main("users", "add", "dave", typed=["typed-password", "typed-password"])
+    assert typed.returncode == 0, typed.stderr
+    assert authenticate(data, "dave", "typed-password")
+    listed = run_main("users", "list")
+    assert listed.stdout.splitlines() == ["dave\tpassword"]
+
+
+def test_users_needs_an_action(run_main) -> None:
+    missing = run_main("users")
+    assert missing.returncode == 2 and "add" in missing.stderr and "passwd" in missing.stderr
+
+
+# -- serving ----------------------------------------------------------------------------------
+
+
+def test_listening_beyond_loopback_without_accounts_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    result = finish(start_app([], tmp_path / "data", HOST="0.0.0.0", PORT=str(port)))
+    assert result.returncode != 0
+    assert "Refusing to listen on 0.0.0.0" in result.stderr
+    assert "python app.py users add NAME" in result.stderr and "HOST=127.0.0.1" in result.stderr
+    assert not is_listening(port)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "example.org"])
+def test_prepare_refuses_a_non_loopback_host_without_accounts(tmp_path: Path, host: str) -> None:
+    services = Services.build(make_settings(tmp_path, host=host))
+    with pytest.raises(StartupRefused, match=f"Refusing to listen on {host}"):
+        services.prepare()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_prepare_allows_single_user_mode_on_loopback(tmp_path: Path, host: str) -> None:
+    services = Services.build(make_settings(tmp_path, host=host))
+    services.prepare()
+    assert not services.auth.multi_user and services.auth.local_user_id is not None
+
+
+def test_prepare_allows_any_host_once_an_account_exists(tmp_path: Path) -> None:
+    # What `python app.py` with HOST=0.0.0.0 checks before it binds (app.serve: build -> prepare).
+    # The live check below binds loopback only, so the test never opens a port to the network.
+    create_account(tmp_path / "data", "alice", "alice-password")
+    services = Services.build(make_settings(tmp_path, host="0.0.0.0"))
+    services.prepare()
+    assert services.auth.multi_user and services.auth.local_user_id is None
+
+
+@contextmanager
+def running_app(data_dir: Path, port: int) -> Iterator[subprocess.Popen]:
+    proc = start_app([], data_dir, HOST="127.0.0.1", PORT=str(port))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.communicate()
+
+
+def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    create_account(data, "alice", "alice-password")
+    port = free_port()
+    with running_app(data, port) as proc:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, f"the app exited with {proc.returncode}: {proc.stderr.read()}"
+            try:
+                docs = httpx.get(f"{base}/docs", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the app did not start listening"
+                time.sleep(0.1)
+        assert docs.status_code == 200 and "swagger-ui" in docs.text.lower()
+        schema = httpx.get(f"{base}/openapi.json", timeout=5)
+        assert schema.status_code == 200 and "/api/sessions" in schema.json()["paths"]
+        page = httpx.get(f"{base}/", timeout=5)
+        assert page.status_code in {302, 303, 307}
+        assert page.headers["location"] == "/login?redirect_to=%2F"
+        login = httpx.get(f"{base}/login", timeout=5)
+        assert login.status_code == 200 and login.headers.get("x-nicegui-content") == "page"
+        assert httpx.get(f"{base}/api/sessions", timeout=5).status_code == 401
+        assert httpx.get(f"{base}/api/sessions", auth=("alice", "alice-password"), timeout=5).json() == []
