@@ -1,34 +1,184 @@
-"""The hub's SSE face: one function turns a hub subscription into an SSE response.
+"""Server-Sent Events for every SSE endpoint of the app: the seed-002 `SSEStream`, and the hub's SSE face.
 
-Every event carries its hub id as the SSE `id:`, so a browser's EventSource
-(or any client sending `Last-Event-ID`, or `?lastEventId=` for clients that
-cannot set headers) resumes exactly after the last event it saw. The payload is
-the UI stream protocol object (`{"type": "text-delta", ...}`) as `data:`, so
-`EventSource.onmessage` receives every event.
+Two sources, one wire and one connection engine (`SSEResponse`, an sse-starlette
+`EventSourceResponse`):
 
-When the id asked for cannot be honoured (not a number, older than what the
-buffer still holds, or newer than anything it ever had), the client first gets
-a `reset` event with the reason, then the whole buffered history: never a
-silent gap.
+- `SSEStream`: the seed's stream object. Events may be sent before any client
+  attaches (a bounded buffer, oldest dropped and counted), then `attach()` turns
+  it into a response; several clients may attach, each resuming after the last
+  id it saw.
+- `hub_sse_response`: one `StreamHub` buffer (a chat turn, `a2a_<taskId>`) as an
+  SSE response, with the same behaviour.
+
+The wire, exactly::
+
+    id: 7
+    event: progress
+    data: {"taskId":"t1","message":"working","progress":50,"timestamp":"2026-01-01T12:00:00.000Z"}
+
+(a blank line ends each event; multi-line data is sent as several `data:` lines).
+The first event of a connection also carries `retry: <ms>`, the reconnect delay
+for the client. Keep-alive comments (`: keep-alive`) go out every `keepalive_s`
+seconds (default 30). Hub events whose type is in `named` (default: the seed's
+`progress`, `state` and `artifact`) are sent as named events with their payload
+as data, for `EventSource.addEventListener(type, ...)`; every other hub event is
+sent unnamed with data `{"type": ..., **payload}` (the UI stream protocol), for
+`EventSource.onmessage`. An `error` event is never named: EventSource uses that
+name for its own connection errors.
+
+Resume: every event carries its `id:`. A client that reconnects with
+`Last-Event-ID` (header, or `?lastEventId=` for clients that cannot set headers)
+receives exactly the events after that id, then live ones. When the id cannot be
+honoured (not a number, older than what is still buffered, newer than anything
+the stream ever had, so from another stream) the client first gets a `reset`
+event with the reason, then the whole buffered history: never a silent gap. A
+stream that has ended with nothing left after the client's id is answered
+`204 No Content`, which tells an EventSource to stop reconnecting.
+
+Slow clients: each connection has its own bounded queue (`subscriber_queue`). A
+connection that falls that far behind receives what was queued, an `overflow`
+event (with the `lastEventId` it got to) and the end of the response; it may
+reconnect from there. Events queued while a client is busy are sent together in
+one write (what makes one connection carry tens of thousands of events/s).
+
+Connection care: a client disconnect is noticed (sse-starlette listens for
+`http.disconnect`), a write that fails or stalls past `send_timeout_s` ends the
+connection, and neither ever raises into the producer, whose `send_*` calls only
+queue. Responses carry `Cache-Control: no-cache` and `X-Accel-Buffering: no`;
+Starlette's `GZipMiddleware` (the one NiceGUI installs) leaves `text/event-stream`
+alone, so nothing is held back to be compressed.
+
+Not thread-safe: use an `SSEStream` from the event loop that serves it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
 
-from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Message, Receive, Scope, Send
 
-from core.hub import StreamHub, SubscriberOverflow, Subscription
+from core.hub import BufferState, StreamEvent, StreamHub, SubscriberOverflow, Subscription, UnknownStream
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 RETRY_MS = 2000
-PING_S = 15
+KEEPALIVE_S = 30.0
+SEND_TIMEOUT_S = 30.0
+MAX_BUFFER_SIZE = 1000
+SUBSCRIBER_QUEUE = 10_000
+#: Hub event types sent as named SSE events (the seed's typed events).
+SEED_EVENT_TYPES: frozenset[str] = frozenset({"progress", "state", "artifact"})
+
+# One write carries at most this many queued events, or about this many bytes.
+_MAX_BATCH_EVENTS = 512
+_MAX_BATCH_BYTES = 64 * 1024
+
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_lenient_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_KEEPALIVE = ServerSentEvent(comment="keep-alive", sep="\n")
+
+#: Why a connection or a stream ended (`SSEStream.close_reason`, the "close" listeners' argument).
+CLOSED = "closed"  # close() was called
+DISCONNECT = "disconnect"  # the client went away
+WRITE_ERROR = "write-error"  # a write failed or stalled past send_timeout_s
+SHUTDOWN = "shutdown"  # the server is stopping
+_CONNECTION_LOST = frozenset({DISCONNECT, WRITE_ERROR, SHUTDOWN})
+
+
+class SSEDataError(TypeError):
+    """The data of an event cannot be serialised to JSON (raised by the `send_*` call, nothing is sent)."""
+
+
+# -- the seed's payloads ------------------------------------------------------------------------
+
+
+def iso_now() -> str:
+    """Now in UTC as ISO 8601 with milliseconds, like JavaScript's `toISOString()`."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def progress_payload(task_id: str, message: str, progress: float | None = None) -> dict[str, Any]:
+    """`{taskId, message, progress, timestamp}`; `progress` is a percentage (0-100) or None.
+
+    Raises:
+        ValueError: `progress` is not a number from 0 to 100.
+    """
+    if progress is not None:
+        if isinstance(progress, bool) or not isinstance(progress, int | float) or not 0 <= progress <= 100:
+            raise ValueError(f"progress must be a number from 0 to 100 or None, got {progress!r}")
+    return {"taskId": task_id, "message": message, "progress": progress, "timestamp": iso_now()}
+
+
+def state_payload(task_id: str, old: str | None, new: str) -> dict[str, Any]:
+    """`{taskId, from, to, timestamp}`."""
+    return {"taskId": task_id, "from": old, "to": new, "timestamp": iso_now()}
+
+
+def artifact_payload(task_id: str, artifact: Any) -> dict[str, Any]:
+    """`{taskId, artifact, timestamp}`."""
+    return {"taskId": task_id, "artifact": artifact, "timestamp": iso_now()}
+
+
+def to_json(value: Any, what: str = "data") -> str:
+    """Compact JSON (UTF-8 kept as is).
+
+    Raises:
+        SSEDataError: `value` cannot be serialised (an unknown type, a circular reference, NaN or infinity).
+    """
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise SSEDataError(f"{what} is not JSON-serialisable ({type(value).__name__}): {exc}") from exc
+
+
+# -- the wire ---------------------------------------------------------------------------------
+
+
+def encode_event(data: str, *, event: str | None = None, id: int | str | None = None) -> bytes:
+    """One SSE event: `id:`, `event:`, one `data:` line per line of `data`, a blank line."""
+    if "\n" in data or "\r" in data:
+        data = "\ndata: ".join(_LINE_BREAK.split(data))
+    if event is None:
+        head = "" if id is None else f"id: {id}\n"
+    else:
+        head = f"event: {event}\n" if id is None else f"id: {id}\nevent: {event}\n"
+    return f"{head}data: {data}\n\n".encode()
+
+
+def _check_event_name(event: Any) -> None:
+    if not isinstance(event, str) or not event:
+        raise ValueError(f"an event type must be a non-empty string, got {event!r}")
+    if "\n" in event or "\r" in event:
+        raise ValueError(f"an event type must be one line, got {event!r}")
+
+
+def _notice(type_: str, **fields: Any) -> bytes:
+    """A `reset` or `overflow` event: named, no id (so the client's last id stays where it was)."""
+    return encode_event(_lenient_encoder.encode({"type": type_, **fields}), event=type_)
+
+
+def _retry_line(retry_ms: int | None) -> bytes:
+    if retry_ms is None:
+        return b""
+    if isinstance(retry_ms, bool) or not isinstance(retry_ms, int) or retry_ms < 0:
+        raise ValueError(f"retry_ms must be a non-negative integer or None, got {retry_ms!r}")
+    return f"retry: {retry_ms}\n".encode()
 
 
 def last_event_id(request: Request) -> str | None:
@@ -36,52 +186,586 @@ def last_event_id(request: Request) -> str | None:
     return request.headers.get("last-event-id") or request.query_params.get("lastEventId")
 
 
-def hub_sse_response(hub: StreamHub, key: str, resume_after: str | None) -> EventSourceResponse:
-    """An SSE response of the buffer `key`, resuming after `resume_after` (raw header value).
+_resume_id_of = last_event_id  # `SSEStream.attach` has a parameter of that name
 
-    The caller has checked that the buffer exists and that the client may read it.
+
+def _parse_resume(resume_after: str | None) -> tuple[int | None, str | None]:
+    """(the id to resume after, or None) and the reason it cannot be used, if so."""
+    if resume_after is None or resume_after == "":
+        return None, None
+    try:
+        return int(resume_after), None
+    except ValueError:
+        return None, f"Last-Event-ID {resume_after!r} is not a number"
+
+
+def stream_not_found(detail: str = "There is no such stream.") -> JSONResponse:
+    """The answer for an unknown stream key: 404 with `{"detail": ...}` (FastAPI's error shape)."""
+    return JSONResponse({"detail": detail}, status_code=404)
+
+
+def nothing_more() -> Response:
+    """The answer for an ended stream with nothing after the client's id: 204 (EventSource stops retrying)."""
+    return Response(status_code=204, headers=SSE_HEADERS)
+
+
+# -- the connection engine ----------------------------------------------------------------------
+
+
+class SSEResponse(EventSourceResponse):
+    """sse-starlette's `EventSourceResponse` with this app's headers, keep-alive, write timeout and end hook.
+
+    `content` yields ready-made bytes. `on_end(reason)` runs exactly once when the
+    connection is over, whatever ended it (also for a HEAD request, which never
+    starts the stream): `"closed"` (the content ended), `"disconnect"`,
+    `"write-error"` or `"shutdown"`. A failed or timed-out write is not re-raised:
+    the connection is simply over.
+
+    The write timeout (`send_timeout_s`) is armed only when a write has to wait
+    (the client reads slower than we send): a write that completes at once, the
+    usual case, costs no timer. sse-starlette's own `send_timeout` would arm one
+    per write.
     """
-    subscription, reset_reason = _subscribe(hub, key, resume_after)
-    return EventSourceResponse(
-        _events(subscription, reset_reason),
-        headers=SSE_HEADERS,
-        ping=PING_S,
-        send_timeout=30,
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        *,
+        on_end: Callable[[str], None] | None = None,
+        keepalive_s: float | None = KEEPALIVE_S,
+        send_timeout_s: float | None = SEND_TIMEOUT_S,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            content,
+            headers={**SSE_HEADERS, **(headers or {})},
+            ping=keepalive_s or 0,
+            sep="\n",
+            ping_message_factory=lambda: _KEEPALIVE,
+        )
+        self._on_end = on_end
+        self._write_timeout = send_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the stream (sse-starlette), then tell `on_end` why it ended."""
+        reason: str | None = None
+        try:
+            await super().__call__(scope, receive, send if self._write_timeout is None else self._timed(send))
+        except (OSError, ClientDisconnect):  # a write that failed, or waited longer than send_timeout_s
+            reason = WRITE_ERROR
+        except asyncio.CancelledError:
+            reason = SHUTDOWN
+            raise
+        finally:
+            if reason is None:
+                if self._response_complete:  # (uvicorn reports a disconnect once a response is complete)
+                    reason = CLOSED
+                elif self._client_disconnected:
+                    reason = DISCONNECT
+                elif self._send_interrupted:
+                    reason = WRITE_ERROR
+                elif self._response_started and not self._response_complete:
+                    reason = SHUTDOWN
+                elif not self._response_started and scope.get("method", "GET").upper() != "HEAD":
+                    reason = SHUTDOWN
+                else:
+                    reason = CLOSED
+            if self._on_end is not None:
+                on_end, self._on_end = self._on_end, None
+                try:
+                    on_end(reason)
+                except Exception:
+                    log.exception("SSE end hook failed")
+
+    def _timed(self, send: Send) -> Send:
+        timeout = self._write_timeout
+
+        async def timed_send(message: Message) -> None:
+            step = send(message)
+            try:
+                if not inspect.iscoroutine(step):  # some other awaitable: bounded as a whole
+                    async with asyncio.timeout(timeout):
+                        await step
+                    return
+                try:
+                    yielded = step.send(None)
+                except StopIteration:
+                    return  # written without waiting: no timer needed
+                async with asyncio.timeout(timeout):
+                    await _finish_step(step, yielded)
+            except TimeoutError:
+                raise SendTimeoutError(f"a write to the client waited more than {timeout} s") from None
+
+        return timed_send
+
+
+# -- SSEStream ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One sent event: its id in the stream, its type, its data as sent (JSON or the string) and its bytes."""
+
+    id: int
+    event: str
+    data: str
+    frame: bytes
+
+
+class _Subscriber:
+    """One attached connection: replay of the history, then a bounded queue of live events."""
+
+    __slots__ = ("after", "queue", "limit", "waiter", "overflowed", "ended", "last_id", "stream")
+
+    def __init__(self, stream: SSEStream, after: int | None, limit: int) -> None:
+        self.stream = stream
+        self.after = after
+        self.queue: deque[SSEEvent] = deque()
+        self.limit = limit
+        self.waiter: asyncio.Future[None] | None = None
+        self.overflowed = False
+        self.ended = False
+        self.last_id = after or 0
+
+    def push(self, event: SSEEvent) -> None:
+        if len(self.queue) >= self.limit:
+            self.overflowed = True
+            self.stream._subscribers.discard(self)
+        else:
+            self.queue.append(event)
+        self.wake()
+
+    def end(self) -> None:
+        self.ended = True
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+Listener = Callable[..., Any]
+
+
+class SSEStream:
+    """A stream of typed SSE events (seed 002), sent before or after clients attach.
+
+    Args:
+        max_buffer_size: events kept (default 1000). Before the first client
+            attaches they wait here; when full, the oldest is dropped and counted
+            in `dropped`. The same window serves resumes by `Last-Event-ID`.
+        keepalive_s: seconds between keep-alive comments (None or 0: none).
+        retry_ms: the reconnect delay sent to clients (`retry:`), or None.
+        subscriber_queue: events one connection may lag behind before it is cut
+            off with an `overflow` event.
+        send_timeout_s: a write to a client that takes longer ends its connection.
+        close_on_disconnect: close the stream (telling the "close" listeners) when
+            its last client goes away, as the seed's `req.on('close', ...)` does.
+            Set it to False for a stream that clients may leave and resume.
+
+    Listeners: `on("event", fn)` calls `fn(event, data)` for every event sent
+    (data as given, before serialisation); `on("close", fn)` calls `fn(reason)`
+    once, with `"closed"`, `"disconnect"`, `"write-error"` or `"shutdown"`. A
+    listener that raises is logged; it never breaks the producer. A listener may
+    be a coroutine function; it is then scheduled on the running loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_buffer_size: int = MAX_BUFFER_SIZE,
+        keepalive_s: float | None = KEEPALIVE_S,
+        retry_ms: int | None = RETRY_MS,
+        subscriber_queue: int = SUBSCRIBER_QUEUE,
+        send_timeout_s: float | None = SEND_TIMEOUT_S,
+        close_on_disconnect: bool = True,
+    ) -> None:
+        if max_buffer_size < 1:
+            raise ValueError(f"max_buffer_size must be at least 1, got {max_buffer_size!r}")
+        if subscriber_queue < 1:
+            raise ValueError(f"subscriber_queue must be at least 1, got {subscriber_queue!r}")
+        self.max_buffer_size = max_buffer_size
+        self.keepalive_s = keepalive_s
+        self.retry_ms = retry_ms
+        self.subscriber_queue = subscriber_queue
+        self.send_timeout_s = send_timeout_s
+        self.close_on_disconnect = close_on_disconnect
+        #: Events dropped from the buffer before any client received them.
+        self.dropped = 0
+        #: Why the stream closed (None while open).
+        self.close_reason: str | None = None
+        self._retry = _retry_line(retry_ms)
+        self._events: deque[SSEEvent] = deque()
+        self._next_id = 1
+        self._handed_up_to = 0  # the highest id some client has been given
+        self._subscribers: set[_Subscriber] = set()
+        self._closed = False
+        self._listeners: dict[str, list[Listener]] = {"event": [], "close": []}
+        self._listener_tasks: set[asyncio.Future[Any]] = set()
+
+    # -- the seed's API ---------------------------------------------------------------------
+
+    def send_event(self, event: str, data: Any = None) -> int | None:
+        """Send one event of type `event`; `data` is sent as is when a string, else as JSON.
+
+        Returns the event's id, or None when the stream is closed (nothing is sent).
+
+        Raises:
+            SSEDataError: `data` cannot be serialised to JSON.
+            ValueError: `event` is empty or not one line.
+        """
+        _check_event_name(event)
+        text = data if isinstance(data, str) else to_json(data, f"the data of event {event!r}")
+        if self._closed:
+            return None
+        event_id = self._next_id
+        self._next_id = event_id + 1
+        item = SSEEvent(event_id, event, text, encode_event(text, event=event, id=event_id))
+        events = self._events
+        if len(events) >= self.max_buffer_size:
+            if events.popleft().id > self._handed_up_to:
+                self.dropped += 1
+        events.append(item)
+        if self._subscribers:
+            self._handed_up_to = event_id
+            for sub in tuple(self._subscribers):
+                sub.push(item)
+        if self._listeners["event"]:
+            self._emit("event", event, data)
+        return event_id
+
+    def send_progress(self, task_id: str, message: str, progress: float | None = None) -> int | None:
+        """A `progress` event: `{taskId, message, progress, timestamp}` (progress 0-100 or None)."""
+        return self.send_event("progress", progress_payload(task_id, message, progress))
+
+    def send_artifact(self, task_id: str, artifact: Any) -> int | None:
+        """An `artifact` event: `{taskId, artifact, timestamp}`."""
+        return self.send_event("artifact", artifact_payload(task_id, artifact))
+
+    def send_state_change(self, task_id: str, old_state: str | None, new_state: str) -> int | None:
+        """A `state` event: `{taskId, from, to, timestamp}`."""
+        return self.send_event("state", state_payload(task_id, old_state, new_state))
+
+    def close(self) -> None:
+        """End the stream: clients receive what is queued, then their response ends. Safe to call twice."""
+        self._close(CLOSED)
+
+    def is_closed(self) -> bool:
+        """True once the stream is closed (by `close()`, or because its last client went away)."""
+        return self._closed
+
+    def get_buffer(self) -> list[SSEEvent]:
+        """A copy of the events waiting for a client (sent while none was attached)."""
+        if self._handed_up_to == 0:
+            return list(self._events)
+        return [e for e in self._events if e.id > self._handed_up_to]
+
+    def on(self, name: str, listener: Listener) -> Listener:
+        """Call `listener` on "event" (`listener(event, data)`) or "close" (`listener(reason)`); returns it."""
+        if name not in self._listeners:
+            raise ValueError(f"unknown SSEStream event {name!r}; use 'event' or 'close'")
+        self._listeners[name].append(listener)
+        return listener
+
+    def off(self, name: str, listener: Listener) -> None:
+        """Remove a listener added with `on` (no error when it is not there)."""
+        try:
+            self._listeners[name].remove(listener)
+        except (KeyError, ValueError):
+            pass
+
+    # -- attaching --------------------------------------------------------------------------
+
+    @property
+    def subscribers(self) -> int:
+        """Clients attached right now."""
+        return len(self._subscribers)
+
+    @property
+    def last_id(self) -> int:
+        """The id of the last event sent (0 before the first)."""
+        return self._next_id - 1
+
+    def attach(self, request: Request | None = None, *, last_event_id: str | None = None) -> Response:
+        """The response for one client (the seed's `initResponse`): buffered events, then live ones.
+
+        The client resumes after `last_event_id`, else after the request's
+        `Last-Event-ID` header or `?lastEventId=` parameter; without an id it
+        gets every buffered event. A closed stream with nothing after that id
+        is answered 204.
+        """
+        raw = last_event_id if last_event_id is not None or request is None else _resume_id_of(request)
+        after, reset_reason = _parse_resume(raw)
+        if after is not None:
+            first = self._events[0].id if self._events else self._next_id
+            if after + 1 < first:
+                reset_reason, after = f"events after {after} are no longer buffered", None
+            elif after >= self._next_id:
+                reset_reason, after = f"event {after} does not belong to this stream", None
+        if self._closed and reset_reason is None and (after or 0) >= self.last_id:
+            return nothing_more()
+        sub = _Subscriber(self, after, self.subscriber_queue)
+        return SSEResponse(
+            self._connection(sub, reset_reason),
+            on_end=lambda reason: self._subscriber_ended(sub, reason),
+            keepalive_s=self.keepalive_s,
+            send_timeout_s=self.send_timeout_s,
+        )
+
+    async def _connection(self, sub: _Subscriber, reset_reason: str | None) -> AsyncIterator[bytes]:
+        # Registered when the response starts (not at attach), so a HEAD request leaves nothing behind;
+        # whatever was sent in between is in the history.
+        prefix = self._retry
+        first = self._events[0].id if self._events else self._next_id
+        if sub.after is not None and sub.after + 1 < first:  # (dropped since attach: never a silent gap)
+            reset_reason, sub.after = f"events after {sub.after} are no longer buffered", None
+        if reset_reason is not None:
+            yield prefix + _notice("reset", reason=reset_reason)
+            prefix = b""
+        after = sub.after or 0
+        replay = deque(e for e in self._events if e.id > after)
+        if replay:
+            self._handed_up_to = max(self._handed_up_to, replay[-1].id)
+        if self._closed:
+            sub.ended = True
+        else:
+            self._subscribers.add(sub)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                source = replay or sub.queue
+                if source:
+                    sub.last_id, data = _take(source)
+                    yield prefix + data if prefix else data
+                    prefix = b""
+                elif sub.overflowed:
+                    yield prefix + _notice(
+                        "overflow",
+                        reason=f"this client fell behind by {sub.limit} events",
+                        lastEventId=sub.last_id,
+                    )
+                    return
+                elif sub.ended:
+                    return
+                else:
+                    waiter = loop.create_future()
+                    sub.waiter = waiter
+                    await waiter
+        finally:
+            self._subscribers.discard(sub)
+
+    def _subscriber_ended(self, sub: _Subscriber, reason: str) -> None:
+        self._subscribers.discard(sub)
+        sub.ended = True
+        if reason in _CONNECTION_LOST and self.close_on_disconnect and not self._subscribers:
+            self._close(reason)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _close(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.close_reason = reason
+        for sub in tuple(self._subscribers):
+            sub.end()
+        self._subscribers.clear()
+        self._emit("close", reason)
+
+    def _emit(self, name: str, *args: Any) -> None:
+        for listener in tuple(self._listeners[name]):
+            try:
+                result = listener(*args)
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._listener_tasks.add(task)
+                    task.add_done_callback(self._listener_done)
+            except Exception:
+                log.exception("SSEStream %r listener %r failed", name, listener)
+
+    def _listener_done(self, task: asyncio.Future[Any]) -> None:
+        self._listener_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("SSEStream listener failed", exc_info=task.exception())
+
+
+def _take(source: deque[SSEEvent]) -> tuple[int, bytes]:
+    """Pop up to a batch of events from the left of `source`: (the last id taken, their bytes)."""
+    first = source.popleft()
+    if not source:
+        return first.id, first.frame
+    frames = [first.frame]
+    size = len(first.frame)
+    last = first
+    while source and len(frames) < _MAX_BATCH_EVENTS and size < _MAX_BATCH_BYTES:
+        last = source.popleft()
+        frames.append(last.frame)
+        size += len(last.frame)
+    return last.id, b"".join(frames)
+
+
+# -- the hub's SSE face -------------------------------------------------------------------------
+
+
+def hub_sse_response(
+    hub: StreamHub,
+    key: str,
+    resume_after: str | None,
+    *,
+    named: Collection[str] = SEED_EVENT_TYPES,
+    keepalive_s: float | None = KEEPALIVE_S,
+    retry_ms: int | None = RETRY_MS,
+    send_timeout_s: float | None = SEND_TIMEOUT_S,
+) -> Response:
+    """An SSE response of the hub buffer `key`, resuming after `resume_after` (the raw header value).
+
+    The caller has checked that the client may read the stream. An unknown key
+    is answered 404 (JSON); a finished buffer with nothing after the client's id,
+    204. Hub events whose type is in `named` are sent as `event: <type>` with
+    their payload as data; the others unnamed, as `{"type": ..., **payload}`.
+    """
+    info = hub.get(key)
+    if info is None:
+        return stream_not_found()
+    after, reset_reason = _parse_resume(resume_after)
+    try:
+        subscription = hub.subscribe(key, after=after)
+        if subscription.gap or subscription.ahead:
+            subscription.close()
+            reset_reason = (f"events after {after} are no longer buffered" if subscription.gap
+                            else f"event {after} does not belong to this stream")
+            subscription, after = hub.subscribe(key), None
+    except UnknownStream:
+        return stream_not_found()
+    start = info.first_id if after is None else after + 1
+    if info.state is not BufferState.OPEN and reset_reason is None and start > info.last_id:
+        subscription.close()
+        return nothing_more()
+    return SSEResponse(
+        _hub_connection(subscription, reset_reason, frozenset(named), _retry_line(retry_ms), after or 0),
+        on_end=lambda _reason: subscription.close(),
+        keepalive_s=keepalive_s,
+        send_timeout_s=send_timeout_s,
     )
 
 
-def _subscribe(hub: StreamHub, key: str, resume_after: str | None) -> tuple[Subscription, str | None]:
-    if resume_after is None or resume_after == "":
-        return hub.subscribe(key), None
+def _hub_frame(event: StreamEvent, named: frozenset[str]) -> bytes:
+    if event.type in named:
+        payload: Any = event.data
+        name: str | None = event.type
+    else:
+        payload = {"type": event.type, **event.data}
+        name = None
     try:
-        after = int(resume_after)
-    except ValueError:
-        return hub.subscribe(key), f"Last-Event-ID {resume_after!r} is not a number"
-    subscription = hub.subscribe(key, after=after)
-    if subscription.gap:
-        subscription.close()
-        return hub.subscribe(key), f"events after {after} are no longer buffered"
-    if subscription.ahead:
-        subscription.close()
-        return hub.subscribe(key), f"event {after} does not belong to this stream"
-    return subscription, None
+        text = _encoder.encode(payload)
+    except (TypeError, ValueError, RecursionError):
+        log.exception("hub event %d (%s) is not JSON-serialisable; sent with str() for unknown values",
+                      event.id, event.type)
+        text = _lenient_encoder.encode(payload)
+    return encode_event(text, event=name, id=event.id)
 
 
-async def _events(subscription: Subscription, reset_reason: str | None) -> AsyncIterator[ServerSentEvent]:
+async def _hub_connection(
+    subscription: Subscription, reset_reason: str | None, named: frozenset[str], prefix: bytes, after: int
+) -> AsyncIterator[bytes]:
+    last_id = after
+    batches = _ReadyBatches(subscription, _MAX_BATCH_EVENTS)
     try:
         if reset_reason is not None:
-            yield ServerSentEvent(data=_json({"type": "reset", "reason": reset_reason}), event="reset", retry=RETRY_MS)
-        first = True
-        async for event in subscription:
-            yield ServerSentEvent(
-                data=_json(event.as_dict()), id=str(event.id), retry=RETRY_MS if first else None
-            )
-            first = False
-    except SubscriberOverflow as exc:
-        yield ServerSentEvent(data=_json({"type": "overflow", "reason": str(exc)}), event="overflow")
+            yield prefix + _notice("reset", reason=reset_reason)
+            prefix = b""
+        while True:
+            try:
+                events = await batches.next()
+            except StopAsyncIteration:
+                return
+            except SubscriberOverflow as exc:
+                yield prefix + _notice("overflow", reason=str(exc), lastEventId=last_id)
+                return
+            last_id = events[-1].id
+            chunk = b"".join([_hub_frame(event, named) for event in events]) if len(events) > 1 else \
+                _hub_frame(events[0], named)
+            if prefix:
+                chunk = prefix + chunk
+                prefix = b""
+            yield chunk
     finally:
+        batches.close()
         subscription.close()
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+class _ReadyBatches(Generic[T]):
+    """Batches from an async iterator: wait for one item, then take every further one that is ready now.
+
+    `async for` takes one item per step, which would cost one write per event.
+    To write whatever is ready in one go, `next()` steps the iterator's
+    `__anext__()` coroutine by hand: when it finishes without suspending, its
+    item was ready; when it suspends (nothing queued), the half-run step is
+    parked and the next `next()` call awaits it to completion, exactly as a task
+    would have. The end of the iterator, or its error, is raised by the call
+    after the items that came before it.
+    """
+
+    __slots__ = ("_source", "_limit", "_parked", "_error")
+
+    def __init__(self, source: AsyncIterator[T], limit: int) -> None:
+        self._source = source
+        self._limit = limit
+        self._parked: tuple[Any, Any] | None = None  # (the suspended __anext__ coroutine, what it yielded)
+        self._error: BaseException | None = None
+
+    async def next(self) -> list[T]:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._parked is None:
+            items = [await self._source.__anext__()]
+        else:
+            coro, yielded = self._parked
+            self._parked = None
+            items = [await _finish_step(coro, yielded)]
+        while len(items) < self._limit:
+            coro = self._source.__anext__()
+            try:
+                yielded = coro.send(None)
+            except StopIteration as done:
+                items.append(done.value)
+                continue
+            except Exception as exc:  # StopAsyncIteration, SubscriberOverflow, ...
+                self._error = exc
+                break
+            self._parked = (coro, yielded)
+            break
+        return items
+
+    def close(self) -> None:
+        """Abandon a parked step (its cleanup runs now)."""
+        if self._parked is not None:
+            coro, _ = self._parked
+            self._parked = None
+            coro.close()
+
+
+async def _finish_step(coro: Any, yielded: Any) -> Any:
+    """Drive a coroutine that suspended on `yielded` to its end, as asyncio's Task would; its result."""
+    while True:
+        try:
+            if yielded is None:  # a bare `yield` (asyncio.sleep(0)): give the loop one turn
+                await asyncio.sleep(0)
+            else:
+                # What Task does with a future it is handed: it takes over the "blocking" flag.
+                yielded._asyncio_future_blocking = False
+                await yielded
+        except BaseException as exc:  # cancellation, or the future's error: the coroutine handles it
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+            continue
+        try:
+            yielded = coro.send(None)
+        except StopIteration as done:
+            return done.value

@@ -1,4 +1,6 @@
-"""A real Chromium `EventSource` on the SSE core: `onmessage` and `addEventListener('progress', ...)`, as seed 002's client.
+"""A real Chromium `EventSource` on the SSE core: `onmessage` and `addEventListener('progress', ...)`.
+
+As seed 002's client example does.
 
 The server is a small app on 127.0.0.1 (`tests/test_sse_harness.py`) serving a
 task stream (`TaskEvents` + `hub_sse_response`) and an `SSEStream`, plus the page
