@@ -60,7 +60,7 @@ from core.delegation import (
 from core.hub import StreamHub, SubscriberOverflow, UnknownStream
 from core.registry import AgentRegistry
 from core.settings import Settings
-from models import A2ATaskSession, utcnow
+from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
 
@@ -240,25 +240,8 @@ class TaskSessionStore(wire.TaskStore):
         return wire.to_task(snap) if snap is not None else None
 
     async def save(self, task: wire.Task, context: wire.ServerCallContext) -> None:
-        """Record a state change of an existing task (tasks are created by `DelegationService` only).
-
-        Raises:
-            TaskNotFoundError: no such task for this caller.
-        """
-        snap = await self.snapshot(task.id, user_id=context.state.get("user_id"),
-                                   agent_id=context.state.get("agent_id", ""))
-        if snap is None:
-            raise wire.TaskNotFoundError(message=f"There is no task {task.id!r} for this agent and key.")
-        state = wire.our_state(task)
-        if state == snap.state:
-            return
-        async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task.id)
-            row.state, row.updated_at = state, utcnow()
-            if state in TERMINAL_STATES:
-                row.finished_at = row.updated_at
-            s.add(row)
-            await s.commit()
+        """Not offered: `DelegationService` writes the rows (and the hub events that go with them)."""
+        raise NotImplementedError("tasks are written by DelegationService, which also streams their events")
 
     async def list(self, params: wire.ListTasksRequest, context: wire.ServerCallContext) -> wire.ListTasksResponse:
         """The caller's tasks for this agent, newest first, a page at a time (`pageToken` is an offset)."""
