@@ -34,7 +34,7 @@ from core.db import Database
 from core.hub import StreamBusy, StreamHub
 from core.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.tasks import BackgroundTasks
-from core.tools import BoundTool, ToolContext, ToolRegistry, ToolResult
+from core.tools import BoundTool, CallTurnstile, ToolContext, ToolRegistry, ToolResult
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
@@ -319,8 +319,10 @@ class ChatEngine:
                     stream_key, "tool-input-available",
                     {"toolCallId": call.id, "toolName": call.name, "input": _input_for_display(call)},
                 )
+            gates = CallTurnstile.chain(len(result.tool_calls))
             outputs = await asyncio.gather(
-                *(self._call_tool(stream_key, call, tools, ctx) for call in result.tool_calls)
+                *(self._call_tool(stream_key, call, tools, ctx, gate) for call, gate in zip(
+                    result.tool_calls, gates, strict=True))
             )
             run.step_results = [
                 {"toolCallId": call.id, "toolName": call.name, **output}
@@ -335,7 +337,18 @@ class ChatEngine:
         await self._fail(stream_key, run, f"Stopped after {self.max_steps} model calls without a final answer.")
 
     async def _call_tool(
-        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext
+        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
+        gate: CallTurnstile | None = None,
+    ) -> dict[str, Any]:
+        try:
+            return await self._run_tool(stream_key, call, tools, ctx, gate)
+        finally:
+            if gate is not None:
+                gate.release()
+
+    async def _run_tool(
+        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
+        gate: CallTurnstile | None,
     ) -> dict[str, Any]:
         started = time.monotonic()
         bound = tools.get(call.name)
@@ -350,7 +363,7 @@ class ChatEngine:
                 call_ctx = ToolContext(
                     user_id=ctx.user_id, agent_id=ctx.agent_id, agent_slug=ctx.agent_slug, session_id=ctx.session_id,
                     recursion_depth=ctx.recursion_depth, tool_call_id=call.id, task_id=ctx.task_id, chain=ctx.chain,
-                    emit=lambda type, data: self._emit(stream_key, type, data),
+                    emit=lambda type, data: self._emit(stream_key, type, data), turnstile=gate,
                 )
                 try:
                     result = await bound.tool.execute(arguments, bound.config, call_ctx)

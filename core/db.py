@@ -8,6 +8,7 @@ selects PostgreSQL. Schema changes go only through Alembic (`models/migrations`)
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import logging
 from collections.abc import AsyncIterator
@@ -84,6 +85,13 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+# The task that holds a SQLite unit of work, in its context (see `Database.session`). Child tasks
+# inherit the value but are other tasks, so they simply wait their turn.
+_in_sqlite_session: contextvars.ContextVar[asyncio.Task | None] = contextvars.ContextVar(
+    "in_sqlite_session", default=None
+)
+
+
 class Database:
     """Owns the engine. `open()` creates the SQLite folder and runs migrations."""
 
@@ -144,8 +152,16 @@ class Database:
             async with AsyncSession(self.engine, expire_on_commit=False) as session:
                 yield session
             return
-        async with self._sqlite_turn(), AsyncSession(self.engine, expire_on_commit=False) as session:
-            yield session
+        me = asyncio.current_task()
+        if _in_sqlite_session.get() is me:
+            raise RuntimeError("a database session was opened inside another one; on SQLite that would wait "
+                               "forever for itself: finish the outer unit of work first")
+        token = _in_sqlite_session.set(me)
+        try:
+            async with self._sqlite_turn(), AsyncSession(self.engine, expire_on_commit=False) as session:
+                yield session
+        finally:
+            _in_sqlite_session.reset(token)
 
     def _sqlite_turn(self) -> asyncio.Lock:
         # One lock per event loop: `Services.prepare` runs on a loop of its own before serving.

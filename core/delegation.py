@@ -161,7 +161,20 @@ class DelegationService:
     # -- running -------------------------------------------------------------------------
 
     async def invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Run one `agent_invoke` call to its end; never raises for bad input (cancellation passes)."""
+        """Run one `agent_invoke` call to its end; never raises for bad input (cancellation passes).
+
+        Parallel calls of one step create and announce their tasks in the model's order
+        (`ctx.turnstile`), so tabs and task rows follow the mentions; then they run concurrently.
+        """
+        if ctx.turnstile is not None:
+            await ctx.turnstile.wait()
+        try:
+            return await self._invoke(arguments, config, ctx)
+        finally:
+            if ctx.turnstile is not None:
+                ctx.turnstile.release()
+
+    async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
         started = time.monotonic()
         limits = InvokeLimits.from_config(config)
         try:
@@ -204,6 +217,8 @@ class DelegationService:
                 "taskId": task.id, "calleeAgentSlug": slug, "calleeAgentName": callee_name,
                 "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
             })
+        if ctx.turnstile is not None:
+            ctx.turnstile.release()  # announced: the next call of this step may start
 
         fields = {"source": "a2a", "a2a_task_id": task.id, "caller_agent_id": ctx.agent_id,
                   "caller_session_id": ctx.session_id}

@@ -11,12 +11,43 @@ Tools never raise into the chat engine for bad input: they return a failed
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+class CallTurnstile:
+    """Lets the parallel tool calls of one model step start in the order the model made them.
+
+    A tool that announces something (a delegation's `a2a-task-started`) waits for its turn,
+    announces, then releases; the calls still run concurrently after that. The engine
+    releases every call when it ends, so a tool that never asks costs nothing.
+    """
+
+    def __init__(self, previous: CallTurnstile | None = None) -> None:
+        self._previous = previous
+        self._released = asyncio.Event()
+
+    async def wait(self) -> None:
+        """Until the call before this one has released (or ended)."""
+        if self._previous is not None:
+            await self._previous._released.wait()
+
+    def release(self) -> None:
+        """Let the next call go ahead."""
+        self._released.set()
+
+    @staticmethod
+    def chain(count: int) -> list[CallTurnstile]:
+        """`count` turnstiles, each waiting for the one before."""
+        gates: list[CallTurnstile] = []
+        for _ in range(count):
+            gates.append(CallTurnstile(gates[-1] if gates else None))
+        return gates
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +64,7 @@ class ToolContext:
         task_id: the delegated task this turn runs in, if any.
         chain: registry ids of the agents on the current delegation chain, outermost first.
         emit: pushes an extra event into the caller's turn stream (e.g. `a2a-task-started`).
+        turnstile: orders the start of this step's parallel calls (see `CallTurnstile`).
     """
 
     user_id: int
@@ -44,6 +76,7 @@ class ToolContext:
     task_id: str | None = None
     chain: tuple[str, ...] = ()
     emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    turnstile: CallTurnstile | None = None
 
 
 @dataclass(slots=True)

@@ -85,3 +85,19 @@ async def test_sqlite_runs_in_wal_mode_with_foreign_keys(tmp_path: Path) -> None
             assert (await conn.execute(text("PRAGMA foreign_keys"))).scalar() == 1
     finally:
         await db.close()
+
+
+async def test_a_nested_sqlite_session_fails_loudly_instead_of_waiting_forever(tmp_path) -> None:
+    from core.db import Database
+
+    db = Database(f"sqlite:///{tmp_path / 'app.db'}")
+    db.migrate()
+    try:
+        async with db.session():
+            with pytest.raises(RuntimeError, match="inside another one"):
+                async with db.session():
+                    pass
+        async with db.session():  # the turn was released
+            pass
+    finally:
+        await db.close()
