@@ -88,6 +88,11 @@ class ChatPage:
             with ui.row().classes("items-center gap-2"):
                 ui.button("Audit", icon="fact_check", on_click=lambda: ui.navigate.to("/audit")).props(
                     "flat color=white data-testid=audit-link")
+                with ui.button(icon="more_vert").props("flat round color=white aria-label=More"):
+                    with ui.menu():
+                        ui.menu_item("A2A broker", lambda: ui.navigate.to("/broker"))
+                        ui.menu_item("Remote agents", lambda: ui.navigate.to("/remote-agents"))
+                        ui.menu_item("API keys", lambda: ui.navigate.to("/api-keys"))
                 if self.services.auth.multi_user:
                     ui.button("Log out", on_click=lambda: ui.navigate.to("/logout")).props("flat color=white")
 
