@@ -189,6 +189,7 @@ async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_sho
             {"channel": f"agent:events:{chat_agent}", "type": "inject_system_message", "agentId": chat_agent,
              "chatId": "abc", "text": "[出行助手] 已订好备选，最优 G1234。", "mode": "auto"},
         ]
+        await broker.injects.flushed()
         stats = (await http.get("/a2a/stats")).json()
         assert stats["tasks"]["byState"] == {"running": 0, "completed": 1}
         assert stats["eventsRelayed"] == 3 and stats["injects"]["sent"] == 2 and stats["redis"] == "up"

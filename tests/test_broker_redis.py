@@ -78,9 +78,9 @@ async def test_a_full_outbox_drops_progress_before_results() -> None:
             await publisher.publish(Inject(1, "c", f"progress {i}", DELAY))
         await publisher.publish(Inject(1, "c", "result 2", AUTO))
         assert publisher.state == "down" and publisher.outbox_size == 3 and publisher.dropped == 3
-        assert [i.text for i in publisher._auto] == ["result 0", "result 1", "result 2"]
+        assert [i.text for _, i in publisher._auto] == ["result 0", "result 1", "result 2"]
         await publisher.publish(Inject(1, "c", "result 3", AUTO))  # only results left: the oldest goes
-        assert [i.text for i in publisher._auto] == ["result 1", "result 2", "result 3"]
+        assert [i.text for _, i in publisher._auto] == ["result 1", "result 2", "result 3"]
     finally:
         await publisher.stop()
     await asyncio.sleep(0)

@@ -82,18 +82,32 @@ class InjectBus:
 
 
 class InjectPublisher:
-    """Publishes injects to Redis (when configured) and to the in-process bus."""
+    """Publishes injects to Redis (when configured) and to the in-process bus.
 
-    def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000) -> None:
+    `publish` never waits for Redis: it queues the inject, and one sender task
+    writes the queue to Redis in pipelined batches over a single connection
+    (order kept, no pool to exhaust under hundreds of concurrent tasks). The
+    same queue is the outbox while Redis is down: bounded, progress dropped
+    first when full, and, once Redis is back, the waiting results are sent
+    before the waiting progress. Delivery is at least once: a batch that fails
+    half-way is sent again whole.
+    """
+
+    def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000, batch: int = 500) -> None:
         self.redis_url = redis_url
         self.outbox_max = outbox_max
+        self.batch = batch
         self.bus = InjectBus()
         self._redis: Any = None
         self._up = False
-        self._auto: deque[Inject] = deque()
-        self._delay: deque[Inject] = deque()
+        self._recovering = False  # Redis was down: send the waiting results first
+        self._seq = 0
+        self._auto: deque[tuple[int, Inject]] = deque()
+        self._delay: deque[tuple[int, Inject]] = deque()
         self._wake = asyncio.Event()
-        self._flusher: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._sender: asyncio.Task[None] | None = None
         self.sent = 0
         self.dropped = 0  # outbox overflow
         self.down_since: float | None = None
@@ -113,7 +127,7 @@ class InjectPublisher:
 
     @property
     def outbox_size(self) -> int:
-        """Injects waiting for Redis."""
+        """Injects not yet written to Redis."""
         return len(self._auto) + len(self._delay)
 
     async def start(self) -> None:
@@ -124,46 +138,45 @@ class InjectPublisher:
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        # No client-side retries: a failed publish goes to the outbox at once instead of stalling the task.
-        self._redis = redis.Redis.from_url(self.redis_url, socket_connect_timeout=1.0, socket_timeout=2.0,
-                                           retry=Retry(NoBackoff(), 0))
-        self._flusher = asyncio.get_running_loop().create_task(self._flush_forever(), name="inject outbox")
+        # No client-side retries: a failed write leaves the batch in the outbox at once.
+        self._redis = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5.0, socket_timeout=5.0,
+                                           retry=Retry(NoBackoff(), 0), single_connection_client=True)
         await self._try_connect()
+        self._sender = asyncio.get_running_loop().create_task(self._send_forever(), name="inject sender")
 
-    async def stop(self) -> None:
-        """Stop retrying and close the connection (what is still in the outbox is logged, then lost)."""
-        if self._flusher is not None:
-            self._flusher.cancel()
+    async def stop(self, drain_timeout_s: float = 2.0) -> None:
+        """Send what is queued (for a moment, if Redis is up), then close the connection."""
+        if self._sender is not None:
+            if self._up and self.outbox_size:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._idle.wait(), drain_timeout_s)
+            self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
-            self._flusher = None
+                await self._sender
+            self._sender = None
         if self.outbox_size:
-            log.warning("stopping with %d injects still waiting for Redis at %s", self.outbox_size, self.redis_url)
+            log.warning("stopping with %d injects not sent to Redis at %s", self.outbox_size, self.redis_url)
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
             self._redis = None
 
+    async def flushed(self, timeout_s: float = 5.0) -> None:
+        """Wait until everything queued so far is written (or raise TimeoutError)."""
+        await asyncio.wait_for(self._idle.wait(), timeout_s)
+
     async def publish(self, inject: Inject) -> None:
-        """Send one inject; never raises for a Redis outage (the outbox takes it)."""
+        """Queue one inject for Redis and deliver it in-process; never waits for Redis, never raises for it."""
         self.bus.publish(inject)
         if not self.configured:
             self.sent += 1
             return
-        if self._up and not self.outbox_size:
-            try:
-                await self._redis.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
-                self.sent += 1
-                return
-            except Exception as exc:  # redis raises ConnectionError, TimeoutError, OSError...
-                self._went_down(exc)
-        self._enqueue(inject)
-
-    def _enqueue(self, inject: Inject) -> None:
-        (self._auto if inject.mode == AUTO else self._delay).append(inject)
+        self._seq += 1
+        (self._auto if inject.mode == AUTO else self._delay).append((self._seq, inject))
         while self.outbox_size > self.outbox_max:
             (self._delay or self._auto).popleft()  # progress goes first, results last
             self.dropped += 1
+        self._idle.clear()
         self._wake.set()
 
     def _went_down(self, exc: BaseException) -> None:
@@ -172,12 +185,13 @@ class InjectPublisher:
                         self.redis_url, exc)
             self.down_since = time.time()
         self._up = False
+        self._recovering = True
         self.last_error = f"{type(exc).__name__}: {exc}"
 
     async def _try_connect(self) -> bool:
         try:
             await self._redis.ping()
-        except Exception as exc:
+        except Exception as exc:  # redis raises ConnectionError, TimeoutError, OSError...
             self._went_down(exc)
             return False
         if not self._up:
@@ -186,29 +200,51 @@ class InjectPublisher:
             self._up, self.down_since, self.last_error = True, None, None
         return True
 
-    async def _flush_forever(self) -> None:
+    async def _send_forever(self) -> None:
         while True:
-            if self.outbox_size == 0 and self._up:
+            if self.outbox_size == 0:
+                self._recovering = False
+                self._idle.set()
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), HEALTH_CHECK_INTERVAL_S)
                 except TimeoutError:
-                    await self._try_connect()
-                    continue
+                    await self._try_connect()  # keep `state` true while nothing is sent
+                continue
             if not self._up and not await self._try_connect():
                 await asyncio.sleep(RECONNECT_INTERVAL_S)
                 continue
-            await self._flush()
+            await self._send_batch()
 
-    async def _flush(self) -> None:
-        for queue in (self._auto, self._delay):  # results first: if Redis drops again, they are out
-            while queue and self._up:
-                inject = queue[0]
-                try:
-                    await self._redis.publish(channel_for(inject.agent_id),
-                                              json.dumps(inject.payload(), ensure_ascii=False))
-                except Exception as exc:
-                    self._went_down(exc)
-                    return
-                queue.popleft()
-                self.sent += 1
+    def _take(self) -> list[tuple[int, Inject]]:
+        batch: list[tuple[int, Inject]] = []
+        auto, delay = self._auto, self._delay
+        while len(batch) < self.batch and (auto or delay):
+            if self._recovering:
+                source = auto or delay  # results first after an outage
+            elif auto and delay:
+                source = auto if auto[0][0] < delay[0][0] else delay  # otherwise in order
+            else:
+                source = auto or delay
+            batch.append(source.popleft())
+        return batch
+
+    async def _send_batch(self) -> None:
+        batch = self._take()
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for _, inject in batch:
+                pipe.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
+            await pipe.execute()
+        except asyncio.CancelledError:
+            self._put_back(batch)
+            raise
+        except Exception as exc:
+            self._put_back(batch)
+            self._went_down(exc)
+            return
+        self.sent += len(batch)
+
+    def _put_back(self, batch: list[tuple[int, Inject]]) -> None:
+        for item in reversed(batch):
+            (self._auto if item[1].mode == AUTO else self._delay).appendleft(item)
