@@ -53,7 +53,9 @@ def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_u
     created = httpx.post(f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id},
                          timeout=30)
     assert created.status_code == 201, created.text
-    request = unique("words from far away, one at a time")
+    # Twenty-odd words at 40 ms each: long enough to see the panel grow even on a loaded machine.
+    request = unique("words from far away, one at a time, arriving slowly so that the panel can be seen "
+                     "growing while the remote agent is still streaming its answer")
     expected = f"Echo: {request}"
 
     open_chat(page, "/?agent=general-assistant")
