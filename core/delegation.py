@@ -441,6 +441,20 @@ class DelegationService:
             row = await s.get(A2ATaskSession, task_id)
         return row if row is not None and row.caller_user_id == user_id else None
 
+    async def fail_interrupted(self) -> int:
+        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
+        reason = "The server stopped while this task was running."
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(A2ATaskSession).where(
+                col(A2ATaskSession.state).in_([SUBMITTED, WORKING])
+            ))).all())
+            now = utcnow()
+            for row in rows:
+                row.state, row.error, row.updated_at, row.finished_at = FAILED, reason, now, now
+                s.add(row)
+            await s.commit()
+        return len(rows)
+
     async def task_exists(self, task_id: str) -> bool:
         """Whether any user has a task with that id."""
         async with self.db.session() as s:

@@ -116,6 +116,9 @@ class Services:
 
     async def _seed_and_auth(self) -> AuthState:
         try:
+            interrupted = await self.delegation.fail_interrupted()
+            if interrupted:
+                log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)
             async with self.db.session() as s:
                 await agents_store.seed_agents(s, model=self.settings.default_model)
                 if await accounts.has_accounts(s):

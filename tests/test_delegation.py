@@ -426,3 +426,26 @@ async def test_the_registry_refuses_ids_that_are_taken(services: Services) -> No
     assert services.registry.remote("twin") is first
     await services.registry.release("twin", first)
     assert services.registry.remote("twin") is None
+
+
+async def test_tasks_cut_off_by_a_stop_are_failed_at_the_next_start(settings) -> None:
+    from models import utcnow
+
+    first = Services.build(settings)
+    first.prepare()
+    chat = await chat_with(first)
+    async with first.db.session() as s:
+        hidden = await sessions_store.create_session(s, user_id=first.auth.local_user_id, agent_id=1)
+        s.add(A2ATaskSession(id="cutoff", session_id=hidden.id, callee_agent_slug="coding-assistant",
+                             caller_user_id=first.auth.local_user_id, caller_session_id=chat, state="working",
+                             created_at=utcnow(), updated_at=utcnow()))
+        await s.commit()
+    await first.db.close()
+
+    second = Services.build(settings)
+    second.prepare()
+    try:
+        [task] = await all_tasks(second)
+        assert task.state == "failed" and "server stopped" in task.error and task.finished_at is not None
+    finally:
+        await second.db.close()
