@@ -532,3 +532,16 @@ async def test_stopping_the_chat_turn_cancels_the_ws_agents_task(tmp_path: Path)
         cancel = await agent.next_request("tasks/cancel")
         assert cancel["params"] == {"id": "t-stop"}
         await agent.close()
+
+
+async def test_an_interrupted_task_ends_with_an_auto_inject_under_its_state(tmp_path: Path) -> None:
+    async with running(tmp_path) as (host, services, broker, http):
+        agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
+        async with broker.injects.bus.subscribe() as injects:
+            await dispatch(http, "book it")
+            request = await agent.next_request("message/stream")
+            await agent.result(request["id"], status_update("t1", "input-required", "Which day?", final=True))
+            inject = await asyncio.wait_for(injects.get(), 5)
+        assert (inject.text, inject.mode) == ("[出行助手] Which day?", "auto")
+        assert broker.recent_tasks()[0].state == "input-required"
+        await agent.close()

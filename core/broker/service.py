@@ -199,6 +199,7 @@ class Broker:
             await reader  # until the peer goes away
         finally:
             reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)  # a reader that failed is not left unretrieved
             conn.close(conn.closed or "the connection ended")
             if registered:
                 if self._connections.get(conn.id) is conn:
@@ -339,8 +340,10 @@ class Broker:
                             record.last_text = event.text
                         continue
                     if event.final:
+                        # Interrupted states (input-required, auth-required) end the relay too, under their name.
                         state = "failed" if event.state == "rejected" else (
-                            event.state if event.state in wire.TERMINAL_STATES else "completed")
+                            event.state if event.state in wire.TERMINAL_STATES | wire.INTERRUPTED_STATES
+                            else "completed")
                         final_text = result.text(event)
                         break
                     if event.text:
@@ -366,6 +369,8 @@ class Broker:
                 final_text = f"The task failed: {final_text}" if final_text else "The task failed."
             elif state == "canceled":
                 final_text = f"The task was canceled: {final_text}" if final_text else "The task was canceled."
+            elif state in wire.INTERRUPTED_STATES:
+                final_text = final_text or f"The agent needs more from you ({state})."
             final_text = final_text or "The task completed."
         await self._finish(record, state, final_text)
 
