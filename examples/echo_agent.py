@@ -1,4 +1,4 @@
-"""An example stdio A2A agent for the broker: it echoes the task back, word by word.
+r"""An example stdio A2A agent for the broker: it echoes the task back, word by word.
 
 Run it behind the pipe, which dials the broker for it:
 
@@ -59,19 +59,23 @@ def send(message: dict[str, Any]) -> None:
 
 
 def result(rpc_id: Any, body: dict[str, Any]) -> None:
+    """A JSON-RPC result."""
     send({"jsonrpc": "2.0", "id": rpc_id, "result": body})
 
 
 def error(rpc_id: Any, code: int, message: str) -> None:
+    """A JSON-RPC error."""
     send({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}})
 
 
 def text_message(text: str, task_id: str) -> dict[str, Any]:
+    """An agent message with one text part (v0.3 shape)."""
     return {"kind": "message", "role": "agent", "messageId": uuid.uuid4().hex, "taskId": task_id,
             "parts": [{"kind": "text", "text": text}]}
 
 
 def status(rpc_id: Any, task_id: str, state: str, text: str | None = None, *, final: bool = False) -> None:
+    """A status-update event on the stream of `rpc_id`."""
     body: dict[str, Any] = {"state": state}
     if text:
         body["message"] = text_message(text, task_id)
@@ -86,6 +90,7 @@ class EchoAgent:
         self.tasks: dict[str, tuple[Any, asyncio.Task[None]]] = {}
 
     def handle(self, line: str) -> None:
+        """One line from the broker."""
         try:
             message = json.loads(line)
         except ValueError:
@@ -106,6 +111,7 @@ class EchoAgent:
             error(rpc_id, -32601, f"Method not found: {method}")
 
     def start(self, rpc_id: Any, params: dict[str, Any]) -> None:
+        """`message/stream`: start a task that streams on `rpc_id`."""
         parts = (params.get("message") or {}).get("parts") or []
         text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
         if not text.strip():
@@ -117,6 +123,7 @@ class EchoAgent:
         task.add_done_callback(lambda _: self.tasks.pop(task_id, None))
 
     async def run(self, rpc_id: Any, task_id: str, text: str) -> None:
+        """The task: Task, working status, the echo word by word, completed."""
         result(rpc_id, {"kind": "task", "id": task_id, "contextId": task_id, "status": {"state": "submitted"}})
         words = text.split()
         status(rpc_id, task_id, "working", f"Echoing {len(words)} word{'s' if len(words) != 1 else ''}…")
@@ -133,6 +140,7 @@ class EchoAgent:
         status(rpc_id, task_id, "completed", final=True)
 
     def cancel(self, rpc_id: Any, task_id: str) -> None:
+        """`tasks/cancel`."""
         entry = self.tasks.get(task_id)
         if entry is None:
             error(rpc_id, -32001, f"Task not found: {task_id}")
@@ -142,6 +150,7 @@ class EchoAgent:
 
 
 async def main() -> None:
+    """Read stdin line by line until it closes."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=16 * 1024 * 1024)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)

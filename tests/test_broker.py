@@ -83,11 +83,13 @@ async def test_agents_connect_and_are_discovered_by_binding(tmp_path: Path) -> N
         assert [a["a2a_id"] for a in bound] == ["travel", "weather"]
         [travel_view] = [a for a in bound if a["a2a_id"] == "travel"]
         assert travel_view["name"] == "出行助手" and travel_view["agent_id"] == "123"
-        assert travel_view["skills"] == [{"id": "train", "name": "火车票查询", "description": "High-speed train tickets"}]
+        assert travel_view["skills"] == [
+            {"id": "train", "name": "火车票查询", "description": "High-speed train tickets"}]
         tool = travel_view["tool"]
         assert tool["name"] == "a2a_travel" and "火车票查询" in tool["description"]
         assert tool["inputSchema"] == {
-            "type": "object", "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
+            "type": "object",
+            "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
             "required": ["task"]}
         other = (await http.get("/a2a/agents", params={"agent_id": "999"})).json()["agents"]
         assert [a["a2a_id"] for a in other] == ["weather"]
@@ -176,7 +178,8 @@ async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_sho
         request = await agent.next_request("message/stream")
         message = request["params"]["message"]
         assert request["jsonrpc"] == "2.0" and isinstance(request["id"], int)
-        assert message["role"] == "user" and message["parts"] == [{"kind": "text", "text": "帮我查明天到上海的高铁并比价"}]
+        assert message["role"] == "user"
+        assert message["parts"] == [{"kind": "text", "text": "帮我查明天到上海的高铁并比价"}]
         assert message["messageId"]
         await agent.result(request["id"], task_event("t1"))
         await agent.working(request["id"], "已查到 6 个车次…")
@@ -361,7 +364,8 @@ async def test_v1_agents_stream_response_shape_and_method_names_are_accepted(tmp
         agent = await FakeAgent.connect(host, card=None, a2a_id="modern")
         first = await agent.next_request()
         assert first["method"] == "agent/authenticatedExtendedCard" and first["id"] == 1
-        await agent.send({"jsonrpc": "2.0", "id": first["id"], "error": {"code": -32601, "message": "Method not found"}})
+        await agent.send({"jsonrpc": "2.0", "id": first["id"],
+                          "error": {"code": -32601, "message": "Method not found"}})
         second = await agent.next_request()
         assert second["method"] == "GetExtendedAgentCard"
         await agent.result(second["id"], {**travel_card("Modern"), "supportedInterfaces": [
@@ -415,7 +419,8 @@ async def test_bad_lines_get_clear_errors_and_disturb_nothing_else(tmp_path: Pat
             await dispatch(http, "keep going")
             request = await agent.next_request("message/stream")
             rid = request["id"]
-            await agent.ws.send('{"jsonrpc": "2.0", "id": 5, "result": \n[1, 2]\n\n["an array"]\n{"id": 3, "result": {}}')
+            await agent.ws.send('{"jsonrpc": "2.0", "id": 5, "result": \n[1, 2]\n\n["an array"]\n'
+                                '{"id": 3, "result": {}}')
             await agent.ws.send("x" * 5000)
             await agent.send({"jsonrpc": "2.0", "id": 77, "method": "tasks/get", "params": {}},
                              {"jsonrpc": "2.0", "id": 424242, "result": status_update("zz", "working", "who?")},

@@ -13,10 +13,12 @@ def test_frames_split_into_lines_and_messages_classify() -> None:
     assert wire.split_lines('{"a":1}\n\n  \n{"b":2}\n') == ['{"a":1}', '{"b":2}']
     response = wire.decode('{"jsonrpc":"2.0","id":3,"result":{"x":1}}')
     assert (response.kind, response.id, response.result) == ("response", 3, {"x": 1})
-    assert wire.decode('{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"m"}}').error == {"code": -1, "message": "m"}
+    error = wire.decode('{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"m"}}').error
+    assert error == {"code": -1, "message": "m"}
     assert wire.decode('{"jsonrpc":"2.0","id":1,"method":"x"}').kind == "request"
     assert wire.decode('{"jsonrpc":"2.0","method":"x"}').kind == "notification"
-    for line, code in [("{", wire.PARSE_ERROR), ("[]", wire.INVALID_REQUEST), ('{"id":1,"result":1}', wire.INVALID_REQUEST),
+    for line, code in [("{", wire.PARSE_ERROR), ("[]", wire.INVALID_REQUEST),
+                       ('{"id":1,"result":1}', wire.INVALID_REQUEST),
                        ('{"jsonrpc":"2.0","id":1}', wire.INVALID_REQUEST),
                        ('{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1}}', wire.INVALID_REQUEST),
                        ('{"jsonrpc":"2.0","result":1}', wire.INVALID_REQUEST),
@@ -60,7 +62,8 @@ def test_requests_have_the_seed_shape() -> None:
         ({"statusUpdate": {"taskId": "T", "status": {"state": "TASK_STATE_CANCELLED"}}},
          wire.WireEvent("status", "", "canceled", True, "T")),
         ({"statusUpdate": {"taskId": "T", "status": {"state": "TASK_STATE_WORKING", "message": {
-            "role": "ROLE_AGENT", "parts": [{"text": "tick"}]}}}}, wire.WireEvent("status", "tick", "working", False, "T")),
+            "role": "ROLE_AGENT", "parts": [{"text": "tick"}]}}}},
+         wire.WireEvent("status", "tick", "working", False, "T")),
         ({"artifactUpdate": {"taskId": "T", "artifact": {"artifactId": "A", "parts": [{"text": "r"}]}}},
          wire.WireEvent("artifact", "r", None, False, "T", "A")),
         ({"task": {"id": "T", "status": {"state": "TASK_STATE_REJECTED"}}},

@@ -38,8 +38,11 @@ MAX_QUEUED_EVENTS = 10_000  # per task: a consumer this far behind is failed, th
 
 
 class TaskIdle(Exception):
-    """No event for `task_idle_timeout`; the agent is presumed stuck. Not a TimeoutError on purpose:
-    callers with their own deadlines (`asyncio.timeout`) must be able to tell the two apart."""
+    """No event for `task_idle_timeout`; the agent is presumed stuck.
+
+    Not a TimeoutError on purpose: callers with their own deadlines (`asyncio.timeout`)
+    must be able to tell the two apart.
+    """
 
 
 class RpcError(RemoteAgentError):

@@ -180,7 +180,8 @@ class Broker:
             try:
                 card = await self._card(conn)
             except TimeoutError:
-                return await self._refuse(close, CLOSE_NO_CARD, f"no agent card within {self.settings.request_timeout} ms")
+                return await self._refuse(close, CLOSE_NO_CARD,
+                                          f"no agent card within {self.settings.request_timeout} ms")
             except (wire.WireError, RpcError) as exc:
                 return await self._refuse(close, CLOSE_BAD_CARD, f"agent card: {exc}")
             except ConnectionError:

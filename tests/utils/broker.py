@@ -1,5 +1,7 @@
-"""Test helpers for the broker: the app served on the test's own loop, a scripted remote agent
-(a real `websockets` client speaking line-delimited JSON-RPC as seed 003 describes), a real Redis
+"""Test helpers for the broker.
+
+The app served on the test's own loop, a scripted remote agent (a real `websockets`
+client speaking line-delimited JSON-RPC as seed 003 describes), a real Redis
 subscriber, and a TCP proxy in front of Redis that a test can cut and restore.
 """
 
@@ -30,7 +32,8 @@ def travel_card(name: str = "出行助手") -> dict[str, Any]:
     return {
         "name": name, "description": "Trains and flights: search, compare, book.", "version": "1.0.0",
         "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "train", "name": "火车票查询", "description": "High-speed train tickets", "tags": ["travel"]}],
+        "skills": [{"id": "train", "name": "火车票查询", "description": "High-speed train tickets",
+                    "tags": ["travel"]}],
     }
 
 
@@ -217,6 +220,7 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> TcpProxy:
+        """Listen (on a free port the first time, on the same port afterwards)."""
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
