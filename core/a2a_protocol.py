@@ -409,10 +409,19 @@ def create_dispatcher(handler: RequestHandler) -> JsonRpcDispatcher:
     return JsonRpcDispatcher(request_handler=handler, context_builder=CallContextBuilder(), enable_v0_3_compat=True)
 
 
+_HOP_HEADERS = {"content-type", "content-length", "transfer-encoding", "cache-control", "x-accel-buffering",
+                "connection"}
+
+
 def coalesce_sse(response: Any) -> Any:
-    """Let an SSE response write the events that are ready together (Divergence #3); others pass through."""
+    """Serve the SDK's SSE stream through the app's SSE module (`core.sse.SSEResponse`): its headers,
+    keep-alive, write timeout and disconnect handling; events that are ready together are written
+    together (Divergence #3). Other responses pass through."""
     if isinstance(response, EventSourceResponse):
-        response.body_iterator = _coalesced(response.body_iterator, response.sep)
+        from core.sse import SSEResponse
+
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_HEADERS}
+        return SSEResponse(_coalesced(response.body_iterator, response.sep), headers=headers)
     return response
 
 

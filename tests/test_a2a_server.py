@@ -281,3 +281,21 @@ async def test_tasks_are_read_from_the_database_after_a_restart(tmp_path: Path) 
             with pytest.raises(UnsupportedOperationError, match="terminal state"):
                 async for _ in client.subscribe(SubscribeToTaskRequest(id=task_id)):
                     pass
+
+
+def test_streams_are_served_through_the_apps_sse_module(app: LiveApp) -> None:
+    """A raw `SendStreamingMessage`: the SSE core's headers, and every event a well-formed `data:` frame."""
+    body = {"jsonrpc": "2.0", "id": "s1", "method": "SendStreamingMessage", "params": {
+        "message": {"role": "ROLE_USER", "messageId": "m-raw-1", "parts": [{"text": "/lorem 20"}]}}}
+    headers = {"Authorization": f"Bearer {app.key}", "A2A-Version": "1.0"}
+    with httpx.stream("POST", app.agent_url("coding-assistant"), json=body, headers=headers, timeout=20) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        assert response.headers["x-accel-buffering"] == "no"
+        raw = b"".join(response.iter_bytes())
+    frames = [f for f in raw.decode().replace("\r\n", "\n").split("\n\n") if f.strip() and not f.startswith(":")]
+    assert len(frames) >= 20
+    payloads = [json.loads("".join(line[5:].strip() for line in f.splitlines() if line.startswith("data:")))
+                for f in frames]
+    assert all(p.get("id") == "s1" and "result" in p for p in payloads)
