@@ -162,3 +162,24 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
         yield built
     finally:
         await built.stop()
+
+
+# -- the SSE test server (tests/test_sse_harness.py), shared by the SSE and task-manager tests ----
+
+
+@pytest.fixture(scope="module")
+def server():
+    """One SSE test server per test module."""
+    from tests.test_sse_harness import sse_server
+
+    with sse_server() as running:
+        yield running
+
+
+@pytest.fixture
+async def client(server):
+    """An HTTP client of that server."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=server.url, timeout=5) as c:
+        yield c

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,21 +14,12 @@ from core import accounts
 from core.api import api_router
 from core.services import Services
 from tests.conftest import make_settings
-from tests.utils.live_server import live_server
+from tests.utils.live_server import live_server, services_app
 from tests.utils.sync import run_sync
 
 
 def build_api_app(services: Services) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await services.start()
-        yield
-        await services.stop()
-
-    app = FastAPI(lifespan=lifespan)
-    app.state.services = services
-    app.include_router(api_router())
-    return app
+    return services_app(services, api_router())
 
 
 @pytest.fixture

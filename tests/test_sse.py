@@ -6,26 +6,12 @@ import asyncio
 import json
 import socket
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 
-import httpx
 import pytest
 
 from core.sse import SSEDataError, SSEStream
-from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw, sse_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SSEServer]:
-    with sse_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: SSEServer):
-    async with httpx.AsyncClient(base_url=server.url, timeout=5) as c:
-        yield c
+from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 
 def new_stream(server: SSEServer, **options) -> tuple[str, SSEStream]:

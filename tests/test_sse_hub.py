@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from core.hub import StreamHub
-from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw, sse_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SSEServer]:
-    with sse_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: SSEServer):
-    async with httpx.AsyncClient(base_url=server.url, timeout=5) as c:
-        yield c
+from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 
 async def new_buffer(

@@ -14,23 +14,15 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.hub import StreamHub
 from core.sse import SEED_EVENT_TYPES, SSEStream
-from tests.test_sse_harness import Event, RawReader, SSEServer, parse_sse, sse_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SSEServer]:
-    with sse_server() as running:
-        yield running
+from tests.test_sse_harness import Event, RawReader, parse_sse
 
 
 #: More examples for a thorough run: SSE_RESUME_EXAMPLES=500 .venv/bin/python -m pytest tests/test_sse_resume.py

@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from core.hub import StreamBusy, StreamClosed, StreamHub, UnknownStream
 from core.sse import SSEDataError
 from core.task_manager import TaskEvents
-from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw, sse_server
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[SSEServer]:
-    with sse_server() as running:
-        yield running
-
-
-@pytest.fixture
-async def client(server: SSEServer):
-    async with httpx.AsyncClient(base_url=server.url, timeout=5) as c:
-        yield c
+from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 
 def new_manager(server: SSEServer, **sse_options) -> tuple[str, TaskEvents]:

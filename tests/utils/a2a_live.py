@@ -18,7 +18,7 @@ from core.a2a_api import a2a_api_router, a2a_router
 from core.api import api_router
 from core.services import Services
 from tests.conftest import make_settings
-from tests.utils.live_server import live_server
+from tests.utils.live_server import live_server, services_app
 
 
 def free_port() -> int:
@@ -30,19 +30,7 @@ def free_port() -> int:
 
 def build_a2a_app(services: Services) -> FastAPI:
     """The REST API plus the A2A routes, with the services' lifespan."""
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await services.start()
-        yield
-        await services.stop()
-
-    app = FastAPI(lifespan=lifespan)
-    app.state.services = services
-    app.include_router(api_router())
-    app.include_router(a2a_router())
-    app.include_router(a2a_api_router())
-    return app
+    return services_app(services, api_router(), a2a_router(), a2a_api_router())
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from core.broker.routes import broker_router
 from core.services import Services
+from tests.utils.live_server import services_app
 
 CARD_METHODS = {"agent/authenticatedExtendedCard", "GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"}
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -39,21 +40,11 @@ def travel_card(name: str = "出行助手") -> dict[str, Any]:
 
 def broker_app(services: Services, *, with_api: bool = False) -> FastAPI:
     """A FastAPI app with the broker routes (and the chat API when asked), services started by its lifespan."""
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        await services.start()
-        yield
-        await services.stop()
-
-    app = FastAPI(lifespan=lifespan)
-    app.state.services = services
-    app.include_router(broker_router())
     if with_api:
         from core.api import api_router
 
-        app.include_router(api_router())
-    return app
+        return services_app(services, broker_router(), api_router())
+    return services_app(services, broker_router())
 
 
 @asynccontextmanager

@@ -4,10 +4,29 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import uvicorn
+from fastapi import APIRouter, FastAPI
+
+from core.services import Services
+
+
+def services_app(services: Services, *routers: APIRouter) -> FastAPI:
+    """A FastAPI app with `routers` on `services`, which its lifespan starts and stops."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await services.start()
+        yield
+        await services.stop()
+
+    app = FastAPI(lifespan=lifespan)
+    app.state.services = services
+    for router in routers:
+        app.include_router(router)
+    return app
 
 
 @contextmanager
