@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 MAX_INPUT_CHARS = 20_000
-TITLE_CHARS = 60
 
 
 def task_stream_key(task_id: str) -> str:
