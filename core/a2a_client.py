@@ -57,6 +57,10 @@ class HttpRemoteAgent:
             headers=headers, timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), follow_redirects=True,
         )
 
+    def visible_to(self, agent_id: Any) -> bool:
+        """Registered agents serve every local agent."""
+        return True
+
     def card(self) -> dict[str, Any]:
         """Name, description, skills, interface and where the card came from."""
         return {"kind": self.kind, "cardUrl": self.card_url, **wire.card_summary(self._card)}

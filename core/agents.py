@@ -11,6 +11,8 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from models import Agent, AgentTool, utcnow
 
 AGENT_INVOKE = "agent-invoke"
+# One `a2a_<id>` tool per broker agent visible to the agent; a call dispatches in the background (core/broker/tools.py).
+A2A_DISPATCH = "a2a-dispatch"
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 DEFAULT_AGENT_INVOKE_CONFIG: dict[str, Any] = {
@@ -27,9 +29,11 @@ SEED_AGENTS: list[dict[str, Any]] = [
         "description": "Answers general questions and delegates specialised work to other agents.",
         "system_prompt": (
             "You are a helpful general assistant. When another agent is better suited, delegate to it "
-            "with the agent_invoke tool and then answer using its result."
+            "with the agent_invoke tool and then answer using its result. For long-running work, dispatch it to "
+            "a remote agent with its a2a_<id> tool: it runs in the background, and its result arrives later as "
+            "a system message that you then announce to the user."
         ),
-        "tools": {AGENT_INVOKE: DEFAULT_AGENT_INVOKE_CONFIG},
+        "tools": {AGENT_INVOKE: DEFAULT_AGENT_INVOKE_CONFIG, A2A_DISPATCH: {}},
     },
     {
         "slug": "coding-assistant",

@@ -25,6 +25,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,13 @@ from core.tools import BoundTool, CallTurnstile, ToolContext, ToolRegistry, Tool
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
+
+# How a background task's inject (a system message of the session) reads to the model. The demo
+# model announces a trailing "Background task result" (core/demo_model.py, rule 1).
+INJECT_LABELS = {
+    "delay": "Background task progress (kept for later; no reply needed)",
+    "auto": "Background task result (tell the user now)",
+}
 
 
 class ChatError(Exception):
@@ -96,6 +104,21 @@ class TurnStarted:
     after_event_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class SessionChange:
+    """What changed in a session, for the pages showing it (`ChatEngine.watch`).
+
+    Attributes:
+        session_id: the session.
+        messages: rows saved outside a page's own turn (a turn's user message, background task notes).
+        turn: the turn that started, if one did (follow its events from `turn.after_event_id`).
+    """
+
+    session_id: str
+    messages: list[AgentMessage] = field(default_factory=list)
+    turn: TurnStarted | None = None
+
+
 @dataclass(slots=True)
 class TurnOutcome:
     """How a run of an agent ended, and the assistant messages to save."""
@@ -142,6 +165,7 @@ class ChatEngine:
         self.max_message_chars = max_message_chars
         self._tasks = BackgroundTasks()
         self._turns: dict[str, asyncio.Task[Any]] = {}
+        self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
 
     # -- turns of a user's session ---------------------------------------------------
 
@@ -178,24 +202,88 @@ class ChatEngine:
             [user_row] = await sessions_store.add_messages(
                 s, session_id=session_id, messages=[{"role": "user", "content": text, "source": "user"}]
             )
+        return await self._launch(session_id, user_id, agent, tool_rows, [*history, user_row])
+
+    async def start_announcement(self, session_id: str) -> TurnStarted:
+        """Start a turn without a user message: the agent speaks about what the history ends with.
+
+        Used for the results of background tasks (seed 003 `auto` injects, saved as system
+        messages by `core.inbox`): the agent announces them as soon as no turn is running.
+
+        Raises:
+            SessionNotFound: no such session, or it has no messages to speak about.
+            TurnInProgress: the session is answering; announce after that turn.
+        """
+        if self.is_running(session_id):
+            raise TurnInProgress("This chat is still answering; announce after that turn.")
+        async with self.db.session() as s:
+            chat = await sessions_store.get_session(s, session_id)
+            agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
+            if chat is None or agent is None:
+                raise SessionNotFound("There is no such chat session.")
+            history = await sessions_store.list_messages(s, session_id=session_id)
+            tool_rows = await agents_store.agent_tool_rows(s, agent.id)
+        if not history:
+            raise SessionNotFound("The chat has nothing to announce.")
+        return await self._launch(session_id, chat.user_id, agent, tool_rows, history)
+
+    async def _launch(self, session_id: str, user_id: int, agent: Agent, tool_rows: list[tuple[str, dict[str, Any]]],
+                      history: list[AgentMessage]) -> TurnStarted:
+        """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
+        anchor = history[-1]
         try:
             info = await self.hub.create(
                 session_id,
-                meta={"userSortOrder": user_row.sort_order, "userMessageId": user_row.id, "agentSlug": agent.slug},
+                meta={"userSortOrder": anchor.sort_order, "userMessageId": anchor.id, "agentSlug": agent.slug},
             )
         except StreamBusy as exc:  # a turn started between our check and now
             raise TurnInProgress("This chat is still answering; wait for it or press Stop.") from exc
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )
-        messages = build_model_messages(agent, [*history, user_row])
+        tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
         task = self._tasks.spawn(
-            self._run_session_turn(session_id, agent, messages, self.tools.bind(tool_rows), ctx),
+            self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx),
             name=f"turn {session_id}",
         )
         self._turns[session_id] = task
         task.add_done_callback(lambda done: self._forget_turn(session_id, done))
-        return TurnStarted(session_id, user_row.id, session_id, info.last_id)
+        started = TurnStarted(session_id, anchor.id, session_id, info.last_id)
+        self._notify(SessionChange(session_id, messages=[anchor] if anchor.role == "user" else [], turn=started))
+        return started
+
+    async def save_notes(self, session_id: str, notes: list[dict[str, Any]]) -> list[AgentMessage]:
+        """Append system messages (`content`, `inject_mode`, `a2a_task_id`) to a session, without a reply.
+
+        Pages watching the session are told (`watch`). Raises SessionNotFound when it is gone.
+        """
+        async with self.db.session() as s:
+            if await sessions_store.get_session(s, session_id) is None:
+                raise SessionNotFound("There is no such chat session.")
+            rows = await sessions_store.add_messages(s, session_id=session_id, messages=[
+                {"role": "system", "source": "user", **note} for note in notes])
+        self._notify(SessionChange(session_id, messages=rows))
+        return rows
+
+    def watch(self, session_id: str, listener: Callable[[SessionChange], None]) -> Callable[[], None]:
+        """Call `listener` for each change of the session (turns started, notes saved); returns the unwatch."""
+        self._watchers.setdefault(session_id, []).append(listener)
+
+        def unwatch() -> None:
+            listeners = self._watchers.get(session_id, [])
+            if listener in listeners:
+                listeners.remove(listener)
+            if not listeners:
+                self._watchers.pop(session_id, None)
+
+        return unwatch
+
+    def _notify(self, change: SessionChange) -> None:
+        for listener in list(self._watchers.get(change.session_id, ())):
+            try:
+                listener(change)
+            except Exception:  # a page's bug must not break the turn
+                log.exception("a watcher of session %s failed", change.session_id)
 
     def _forget_turn(self, session_id: str, task: asyncio.Task[Any]) -> None:
         if self._turns.get(session_id) is task:
@@ -474,7 +562,8 @@ def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict
             elif row.content:
                 messages.append({"role": "assistant", "content": row.content})
         elif row.role == "system" and row.content:
-            messages.append({"role": "system", "content": row.content})
+            label = INJECT_LABELS.get(row.inject_mode or "")
+            messages.append({"role": "system", "content": f"{label}: {row.content}" if label else row.content})
     return messages
 
 

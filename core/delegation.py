@@ -186,6 +186,10 @@ class DelegationService:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
 
         remote = self.registry.remote(slug) if self.registry is not None else None
+        if remote is not None and ctx.agent_id is not None and not (
+                remote.visible_to(ctx.agent_id) or remote.visible_to(ctx.agent_slug)):
+            return ToolResult(False, error=f"Delegation refused: {slug!r} is bound to another agent and serves "
+                              "only that agent.", metadata={"agentSlug": slug, "recursionDepth": depth})
         async with self.db.session() as s:
             callee = await agents_store.get_agent_by_slug(s, slug)
             if callee is None and remote is None:
@@ -201,26 +205,9 @@ class DelegationService:
             task, user_row = await self._create_task(
                 s, slug, callee.id if callee is not None else None, text, depth, ctx
             )
-
+        await self._announce(task.id, slug, callee_name, depth, ctx)
         key = task_stream_key(task.id)
-        meta = {
-            "taskId": task.id, "userId": ctx.user_id, "callerSessionId": ctx.session_id,
-            "calleeAgentSlug": slug, "calleeAgentName": callee_name, "parentTaskId": ctx.task_id,
-            "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
-        }
-        await self.hub.create(key, meta=meta)
-        await self.hub.append(key, "state", {"state": SUBMITTED})
-        self.tasks_started += 1
-        if ctx.emit is not None:
-            await ctx.emit("a2a-task-started", {
-                "taskId": task.id, "calleeAgentSlug": slug, "calleeAgentName": callee_name,
-                "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
-            })
-        if ctx.turnstile is not None:
-            ctx.turnstile.release()  # announced: the next call of this step may start
-
-        fields = {"source": "a2a", "a2a_task_id": task.id, "caller_agent_id": ctx.agent_id,
-                  "caller_session_id": ctx.session_id}
+        fields = _message_fields(task.id, ctx)
         if callee is not None:
             record: _RunRecord = _LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, [user_row]),
                                                     fields=fields))
@@ -235,8 +222,9 @@ class DelegationService:
                         user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
                         recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
                     )
+                    tools = self.tools.bind(tool_rows, agent_id=callee.id, agent_slug=callee.slug)
                     await self.engine.run_agent(
-                        stream_key=key, run=record.run, tools=self.tools.bind(tool_rows), ctx=callee_ctx,
+                        stream_key=key, run=record.run, tools=tools, ctx=callee_ctx,
                         max_output_tokens=limits.max_output_tokens,
                     )
                 else:
@@ -306,6 +294,40 @@ class DelegationService:
             allowed = ", ".join(sorted(limits.allowed_agents)) or "none"
             return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
         return None
+
+    async def _announce(self, task_id: str, slug: str, callee_name: str, depth: int, ctx: ToolContext) -> None:
+        """Open a new task's buffer and tell the caller (`a2a-task-started`); the next call may then start."""
+        key = task_stream_key(task_id)
+        meta = {
+            "taskId": task_id, "userId": ctx.user_id, "callerSessionId": ctx.session_id,
+            "calleeAgentSlug": slug, "calleeAgentName": callee_name, "parentTaskId": ctx.task_id,
+            "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
+        }
+        await self.hub.create(key, meta=meta)
+        await self.hub.append(key, "state", {"state": SUBMITTED})
+        self.tasks_started += 1
+        if ctx.emit is not None:
+            await ctx.emit("a2a-task-started", {
+                "taskId": task_id, "calleeAgentSlug": slug, "calleeAgentName": callee_name,
+                "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
+            })
+        if ctx.turnstile is not None:
+            ctx.turnstile.release()  # announced: the next call of this step may start
+
+    async def open_background_task(self, agent_id: str, agent_name: str, text: str,
+                                   ctx: ToolContext) -> BackgroundTask:
+        """A delegated task for work that runs elsewhere while the caller's turn goes on (a broker dispatch).
+
+        The task is recorded like any delegation (task row, hidden session, `source='a2a'`
+        messages, buffer `a2a_<taskId>`, `a2a-task-started` to the caller, so the side panel
+        shows it); the returned `BackgroundTask` is fed the work's text and its end.
+        """
+        depth = ctx.recursion_depth + 1
+        async with self.db.session() as s:
+            task, _ = await self._create_task(s, agent_id, None, text, depth, ctx)
+        await self._announce(task.id, agent_id, agent_name, depth, ctx)
+        await self._set_state(task.id, WORKING, SUBMITTED)
+        return BackgroundTask(self, task.id, _RemoteRun(agent_id, _message_fields(task.id, ctx)))
 
     async def _create_task(
         self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
@@ -601,6 +623,53 @@ class _RemoteRun:
 
 
 _RunRecord = _LocalRun | _RemoteRun
+
+
+def _message_fields(task_id: str, ctx: ToolContext) -> dict[str, Any]:
+    """The columns every message of a delegated task carries (seed 000 §3.1)."""
+    return {"source": "a2a", "a2a_task_id": task_id, "caller_agent_id": ctx.agent_id,
+            "caller_session_id": ctx.session_id}
+
+
+class BackgroundTask:
+    """The record of a task that runs elsewhere (see `DelegationService.open_background_task`).
+
+    `on_text` appends to the task's stream and saved answer; `on_end` records how it ended
+    (once). Both are what the broker's relay calls (`core.broker.service.TaskObserver`).
+    """
+
+    # The broker's end states, as task states: a timeout is a failure, an agent that needs
+    # more input has ended its turn (its text says what it needs).
+    _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED,
+               "auth-required": COMPLETED}
+
+    def __init__(self, service: DelegationService, task_id: str, record: _RemoteRun) -> None:
+        self.service = service
+        self.task_id = task_id
+        self.record = record
+        self.ended = False
+        self._started = time.monotonic()
+
+    async def on_text(self, text: str) -> None:
+        """A piece of the agent's answer."""
+        if self.ended or not text:
+            return
+        self.record.chunks.append(text)
+        await self.service.hub.append(task_stream_key(self.task_id), "text-delta", {"id": "text-0", "delta": text})
+
+    async def on_end(self, state: str, text: str) -> None:
+        """The work is over: `state` as the broker names it, `text` its closing words."""
+        if self.ended:
+            return
+        self.ended = True
+        final = self._STATES.get(state, FAILED)
+        error = None if final == COMPLETED else text or f"the task ended as {state}"
+        self.record.state, self.record.error = final, error
+        if final != COMPLETED:
+            self.record.status = "canceled" if final == CANCELED else "error"
+            if final == FAILED:
+                await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
+        await self.service._finish(self.task_id, self.record, final, error, self._started)
 
 
 class AgentInvokeTool:

@@ -7,7 +7,11 @@ a demo turn goes through exactly the same LiteLLM path as a real provider.
 Behaviour (documented in the README, relied on by the tests):
 
 1. The last message is a tool result: the model answers from the results of
-   that step, quoting each callee's output (or its error).
+   that step, quoting each callee's output (or its error); a background
+   dispatch's result is answered with "working on it in the background".
+   The conversation ends with background task results (system messages that
+   start with "Background task result", see `core.chat.INJECT_LABELS`): the
+   model announces each of them.
 2. The last user message contains `@<agent-id> <text>` and the request offers
    the `agent_invoke` tool: it says which agents it delegates to, then calls
    `agent_invoke` with `{"agentSlug": "<agent-id>", "input": "<text>"}` once
@@ -15,6 +19,9 @@ Behaviour (documented in the README, relied on by the tests):
    `@@<agent-id>` is not a mention here: it is passed on as `@<agent-id>` in the
    text, so the callee delegates in turn (`@planner ask @@coding-assistant for code`
    gives a nested delegation).
+   A message that starts with `/background` calls the broker tools instead:
+   `a2a_<agent-id>` with `{"task": "<text>"}` for each mention whose tool is
+   offered (so do mentions when `agent_invoke` is not offered but the tool is).
 3. `/lorem N`: N words of lorem ipsum (N up to 100,000), for long streams.
 4. `/error`: a few tokens, then a failure (to try error handling end to end).
 5. Otherwise: an echo of the message with a short guide. When the system prompt
@@ -32,6 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 AGENT_INVOKE_TOOL = "agent_invoke"
+DISPATCH_TOOL_PREFIX = "a2a_"  # the broker's tools (core/broker/tools.py)
+BACKGROUND_COMMAND = "/background"
+BACKGROUND_RESULT = "Background task result"  # how core.chat labels an `auto` inject for the model
+_INJECT_TEXT = re.compile(r"^[^:]*:\s*\[([^\]]+)\]\s*(.*)$", re.DOTALL)
 LOREM_MAX_WORDS = 100_000
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
@@ -99,10 +110,25 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     last = messages[-1]
     if last.get("role") == "tool":
         return DemoReply(tokenize(_answer_from_tool_results(messages)))
+    results = _trailing_background_results(messages)
+    if results:
+        return DemoReply(tokenize("\n\n".join(_announce(r) for r in results)))
     text = _content_text(last).strip()
     system = " ".join(_content_text(m) for m in messages if m.get("role") == "system")
 
+    background = text.startswith(BACKGROUND_COMMAND)
+    if background:
+        text = text[len(BACKGROUND_COMMAND):].strip()
     mentions = [(slug, body) for slug, body in find_mentions(text) if body]
+    dispatches = [(slug, body) for slug, body in mentions if f"{DISPATCH_TOOL_PREFIX}{slug}" in tool_names]
+    if dispatches and (background or AGENT_INVOKE_TOOL not in tool_names):
+        calls = [
+            DemoToolCall(id=f"call_{i}_{slug}"[:40], name=f"{DISPATCH_TOOL_PREFIX}{slug}",
+                         arguments=json.dumps({"task": body}, ensure_ascii=False))
+            for i, (slug, body) in enumerate(dispatches)
+        ]
+        names = ", ".join(f"@{slug}" for slug, _ in dispatches)
+        return DemoReply(tokenize(f"Sending this to {names} in the background.\n\n"), tool_calls=calls)
     if mentions and AGENT_INVOKE_TOOL in tool_names:
         names = ", ".join(f"@{slug}" for slug, _ in mentions)
         calls = [
@@ -165,11 +191,34 @@ def _answer_from_tool_results(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(lines) or "(No tool results.)"
 
 
+def _trailing_background_results(messages: list[dict[str, Any]]) -> list[str]:
+    """The background task results the conversation ends with (after its last user or assistant message)."""
+    results: list[str] = []
+    for message in reversed(messages[1:]):
+        if message.get("role") != "system":
+            break
+        text = _content_text(message)
+        if text.startswith(BACKGROUND_RESULT):
+            results.append(text)
+    return list(reversed(results))
+
+
+def _announce(note: str) -> str:
+    match = _INJECT_TEXT.match(note)
+    if match is None:
+        return f"A background task has ended:\n\n> {note}"
+    who, text = match.group(1), match.group(2).strip()
+    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (no text)"
+    return f"Result from **{who}**:\n\n{quoted}"
+
+
 def _describe_result(name: str, payload: Any) -> str:
     if isinstance(payload, dict):
         who = payload.get("agentSlug") or name
         if payload.get("ok") is False or payload.get("error"):
             return f"The call to **{who}** failed: {payload.get('error') or 'unknown error'}"
+        if payload.get("background"):
+            return f"**{who}** is working on it in the background; I will tell you the result when it arrives."
         output = payload.get("output", payload)
         text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
         quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty)"

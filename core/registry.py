@@ -58,6 +58,10 @@ class RemoteAgent(Protocol):
         """What the registry shows about the agent (name, description, skills)."""
         ...
 
+    def visible_to(self, agent_id: Any) -> bool:
+        """Whether the local agent with that id (database id or slug) may call it (broker agents may be bound)."""
+        ...
+
 
 class IdTaken(ValueError):
     """The id is a local agent's or another remote agent's; the message says which."""

@@ -16,10 +16,12 @@ from typing import Any
 from core import accounts
 from core import agents as agents_store
 from core.broker import Broker
+from core.broker.tools import BrokerDispatchTools
 from core.chat import ChatEngine
 from core.db import Database
 from core.delegation import AgentInvokeTool, DelegationService
 from core.hub import StreamHub
+from core.inbox import ChatInbox
 from core.llm import LLMGateway
 from core.registry import AgentRegistry
 from core.remote_agents import RemoteAgentDirectory
@@ -64,6 +66,7 @@ class Services:
     remote_agents: RemoteAgentDirectory = None  # type: ignore[assignment]  # set in __post_init__
     a2a_server: Any = None
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
+    inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
@@ -94,8 +97,11 @@ class Services:
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
+        broker = Broker(settings, registry)
+        inbox = ChatInbox(chat, broker.injects.bus)
+        tools.register_family(BrokerDispatchTools(broker, delegation, inbox))
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   registry=registry, workspace=Workspace(db, hub, chat), broker=Broker(settings, registry))
+                   registry=registry, workspace=Workspace(db, hub, chat), broker=broker, inbox=inbox)
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.
@@ -133,6 +139,8 @@ class Services:
         self.background.spawn(self._sweep_forever(), name="hub sweep")
         # Off the start-up path: it imports the a2a-sdk.
         self.background.spawn(self.remote_agents.restore(), name="restore remote A2A agents")
+        if self.inbox is not None:
+            await self.inbox.start()
         if self.broker is not None:
             await self.broker.start()
 
@@ -140,6 +148,8 @@ class Services:
         """Stop turns (saving what they have), housekeeping and the database."""
         await self.delegation.shutdown_external_tasks()
         await self.remote_agents.close()
+        if self.inbox is not None:
+            await self.inbox.stop()  # first: no announcement turns while everything stops
         if self.broker is not None:
             await self.broker.stop()
         await self.chat.shutdown()

@@ -5,6 +5,10 @@ function name the model sees (`agent_invoke`), a JSON schema for its input and
 an `execute` coroutine. An agent's tools are the registered tools named by its
 enabled `agent_tools` rows, each with that row's JSON config.
 
+A tool family is a tool type that stands for several functions, decided when a
+turn starts: `a2a-dispatch` gives one `a2a_<id>` function per broker agent the
+calling agent may see (seed 003), so the set follows the agents online.
+
 Tools never raise into the chat engine for bad input: they return a failed
 `ToolResult` whose `error` the model reads and can act on (seed 000 §3.4).
 """
@@ -96,7 +100,7 @@ class ToolResult:
 
 
 def _public(metadata: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metadata.items() if k in {"agentSlug", "taskId"}}
+    return {k: v for k, v in metadata.items() if k in {"agentSlug", "taskId", "background"}}
 
 
 class Tool(Protocol):
@@ -136,11 +140,22 @@ class BoundTool:
         }
 
 
+class ToolFamily(Protocol):
+    """A tool type whose functions are decided per agent when a turn starts."""
+
+    tool_type: str
+
+    def tools_for(self, agent_id: int | None, agent_slug: str) -> list[Tool]:
+        """The functions this family offers to that agent now."""
+        ...
+
+
 class ToolRegistry:
     """Tools by type; `bind` picks an agent's tools from its `agent_tools` rows."""
 
     def __init__(self) -> None:
         self._by_type: dict[str, Tool] = {}
+        self._families: dict[str, ToolFamily] = {}
 
     def register(self, tool: Tool) -> None:
         """Add a tool; its type and function name must both be new.
@@ -148,27 +163,47 @@ class ToolRegistry:
         Raises:
             ValueError: a tool with that type or name is already registered.
         """
-        if tool.tool_type in self._by_type:
+        if tool.tool_type in self._by_type or tool.tool_type in self._families:
             raise ValueError(f"a tool of type {tool.tool_type!r} is already registered")
         if any(t.name == tool.name for t in self._by_type.values()):
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._by_type[tool.tool_type] = tool
+
+    def register_family(self, family: ToolFamily) -> None:
+        """Add a tool family under a new type.
+
+        Raises:
+            ValueError: a tool or family with that type is already registered.
+        """
+        if family.tool_type in self._by_type or family.tool_type in self._families:
+            raise ValueError(f"a tool of type {family.tool_type!r} is already registered")
+        self._families[family.tool_type] = family
 
     def get(self, tool_type: str) -> Tool | None:
         """The tool of that type, if registered."""
         return self._by_type.get(tool_type)
 
     def types(self) -> list[str]:
-        """Every registered tool type."""
-        return sorted(self._by_type)
+        """Every registered tool type (families included)."""
+        return sorted({*self._by_type, *self._families})
 
-    def bind(self, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, BoundTool]:
-        """Bound tools by function name, from `(tool_type, config)` pairs; unknown types are skipped."""
+    def bind(self, rows: list[tuple[str, dict[str, Any]]], *, agent_id: int | None = None,
+             agent_slug: str = "") -> dict[str, BoundTool]:
+        """Bound tools by function name, from an agent's `(tool_type, config)` pairs; unknown types are skipped.
+
+        Families expand to their functions for that agent; a family function never replaces a plain tool.
+        """
         bound: dict[str, BoundTool] = {}
+        expanded: list[BoundTool] = []
         for tool_type, config in rows:
             tool = self._by_type.get(tool_type)
-            if tool is None:
+            family = self._families.get(tool_type)
+            if tool is not None:
+                bound[tool.name] = BoundTool(tool, dict(config or {}))
+            elif family is not None:
+                expanded += [BoundTool(t, dict(config or {})) for t in family.tools_for(agent_id, agent_slug)]
+            else:
                 log.warning("agent has a tool of unknown type %r; it is not offered to the model", tool_type)
-                continue
-            bound[tool.name] = BoundTool(tool, dict(config or {}))
+        for item in expanded:
+            bound.setdefault(item.name, item)
         return bound

@@ -55,7 +55,7 @@ class Workspace:
         """Load a chat for display.
 
         `live_turn` is True when a turn is running whose answer is not saved yet: the page
-        then replays it from the hub (the saved messages end with the turn's user message).
+        then replays it from the hub.
 
         Raises:
             SessionNotFound: not this user's chat (or deleted).
@@ -69,11 +69,10 @@ class Workspace:
         if agent is None:
             raise SessionNotFound("The agent of this chat no longer exists.")
         info = self.hub.get(session_id)
-        saved_upto = messages[-1].sort_order if messages else 0
-        live = (
-            info is not None
-            and info.state is BufferState.OPEN
-            and int(info.meta.get("userSortOrder", 0)) >= saved_upto
+        # Live while the turn's answer is not saved: nothing the agent said comes after the message it answers
+        # (a background task's note may, when it was saved just as the turn began).
+        live = info is not None and info.state is BufferState.OPEN and not any(
+            m.role == "assistant" and m.sort_order > int(info.meta.get("userSortOrder", 0)) for m in messages
         )
         return SessionView(row, agent, messages, live)
 

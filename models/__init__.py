@@ -136,6 +136,9 @@ class AgentMessage(SQLModel, table=True):
         default=None, sa_column=Column(Integer, ForeignKey("agents.id", ondelete="SET NULL"), nullable=True)
     )
     caller_session_id: str | None = Field(default=None, sa_type=String(64))
+    # Set on a message that arrived as an `inject_system_message` (seed 003): 'delay' (progress, kept
+    # quietly) or 'auto' (a result the agent announces). Such a message has role 'system'.
+    inject_mode: str | None = Field(default=None, sa_type=String(8))
     created_at: datetime = _ts(default_factory=utcnow)
 
 

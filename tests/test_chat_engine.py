@@ -207,3 +207,62 @@ async def test_list_sessions_is_newest_first_and_per_user(services: Services) ->
         listed = [r.id for r in await sessions_store.list_sessions(s, user_id=services.auth.local_user_id)]
         assert await sessions_store.list_sessions(s, user_id=services.auth.local_user_id + 1000) == []
     assert listed == [first, second]
+
+
+def test_tool_families_expand_per_agent_and_never_replace_plain_tools() -> None:
+    from dataclasses import dataclass
+
+    from core.tools import ToolRegistry
+
+    @dataclass
+    class Named:
+        name: str
+        tool_type: str = "plain"
+        description: str = ""
+        parameters: dict | None = None
+
+        async def execute(self, arguments, config, ctx):  # pragma: no cover - not called
+            raise AssertionError
+
+    class Family:
+        tool_type = "family"
+
+        def tools_for(self, agent_id, agent_slug):
+            return [Named("plain_tool", "family"), Named(f"for_{agent_slug}", "family")]
+
+    registry = ToolRegistry()
+    registry.register(Named("plain_tool"))
+    registry.register_family(Family())
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_family(Family())
+    rows = [("family", {"k": 1}), ("plain", {}), ("unknown", {})]
+    bound = registry.bind(rows, agent_id=7, agent_slug="alice")
+    assert set(bound) == {"plain_tool", "for_alice"}
+    assert bound["plain_tool"].tool.tool_type == "plain" and bound["for_alice"].config == {"k": 1}
+    assert set(registry.bind(rows, agent_id=8, agent_slug="bob")) == {"plain_tool", "for_bob"}
+    assert registry.types() == ["family", "plain"]
+
+
+async def test_an_announcement_is_a_turn_about_the_notes_the_history_ends_with(services: Services) -> None:
+    chat = await new_chat(services, "general-assistant")
+    await run_turn(services, chat, "hello")
+    watched = []
+    unwatch = services.chat.watch(chat, watched.append)
+    [note] = await services.chat.save_notes(chat, [
+        {"content": "[Weather] Sunny, 22 °C.", "inject_mode": "auto", "a2a_task_id": "t1"}])
+    assert (note.role, note.source, note.inject_mode) == ("system", "user", "auto")
+    turn = await services.chat.start_announcement(chat)
+    with pytest.raises(TurnInProgress):
+        await services.chat.start_announcement(chat)
+    events = [e async for e in services.hub.subscribe(turn.stream_key, after=turn.after_event_id)]
+    await services.chat.wait(chat, timeout=5)
+    text = "".join(e.data["delta"] for e in events if e.type == "text-delta")
+    assert text == "Result from **Weather**:\n\n> Sunny, 22 °C."
+    assert turn.user_message_id == note.id
+    assert [(c.messages, c.turn) for c in watched] == [([note], None), ([], turn)]
+    unwatch()
+    rows = await saved(services, chat)
+    assert [r.role for r in rows] == ["user", "assistant", "system", "assistant"]
+    assert rows[-1].content == text
+    with pytest.raises(SessionNotFound):
+        await services.chat.save_notes("as_missing", [{"content": "x", "inject_mode": "delay"}])

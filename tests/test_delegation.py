@@ -56,7 +56,8 @@ async def add_delegating_agent(services: Services, slug: str, **config) -> None:
 async def set_invoke_config(services: Services, slug: str, **config) -> None:
     async with services.db.session() as s:
         agent = await agents_store.get_agent_by_slug(s, slug)
-        row = (await s.exec(select(AgentTool).where(AgentTool.agent_id == agent.id))).one()
+        row = (await s.exec(select(AgentTool).where(AgentTool.agent_id == agent.id,
+                                                    AgentTool.tool_type == AGENT_INVOKE))).one()
         row.config = {**row.config, **config}
         s.add(row)
         await s.commit()
@@ -334,6 +335,9 @@ class ScriptedRemoteAgent:
 
     def card(self) -> dict:
         return {"name": self.name, "description": self.description, "skills": []}
+
+    def visible_to(self, agent_id) -> bool:
+        return True
 
     async def stream(self, text: str, *, task_id: str, context_id: str | None = None):
         self.requests.append((text, task_id))

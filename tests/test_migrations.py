@@ -101,3 +101,27 @@ async def test_a_nested_sqlite_session_fails_loudly_instead_of_waiting_forever(t
             pass
     finally:
         await db.close()
+
+
+def test_an_existing_general_assistant_gets_the_dispatch_tool(fresh_database: str) -> None:
+    """Migration 0004 gives a general assistant made before it the `a2a-dispatch` tool that new installs seed."""
+    if fresh_database.startswith("sqlite:///"):
+        Path(fresh_database.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(sync_url(fresh_database))
+    try:
+        command.upgrade(alembic_config(fresh_database), "0003")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO agents (slug, name, description, system_prompt, model, created_at, "
+                              "updated_at) VALUES ('general-assistant', 'General', '', '', 'local/demo', "
+                              "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+        command.upgrade(alembic_config(fresh_database), "head")
+        with engine.connect() as conn:
+            tools = conn.execute(text("SELECT t.tool_type FROM agent_tools t JOIN agents a ON a.id = t.agent_id "
+                                      "WHERE a.slug = 'general-assistant'")).scalars().all()
+        assert tools == ["a2a-dispatch"]
+        command.downgrade(alembic_config(fresh_database), "0003")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM agent_tools")).scalar() == 0
+            assert "inject_mode" not in {c["name"] for c in inspect(conn).get_columns("agent_messages")}
+    finally:
+        engine.dispose()

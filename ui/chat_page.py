@@ -17,7 +17,7 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
-from core.chat import ChatError
+from core.chat import ChatError, SessionChange
 from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from core.services import Services
 from models import AgentMessage, AgentSession
@@ -60,7 +60,10 @@ class ChatPage:
         self._tool_cards: dict[str, ToolCallCard] = {}
         self._bubble: ui.element | None = None
         self._has_messages = False
+        self._starting_turn = False
+        self._unwatch: Callable[[], None] | None = None
         client.on_delete(self._stop_following)
+        client.on_delete(self._stop_watching)
 
     # -- layout ----------------------------------------------------------------------
 
@@ -140,6 +143,8 @@ class ChatPage:
             await self.panel.restore(await self.services.delegation.tasks_of_session(self.user_id, self.session_id))
         if view is not None and view.live_turn:
             self._follow(after=None)
+        if self.session_id is not None:
+            self._watch()
 
     async def _render_session_list(self) -> None:
         sessions = await self.services.workspace.sessions(self.user_id) if self.user_id else []
@@ -168,6 +173,9 @@ class ChatPage:
                 with ui.chat_message(name="You", sent=True).classes("w-full").props("data-testid=user-message"):
                     ui.markdown(message.content)
                 return
+            if message.role == "system" and message.inject_mode:
+                self._render_note(message)
+                return
             if message.role != "assistant":
                 return
             with ui.chat_message(name=self._agent_name()).classes("w-full").props(
@@ -189,6 +197,19 @@ class ChatPage:
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
 
+    def _render_note(self, message: AgentMessage) -> None:
+        """A background task's inject: a quiet line in the chat; a click opens the task in the side panel."""
+        icon = "check_circle" if message.inject_mode == "auto" else "more_horiz"
+        with ui.row().classes("w-full items-start gap-2 no-wrap text-grey-7 text-caption q-px-md").props(
+            f"data-testid=inject-note data-mode={message.inject_mode}"
+        ) as note:
+            ui.icon(icon, size="xs")
+            ui.label(message.content).classes("whitespace-pre-wrap")
+        note.mark("inject-note")
+        if message.a2a_task_id:
+            task_id = message.a2a_task_id
+            note.classes("cursor-pointer").on("click", lambda: self.panel.show_task(task_id))
+
     def _agent_name(self) -> str:
         options = self.agent_picker.options if hasattr(self, "agent_picker") else {}
         return options.get(self.agent_slug, self.agent_slug or "Agent") if isinstance(options, dict) else "Agent"
@@ -204,7 +225,13 @@ class ChatPage:
                 created = await self.services.workspace.create(self.user_id, self.agent_slug or "")
                 self.session_id = created.id
                 ui.navigate.history.replace(f"/chat/{created.id}")
-            turn = await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id, text=text)
+                self._watch()
+            self._starting_turn = True  # this page shows its own turn; the watcher leaves it alone
+            try:
+                turn = await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id,
+                                                           text=text)
+            finally:
+                self._starting_turn = False
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
@@ -231,6 +258,28 @@ class ChatPage:
         self._follow_task = background_tasks.create(
             self._consume(subscription), name=f"follow {self.session_id}", context=self.client
         )
+
+    def _watch(self) -> None:
+        """Hear about turns and notes this page did not start (another tab, background task results)."""
+        self._stop_watching()
+        self._unwatch = self.services.chat.watch(self.session_id, self._on_session_change)
+
+    def _stop_watching(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+
+    def _on_session_change(self, change: SessionChange) -> None:
+        if self._starting_turn or self.client.is_deleted:
+            return
+        # Called from the engine's task: build elements in a task of this page's client.
+        background_tasks.create(self._show_change(change), name=f"change {change.session_id}", context=self.client)
+
+    async def _show_change(self, change: SessionChange) -> None:
+        for message in change.messages:
+            self._render_saved(message)
+        if change.turn is not None:
+            self._follow(after=change.turn.after_event_id)
 
     def _stop_following(self) -> None:
         if self._follow_task is not None and not self._follow_task.done():

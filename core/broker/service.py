@@ -24,7 +24,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from core.broker import wire
 from core.broker.auth import Identity, Refused, identify, is_blacklisted
@@ -52,6 +52,18 @@ def _close_reason(text: str) -> str:
     return text if len(data) <= 123 else data[:120].decode("utf-8", "ignore") + "..."
 
 
+class TaskObserver(Protocol):
+    """Follows one dispatched task besides its injects (the app's own dispatches: the side panel)."""
+
+    async def on_text(self, text: str) -> None:
+        """The text of one event, as it arrives (not throttled)."""
+        ...
+
+    async def on_end(self, state: str, text: str) -> None:
+        """The task ended (completed, failed, canceled, timeout, input-required...) with this closing text."""
+        ...
+
+
 @dataclass(slots=True)
 class BrokerTask:
     """One dispatched task, as the broker page and stats see it."""
@@ -74,6 +86,7 @@ class BrokerTask:
     cancel_requested: bool = False
     first_inject_at: float | None = None
     runner: asyncio.Task[None] | None = None
+    observer: TaskObserver | None = None
     _last_delay: float = float("-inf")
 
     def view(self) -> dict[str, Any]:
@@ -283,14 +296,19 @@ class Broker:
     # -- tasks --------------------------------------------------------------------------------
 
     def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str,
-                 mac_address: str | None = None) -> dict[str, Any]:
-        """Start a task on a connected agent; the answer is the ack, progress follows as injects."""
+                 mac_address: str | None = None, task_id: str | None = None,
+                 observer: TaskObserver | None = None) -> dict[str, Any]:
+        """Start a task on a connected agent; the answer is the ack, progress follows as injects.
+
+        `task_id` (default: a new UUID) and `observer` are for the app's own dispatches, whose
+        task is also a delegation record (`core.broker.tools`).
+        """
         conn = self._connections.get(target_agent)
         if conn is None or not conn.visible_to(agent_id) or conn.closed is not None:
             self.tasks_no_agent += 1
             return {"status": "no_agent"}
-        record = BrokerTask(id=str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id, text=task,
-                            mac_address=mac_address)
+        record = BrokerTask(id=task_id or str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id,
+                            text=task, mac_address=mac_address, observer=observer)
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
@@ -335,6 +353,8 @@ class Broker:
                     record.remote_task_id = stream.remote_task_id
                     if event.state:
                         record.state = event.state
+                    if event.text and record.observer is not None:
+                        await self._observe(record, record.observer.on_text(event.text))
                     if event.kind == "artifact":
                         result.add_artifact(event)
                         if event.text:
@@ -396,6 +416,16 @@ class Broker:
             await self._inject(record, text, AUTO)
         except Exception:
             log.exception("the final inject of task %s failed", record.id)
+        if record.observer is not None:
+            await self._observe(record, record.observer.on_end(state, text))
+
+    @staticmethod
+    async def _observe(record: BrokerTask, call: Awaitable[None]) -> None:
+        """An observer's failure is logged; it never stops the relay or the injects."""
+        try:
+            await call
+        except Exception:
+            log.exception("the observer of task %s failed", record.id)
 
     # -- health and counters ------------------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""The app's own chat as a consumer of the broker's injects (seed 003, "xz-chat" side).
+
+When a chat of this app dispatches work to a broker agent in the background (an
+`a2a_<id>` tool call, `core.broker.tools`), the task's progress comes back as
+`inject_system_message` events, exactly as for an outside chat system. This
+inbox takes the injects of those tasks, and only those, off the broker's
+in-process bus and applies seed 003's two modes to the chat session:
+
+- `delay` (working progress): appended to the session as a quiet system note;
+  no reply, the model sees it next time the user speaks;
+- `auto` (the result: completed, failed, canceled, timeout): appended the same
+  way, then the agent announces it in a turn of its own.
+
+Neither happens in the middle of a running turn: the session's injects wait
+until its turn ends and are then saved in the order they came, and the
+announcement is a turn that starts only when none runs. Several results that
+arrive together get one announcement.
+
+Injects of tasks that this process did not dispatch for one of its sessions are
+ignored here: an outside chat system reads them from Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+from core.broker.inject import AUTO, Inject, InjectBus
+from core.chat import ChatEngine, ChatError, TurnInProgress
+from core.tasks import BackgroundTasks
+
+log = logging.getLogger(__name__)
+
+
+class ChatInbox:
+    """Delivers the injects of background tasks into the chat sessions that started them."""
+
+    def __init__(self, chat: ChatEngine, bus: InjectBus) -> None:
+        self.chat = chat
+        self.bus = bus
+        self.delivered = 0
+        self.announced = 0
+        self._expected: dict[str, str] = {}  # task id -> session id, until the task's `auto` inject
+        self._pending: dict[str, deque[Inject]] = {}
+        self._announce: set[str] = set()
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._tasks = BackgroundTasks()
+
+    def expect(self, task_id: str, session_id: str) -> None:
+        """The injects of `task_id` belong to that session (called when the app dispatches the task)."""
+        self._expected[task_id] = session_id
+
+    def forget(self, task_id: str) -> None:
+        """The task will send nothing (its dispatch was refused)."""
+        self._expected.pop(task_id, None)
+
+    @property
+    def expected(self) -> int:
+        """Tasks whose result has not come back yet."""
+        return len(self._expected)
+
+    async def start(self) -> None:
+        """Listen to the broker's bus."""
+        subscribed = asyncio.Event()
+        self._tasks.spawn(self._listen(subscribed), name="chat inbox")
+        await subscribed.wait()
+
+    async def stop(self) -> None:
+        """Stop listening and delivering (injects not yet saved are dropped with a warning)."""
+        waiting = sum(len(q) for q in self._pending.values())
+        if waiting:
+            log.warning("stopping with %d background-task injects not yet delivered to their chats", waiting)
+        await self._tasks.shutdown()
+        self._workers.clear()
+        self._pending.clear()
+
+    async def _listen(self, subscribed: asyncio.Event) -> None:
+        async with self.bus.subscribe() as queue:
+            subscribed.set()
+            while True:
+                self.receive(await queue.get())
+
+    def receive(self, inject: Inject) -> None:
+        """Queue an inject for its session (ignored when it is not one of this app's background tasks)."""
+        session_id = self._expected.get(inject.task_id or "")
+        if session_id is None:
+            return
+        if inject.mode == AUTO:
+            del self._expected[inject.task_id]  # terminal: nothing else comes for this task
+        self._pending.setdefault(session_id, deque()).append(inject)
+        worker = self._workers.get(session_id)
+        if worker is None or worker.done():
+            self._workers[session_id] = self._tasks.spawn(self._deliver(session_id), name=f"inbox {session_id}")
+
+    async def _deliver(self, session_id: str) -> None:
+        """Save the session's waiting injects between turns, then announce results; until none is left."""
+        try:
+            while self._pending.get(session_id) or session_id in self._announce:
+                await self._turn_over(session_id)
+                pending = self._pending.pop(session_id, deque())
+                if pending:
+                    notes = [{"content": i.text, "inject_mode": i.mode, "a2a_task_id": i.task_id} for i in pending]
+                    await self.chat.save_notes(session_id, notes)
+                    self.delivered += len(notes)
+                    if any(i.mode == AUTO for i in pending):
+                        self._announce.add(session_id)
+                if session_id in self._announce and not self._pending.get(session_id):
+                    try:
+                        await self.chat.start_announcement(session_id)
+                    except TurnInProgress:
+                        continue  # the user spoke first: announce after that turn
+                    self._announce.discard(session_id)
+                    self.announced += 1
+        except ChatError as exc:  # the session was deleted
+            log.info("dropping background-task injects for session %s: %s", session_id, exc.message)
+            self._pending.pop(session_id, None)
+            self._announce.discard(session_id)
+        finally:
+            if self._workers.get(session_id) is asyncio.current_task():
+                del self._workers[session_id]
+
+    async def _turn_over(self, session_id: str) -> None:
+        while self.chat.is_running(session_id):
+            await self.chat.wait(session_id)
