@@ -122,7 +122,7 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
         # It is a delegation like any other: the side panel's stream and the saved task.
         deltas = [e.data["delta"] async for e in services.hub.subscribe(task_stream_key(task_id))
                   if e.type == "text-delta"]
-        assert deltas == ["已查到 6 个车次…", "已订好备选，最优 G1234。"]
+        assert deltas == ["已查到 6 个车次…\n\n", "已订好备选，最优 G1234。"]  # progress is a paragraph of its own
         async with services.db.session() as s:
             task = await s.get(A2ATaskSession, task_id)
             callee_rows = await sessions_store.list_messages(s, session_id=task.session_id)

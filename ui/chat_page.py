@@ -18,6 +18,7 @@ from typing import Any
 from nicegui import Client, background_tasks, ui
 
 from core.chat import ChatError, SessionChange
+from core.broker.tools import TOOL_NAME_PREFIX
 from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from core.services import Services
 from models import AgentMessage, AgentSession
@@ -204,7 +205,7 @@ class ChatPage:
             f"data-testid=inject-note data-mode={message.inject_mode}"
         ) as note:
             ui.icon(icon, size="xs")
-            ui.label(message.content).classes("whitespace-pre-wrap")
+            ui.label(message.content).classes("whitespace-pre-wrap").props("data-testid=inject-note-text")
         note.mark("inject-note")
         if message.a2a_task_id:
             task_id = message.a2a_task_id
@@ -392,9 +393,12 @@ class ToolCallCard:
     def __init__(self, tool_name: str, arguments: Any) -> None:
         target = arguments.get("agentSlug") if isinstance(arguments, dict) else None
         title = f"Delegated to {target}" if target and tool_name == "agent_invoke" else tool_name
+        icon = "call_split" if target else "build"
+        if tool_name.startswith(TOOL_NAME_PREFIX):  # a broker agent's tool (core/broker/tools.py)
+            title, icon = f"Sent to {tool_name.removeprefix(TOOL_NAME_PREFIX)} in the background", "schedule_send"
         with ui.card().tight().classes("w-full q-my-xs").props("flat bordered data-testid=tool-call") as self.card:
             with ui.row().classes("items-center gap-2 q-pa-sm no-wrap"):
-                ui.icon("call_split" if target else "build", size="xs").classes("text-grey-7")
+                ui.icon(icon, size="xs").classes("text-grey-7")
                 self.title = ui.label(title).classes("text-weight-medium")
                 self.status = ui.label("running…").classes("text-grey-7 text-caption").props(
                     "data-testid=tool-call-status"
@@ -413,10 +417,11 @@ class ToolCallCard:
             self.detail.set_text(str(message))
             self.detail.set_visibility(True)
         else:
-            self.status.set_text(f"done{took}")
+            self.status.set_text("started; the result will follow" if metadata.get("background") else f"done{took}")
         name = metadata.get("calleeAgentName")
         if isinstance(name, str) and name:
-            self.title.set_text(f"Delegated to {name}")
+            self.title.set_text(f"Sent to {name} in the background" if metadata.get("background")
+                                else f"Delegated to {name}")
 
     def link_task(self, task_id: str, open_task: Callable[[str], Awaitable[None]]) -> None:
         """Clicking the card opens that task in the side panel."""

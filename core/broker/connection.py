@@ -235,7 +235,7 @@ class AgentConnection:
             try:
                 async for event in events:
                     failed = event.state in {"failed", "rejected"}
-                    yield RemoteEvent(text=event.text, state="failed" if failed else event.state,
+                    yield RemoteEvent(text=wire.answer_piece(event), state="failed" if failed else event.state,
                                       final=event.final,
                                       error=(event.text or f"{self.name} reported that the task failed")
                                       if failed else None)

@@ -354,7 +354,7 @@ class Broker:
                     if event.state:
                         record.state = event.state
                     if event.text and record.observer is not None:
-                        await self._observe(record, record.observer.on_text(event.text))
+                        await self._observe(record, record.observer.on_text(wire.answer_piece(event)))
                     if event.kind == "artifact":
                         result.add_artifact(event)
                         if event.text:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.agents import A2A_DISPATCH
 from core.broker.connection import AgentConnection
+from core.broker.wire import TOOL_NAME_PREFIX
 from core.tools import ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from core.inbox import ChatInbox
 
 MAX_TASK_CHARS = 20_000
+
+__all__ = ["TOOL_NAME_PREFIX", "BrokerDispatchTool", "BrokerDispatchTools"]
 
 
 class BrokerDispatchTools:

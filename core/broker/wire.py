@@ -168,6 +168,17 @@ class WireEvent:
     append: bool = False
 
 
+def answer_piece(event: WireEvent) -> str:
+    """The event's text as a piece of the running answer a reader sees (the side panel, saved messages).
+
+    Artifact chunks continue the text as they are; a status message is a whole message
+    (progress such as "Searching…"), so it stands as a paragraph of its own.
+    """
+    if not event.text or event.kind == "artifact":
+        return event.text
+    return event.text if event.final else f"{event.text}\n\n"
+
+
 def normalise_state(value: Any) -> str | None:
     """`TASK_STATE_INPUT_REQUIRED` and `input-required` both become `input-required`."""
     if not isinstance(value, str) or not value:
@@ -315,6 +326,9 @@ def parse_card(obj: Any) -> AgentCard:
                      version=_str(obj.get("version")), v1=v1, raw=obj)
 
 
+TOOL_NAME_PREFIX = "a2a_"
+
+
 def tool_definition(a2a_id: str, card: AgentCard) -> dict[str, Any]:
     """The LLM tool that stands for the agent (seed 003: `a2a_<id>`, input `{task: string}`)."""
     lines = [card.description or f"Delegate a task to the remote agent {card.name}."]
@@ -322,7 +336,7 @@ def tool_definition(a2a_id: str, card: AgentCard) -> dict[str, Any]:
         lines.append("Skills: " + "; ".join(
             f"{s.name} ({s.description})" if s.description else s.name for s in card.skills) + ".")
     return {
-        "name": f"a2a_{a2a_id}",
+        "name": f"{TOOL_NAME_PREFIX}{a2a_id}",
         "description": f"[{card.name}] " + " ".join(lines),
         "inputSchema": {
             "type": "object",
