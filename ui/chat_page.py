@@ -17,8 +17,8 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
-from core.chat import ChatError, SessionChange
 from core.broker.tools import TOOL_NAME_PREFIX
+from core.chat import ChatError, SessionChange
 from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from core.services import Services
 from models import AgentMessage, AgentSession
