@@ -122,14 +122,29 @@ def _ask_password() -> str:
     return first
 
 
+# `DEBUG` names what to log in detail, as seed 003's `DEBUG=a2a-broker` does; these names are ours.
+DEBUG_NAMESPACES = {"a2a-broker": "core.broker", "a2a-chat": "core", "a2a-pipe": "core.pipe"}
+
+
+def configure_logging(debug: str | None) -> None:
+    """INFO everywhere; DEBUG for the comma-separated namespaces in `debug` (any other value: everything)."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    names = [n.strip() for n in (debug or "").split(",") if n.strip()]
+    if names and all(n in DEBUG_NAMESPACES for n in names):
+        for name in names:
+            logging.getLogger(DEBUG_NAMESPACES[name]).setLevel(logging.DEBUG)
+    elif names and debug.strip().lower() not in {"0", "false", "no", "off"}:
+        logging.getLogger().setLevel(logging.DEBUG)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line and run the app or a command."""
     settings = load_settings()
     # NiceGUI keeps per-browser storage on disk; keep it beside the database.
     os.environ.setdefault("NICEGUI_STORAGE_PATH", str(settings.data_dir / ".nicegui"))
-    logging.basicConfig(level=logging.DEBUG if settings.debug else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    configure_logging(settings.debug)
 
     from nicegui import helpers
 

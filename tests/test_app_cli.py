@@ -6,6 +6,7 @@ the error paths call `app.main` in-process, which is the same code without the s
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -279,3 +280,28 @@ def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
         assert login.status_code == 200 and login.headers.get("x-nicegui-content") == "page"
         assert httpx.get(f"{base}/api/sessions", timeout=5).status_code == 401
         assert httpx.get(f"{base}/api/sessions", auth=("alice", "alice-password"), timeout=5).json() == []
+
+
+@pytest.mark.parametrize(("debug", "broker", "chat", "root"), [
+    (None, logging.INFO, logging.INFO, logging.INFO),
+    ("", logging.INFO, logging.INFO, logging.INFO),
+    ("false", logging.INFO, logging.INFO, logging.INFO),
+    ("a2a-broker", logging.DEBUG, logging.INFO, logging.INFO),  # seed 003's namespace
+    ("a2a-broker,a2a-chat", logging.DEBUG, logging.DEBUG, logging.INFO),
+    ("1", logging.DEBUG, logging.DEBUG, logging.DEBUG),
+])
+def test_debug_names_what_is_logged_in_detail(debug, broker, chat, root) -> None:
+    import app
+
+    loggers = [logging.getLogger(), logging.getLogger("core"), logging.getLogger("core.broker")]
+    saved = [lg.level for lg in loggers]
+    try:
+        for lg in loggers[1:]:
+            lg.setLevel(logging.NOTSET)
+        app.configure_logging(debug)
+        assert logging.getLogger("core.broker.service").getEffectiveLevel() == broker
+        assert logging.getLogger("core.chat").getEffectiveLevel() == chat
+        assert logging.getLogger("nicegui").getEffectiveLevel() == root
+    finally:
+        for lg, level in zip(loggers, saved, strict=True):
+            lg.setLevel(level)
