@@ -145,6 +145,8 @@ class MessageOut(BaseModel):
     a2a_task_id: str | None = Field(serialization_alias="a2aTaskId")
     caller_agent_id: int | None = Field(serialization_alias="callerAgentId")
     caller_session_id: str | None = Field(serialization_alias="callerSessionId")
+    inject_mode: str | None = Field(None, serialization_alias="injectMode",
+                                    description="'delay' or 'auto' on a system message from a background task")
     created_at: datetime = Field(serialization_alias="createdAt")
 
 
@@ -368,7 +370,7 @@ def _message_out(m: AgentMessage) -> MessageOut:
         id=m.id, role=m.role, content=m.content, sort_order=m.sort_order, status=m.status, error=m.error,
         model_id=m.model_id, input_tokens=m.input_tokens, output_tokens=m.output_tokens, tool_calls=m.tool_calls,
         tool_results=m.tool_results, source=m.source, a2a_task_id=m.a2a_task_id, caller_agent_id=m.caller_agent_id,
-        caller_session_id=m.caller_session_id, created_at=m.created_at,
+        caller_session_id=m.caller_session_id, inject_mode=m.inject_mode, created_at=m.created_at,
     )
 
 

@@ -32,6 +32,8 @@ from core.tasks import BackgroundTasks
 
 log = logging.getLogger(__name__)
 
+RETRY_S = 0.05  # a turn claimed the session just before the announcement: look again after this pause
+
 
 class ChatInbox:
     """Delivers the injects of background tasks into the chat sessions that started them."""
@@ -109,7 +111,8 @@ class ChatInbox:
                     try:
                         await self.chat.start_announcement(session_id)
                     except TurnInProgress:
-                        continue  # the user spoke first: announce after that turn
+                        await asyncio.sleep(RETRY_S)  # the user spoke first: announce after that turn
+                        continue
                     self._announce.discard(session_id)
                     self.announced += 1
         except ChatError as exc:  # the session was deleted

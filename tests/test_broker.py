@@ -52,10 +52,11 @@ def chat_agent_id() -> int:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, **overrides) -> AsyncIterator[tuple[str, Services, Broker, httpx.AsyncClient]]:
+async def running(tmp_path: Path, *, with_api: bool = False,
+                  **overrides) -> AsyncIterator[tuple[str, Services, Broker, httpx.AsyncClient]]:
     services = Services.build(make_settings(tmp_path, **overrides))
     services.prepare()
-    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}",
+    async with serve_app(broker_app(services, with_api=with_api)) as host, httpx.AsyncClient(base_url=f"http://{host}",
                                                                           timeout=10) as http:
         yield host, services, services.broker, http
 

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlmodel import select
 
@@ -57,18 +58,20 @@ async def turn_events(services: Services, turn) -> list:
 
 
 @asynccontextmanager
-async def chat_with_travel(tmp_path: Path, **overrides) -> AsyncIterator[tuple[Services, FakeAgent, AgentSession]]:
-    async with running(tmp_path, **overrides) as (host, services, broker, http):
+async def chat_with_travel(tmp_path: Path, **overrides
+                           ) -> AsyncIterator[tuple[Services, FakeAgent, AgentSession, httpx.AsyncClient]]:
+    async with running(tmp_path, with_api=True, **overrides) as (host, services, broker, http):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         try:
-            yield services, agent, await new_chat(services)
+            yield services, agent, await new_chat(services), http
         finally:
             await agent.close()
 
 
 async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp_path: Path,
                                                                              redis_url: str) -> None:  # noqa: F811
-    async with chat_with_travel(tmp_path, redis={"url": redis_url}, inject_min_interval=0) as (services, agent, chat):
+    async with chat_with_travel(tmp_path, redis={"url": redis_url}, inject_min_interval=0) as (
+            services, agent, chat, http):
         user_id = services.auth.local_user_id
         async with services.db.session() as s:
             general = await agents_store.get_agent_by_slug(s, "general-assistant")
@@ -112,6 +115,9 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
                 ("system", "delay"), ("system", "auto"), ("assistant", None)]
             assert rows[4].content == "[出行助手] 已订好备选，最优 G1234。"
             assert rows[-1].content == "Result from **出行助手**:\n\n> 已订好备选，最优 G1234。"
+            api = (await http.get(f"/api/sessions/{chat.id}/messages")).json()
+            assert [(m["role"], m["injectMode"], m["a2aTaskId"]) for m in api[3:5]] == [
+                ("system", "delay", task_id), ("system", "auto", task_id)]
 
             # The same injects went to Redis, as for any chat system.
             messages = await listener.wait(lambda m: sum(x["chatId"] == chat.id for x in m) == 2)
@@ -132,7 +138,7 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
 
 
 async def test_a_result_that_arrives_during_a_turn_waits_for_its_end(tmp_path: Path) -> None:
-    async with chat_with_travel(tmp_path, demo_model_delay_ms=5) as (services, agent, chat):
+    async with chat_with_travel(tmp_path, demo_model_delay_ms=5) as (services, agent, chat, http):
         user_id = services.auth.local_user_id
         first = await services.chat.start_turn(session_id=chat.id, user_id=user_id, text="/background @travel go")
         await services.chat.wait(chat.id, timeout=30)
@@ -218,7 +224,7 @@ async def test_dispatch_tools_follow_bindings_and_refuse_what_they_cannot_do(tmp
 @pytest.mark.parametrize("final", ["canceled", "timeout"])
 async def test_a_task_that_does_not_complete_is_announced_and_recorded_as_such(tmp_path: Path, final: str) -> None:
     async with chat_with_travel(tmp_path, task_idle_timeout=1000 if final == "timeout" else 120_000) as (
-            services, agent, chat):
+            services, agent, chat, http):
         await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
                                        text="/background @travel go")
         request = await agent.next_request("message/stream", timeout=30)
