@@ -15,6 +15,11 @@
 3. Latency: sequential dispatches; time from sending `POST /a2a/tasks/dispatch`
    to the first inject arriving at a Redis subscriber (the agent answers with
    a working event at once). p50 / p99.
+4. The app's own chat as the chat system: sequential chats (REST API) send
+   `/background @bg go` to the General Assistant, whose `a2a_bg` tool
+   dispatches in the background; the agent answers at once. Time from the
+   message to the result's note being saved in the chat, and to the
+   assistant's announcement being saved (polling the messages every 5 ms).
 
 The agents and the subscriber run in this process; the server is measured from /proc.
 """
@@ -233,6 +238,41 @@ async def latency(server, redis_url: str, rounds: int) -> list[object]:
     return [f"{rounds} dispatches", f"{statistics.median(samples):.2f}", f"{p99:.2f}", f"{samples[-1]:.2f}"]
 
 
+async def background(server, rounds: int) -> list[object]:
+    port = server.port
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        agent = await connect(port, "bg", first_only=True)
+        await wait_online(http, 1)
+
+        async def one() -> tuple[float, float]:
+            sid = (await http.post("/api/sessions", json={"agentId": "general-assistant"})).json()["id"]
+            t0 = time.perf_counter()
+            response = await http.post(f"/api/sessions/{sid}/messages", json={"content": "/background @bg go"})
+            assert response.status_code == 202, response.text
+            note_at = None
+            deadline = t0 + 30
+            while time.perf_counter() < deadline:
+                rows = (await http.get(f"/api/sessions/{sid}/messages")).json()
+                if note_at is None and any(m.get("injectMode") == "auto" for m in rows):
+                    note_at = time.perf_counter()
+                if note_at and rows[-1]["role"] == "assistant" and rows[-1]["content"].startswith("Result from"):
+                    return (note_at - t0) * 1000, (time.perf_counter() - t0) * 1000
+                await asyncio.sleep(0.005)
+            raise TimeoutError(f"chat {sid}: no announcement within 30 s")
+
+        await one()  # the first turn imports LiteLLM
+        samples = [await one() for _ in range(rounds)]
+        await agent.ws.close()
+
+    def p(values: list[float], q: float) -> float:
+        values = sorted(values)
+        return values[min(len(values) - 1, int(len(values) * q))]
+
+    notes, done = [s[0] for s in samples], [s[1] for s in samples]
+    return [f"{rounds} chats", f"{statistics.median(notes):.1f}", f"{p(notes, 0.99):.1f}",
+            f"{statistics.median(done):.1f}", f"{p(done, 0.99):.1f}"]
+
+
 async def main_async(args: argparse.Namespace) -> None:
     idle_n = 200 if args.quick else 1000
     events = 20 if args.quick else 100
@@ -245,6 +285,7 @@ async def main_async(args: argparse.Namespace) -> None:
         print(table(["case", "RSS before MB", "RSS with them MB", "KiB per agent", "connect+register s"], idle))
         relay_rows = [await relay(server, args.redis, agents=20, per_agent=10, events=events, interval_label="0")]
         lat = [await latency(server, args.redis, rounds)]
+        bg = [await background(server, 20 if args.quick else 100)]
     with running_server(env) as server:
         relay_rows.append(await relay(server, args.redis, agents=20, per_agent=10, events=events,
                                       interval_label="1000 (default)"))
@@ -253,6 +294,8 @@ async def main_async(args: argparse.Namespace) -> None:
                  "dropped (outbox full)", "server CPU µs/event"], relay_rows))
     print("\n## Dispatch to first inject (at a Redis subscriber)\n")
     print(table(["case", "p50 ms", "p99 ms", "max ms"], lat))
+    print("\n## Background dispatch from the app's chat: message to result note, and to announcement\n")
+    print(table(["case", "note p50 ms", "note p99 ms", "announced p50 ms", "announced p99 ms"], bg))
 
 
 def main() -> None:

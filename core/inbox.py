@@ -33,6 +33,7 @@ from core.tasks import BackgroundTasks
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.05  # a turn claimed the session just before the announcement: look again after this pause
+SAVE_ATTEMPTS = 3  # a note that cannot be saved after this many tries is dropped (and the error logged)
 
 
 class ChatInbox:
@@ -97,13 +98,26 @@ class ChatInbox:
 
     async def _deliver(self, session_id: str) -> None:
         """Save the session's waiting injects between turns, then announce results; until none is left."""
+        failures = 0
         try:
             while self._pending.get(session_id) or session_id in self._announce:
                 await self._turn_over(session_id)
                 pending = self._pending.pop(session_id, deque())
                 if pending:
                     notes = [{"content": i.text, "inject_mode": i.mode, "a2a_task_id": i.task_id} for i in pending]
-                    await self.chat.save_notes(session_id, notes)
+                    try:
+                        await self.chat.save_notes(session_id, notes)
+                    except ChatError:
+                        raise
+                    except Exception:  # the database hiccuped: keep them, try again shortly
+                        failures += 1
+                        if failures > SAVE_ATTEMPTS:
+                            raise
+                        log.warning("saving %d injects into session %s failed; trying again", len(notes),
+                                    session_id, exc_info=True)
+                        self._pending.setdefault(session_id, deque()).extendleft(reversed(pending))
+                        await asyncio.sleep(RETRY_S * 20 * failures)
+                        continue
                     self.delivered += len(notes)
                     if any(i.mode == AUTO for i in pending):
                         self._announce.add(session_id)
@@ -115,8 +129,11 @@ class ChatInbox:
                         continue
                     self._announce.discard(session_id)
                     self.announced += 1
-        except ChatError as exc:  # the session was deleted
-            log.info("dropping background-task injects for session %s: %s", session_id, exc.message)
+        except Exception as exc:  # the session was deleted (ChatError), or the database keeps failing
+            if isinstance(exc, ChatError):
+                log.info("dropping background-task injects for session %s: %s", session_id, exc.message)
+            else:
+                log.exception("dropping background-task injects for session %s", session_id)
             self._pending.pop(session_id, None)
             self._announce.discard(session_id)
         finally:
