@@ -535,3 +535,30 @@ async def test_after_login_a_backslash_or_tab_target_does_not_leave_this_site(
             sent_to[redirect_to] = await navigation_after_login(browser, monkeypatch, redirect_to)
     off_site = {asked: targets for asked, targets in sent_to.items() if not all(map(lands_on_this_site, targets))}
     assert not off_site, f"the login sends the browser off this site: {off_site}"
+
+
+async def test_notes_and_turns_started_elsewhere_appear_on_an_open_page(user: User) -> None:
+    """Background-task notes show live as quiet lines; an announcement (a turn this page did not start) streams in."""
+    await user.open("/?agent=general-assistant")
+    await send(user, "hello")
+    await wait_for_answer(user)
+    session_id = current_session_id(user)
+    chat = services().chat
+    await chat.save_notes(session_id, [{"content": "[Travel] 6 trains found", "inject_mode": "delay"}])
+    await wait_until(lambda: len(notes(user)) == 1, what="the progress note")
+    assert notes(user) == [("delay", "[Travel] 6 trains found")] and len(bubbles(user, "assistant-message")) == 1
+    await chat.save_notes(session_id, [{"content": "[Travel] G1234 booked", "inject_mode": "auto"}])
+    await chat.start_announcement(session_id)
+    await wait_for_answer(user, count=2)
+    assert notes(user)[-1] == ("auto", "[Travel] G1234 booked")
+    assert assistant_texts(user)[-1] == "Result from **Travel**:\n\n> G1234 booked"
+    # A message sent from elsewhere (another tab, the REST API) shows too, with its answer.
+    await chat.start_turn(session_id=session_id, user_id=services().auth.local_user_id, text="from elsewhere")
+    await wait_for_answer(user, count=3)
+    assert user_texts(user)[-1] == "from elsewhere" and assistant_texts(user)[-1] == echo_of("from elsewhere", 2)
+
+
+def notes(user: User) -> list[tuple[str, str]]:
+    with user:
+        rows = [e for e in ElementFilter(marker="inject-note", local_scope=False)]
+    return [(r.props["data-mode"], next(e.text for e in r.descendants() if isinstance(e, ui.label))) for r in rows]
