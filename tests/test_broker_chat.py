@@ -10,6 +10,7 @@ client plays the remote agent; a real Redis subscriber sees the same injects.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -39,6 +40,12 @@ from tests.utils.broker import (
     task_event,
     travel_card,
     wait_for,
+)
+from tests.utils.openai_server import (
+    OpenAIServer,
+    openai_server,  # noqa: F401 - a fixture
+    text,
+    tool_call,
 )
 
 
@@ -256,3 +263,36 @@ async def test_an_agent_bound_to_another_chat_agent_cannot_be_delegated_to(tmp_p
         assert output["isError"] is True and "bound to another agent" in output["output"]["error"]
         assert not [e for e in events if e.type == "a2a-task-started"] and other.requests.empty()
         await other.close()
+
+
+async def test_a_real_provider_gets_the_broker_tools_and_the_result_to_announce(
+        tmp_path: Path, openai_server: OpenAIServer) -> None:  # noqa: F811
+    """Through LiteLLM to an OpenAI-compatible server: the `a2a_<id>` definition goes out, the call dispatches,
+    and the announcement turn sends the result as the conversation's last (system) message.
+    """
+    openai_server.script(
+        tool_call("a2a_travel", {"task": "trains to Shanghai"}, id="call_bg_1", text_chunks=["Asking."]),
+        text("The travel agent is on it."),
+        text("Your train: ", "G1234."),
+    )
+    async with chat_with_travel(tmp_path, default_model="openai/test-model", llm_api_base=openai_server.api_base,
+                                llm_api_key="sk-test", llm_timeout_s=5) as (services, agent, chat, http):
+        await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
+                                       text="find me a train, take your time")
+        request = await agent.next_request("message/stream", timeout=30)
+        assert request["params"]["message"]["parts"][0]["text"] == "trains to Shanghai"
+        await agent.result(request["id"], status_update("t5", "completed", "G1234 at 08:00", final=True))
+        await wait_for(lambda: services.inbox.announced == 1, timeout=10)
+        await services.chat.wait(chat.id, timeout=10)
+        rows = await saved(services, chat.id)
+    first, second, third = openai_server.requests
+    [definition] = [t["function"] for t in first.body["tools"] if t["function"]["name"] == "a2a_travel"]
+    assert definition["parameters"] == {
+        "type": "object", "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
+        "required": ["task"]}
+    assert "[出行助手]" in definition["description"] and "background" in definition["description"]
+    assert sorted(first.tool_names) == ["a2a_travel", "agent_invoke"]
+    assert json.loads(second.messages[-1]["content"])["background"] is True
+    assert third.messages[-1] == {"role": "system",
+                                  "content": "Background task result (tell the user now): [出行助手] G1234 at 08:00"}
+    assert rows[-1].role == "assistant" and rows[-1].content == "Your train: G1234."
