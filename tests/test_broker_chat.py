@@ -267,8 +267,10 @@ async def test_an_agent_bound_to_another_chat_agent_cannot_be_delegated_to(tmp_p
 
 async def test_a_real_provider_gets_the_broker_tools_and_the_result_to_announce(
         tmp_path: Path, openai_server: OpenAIServer) -> None:  # noqa: F811
-    """Through LiteLLM to an OpenAI-compatible server: the `a2a_<id>` definition goes out, the call dispatches,
-    and the announcement turn sends the result as the conversation's last (system) message.
+    """Through LiteLLM to an OpenAI-compatible server: the broker tool goes out, the result comes back to announce.
+
+    The `a2a_<id>` definition is sent with the request, the call dispatches, and the announcement turn
+    sends the result as the conversation's last (system) message.
     """
     openai_server.script(
         tool_call("a2a_travel", {"task": "trains to Shanghai"}, id="call_bg_1", text_chunks=["Asking."]),
