@@ -61,7 +61,6 @@ class ChatPage:
         self._tool_cards: dict[str, ToolCallCard] = {}
         self._bubble: ui.element | None = None
         self._has_messages = False
-        self._starting_turn = False
         self._unwatch: Callable[[], None] | None = None
         client.on_delete(self._stop_following)
         client.on_delete(self._stop_watching)
@@ -227,21 +226,12 @@ class ChatPage:
                 self.session_id = created.id
                 ui.navigate.history.replace(f"/chat/{created.id}")
                 self._watch()
-            self._starting_turn = True  # this page shows its own turn; the watcher leaves it alone
-            try:
-                turn = await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id,
-                                                           text=text)
-            finally:
-                self._starting_turn = False
+            # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
+            await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id, text=text)
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
         self.input.value = ""
-        self._has_messages = True
-        with self.messages:
-            with ui.chat_message(name="You", sent=True).classes("w-full").props("data-testid=user-message"):
-                ui.markdown(text)
-        self._follow(after=turn.after_event_id)
         await self._render_session_list()
 
     async def stop(self) -> None:
@@ -261,7 +251,7 @@ class ChatPage:
         )
 
     def _watch(self) -> None:
-        """Hear about turns and notes this page did not start (another tab, background task results)."""
+        """Show the session's turns and notes as they start or are saved, whoever started them."""
         self._stop_watching()
         self._unwatch = self.services.chat.watch(self.session_id, self._on_session_change)
 
@@ -271,7 +261,7 @@ class ChatPage:
             self._unwatch = None
 
     def _on_session_change(self, change: SessionChange) -> None:
-        if self._starting_turn or self.client.is_deleted:
+        if self.client.is_deleted:
             return
         # Called from the engine's task: build elements in a task of this page's client.
         background_tasks.create(self._show_change(change), name=f"change {change.session_id}", context=self.client)
