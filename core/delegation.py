@@ -664,9 +664,9 @@ class BackgroundTask:
         self.ended = True
         final = self._STATES.get(state, FAILED)
         error = None if final == COMPLETED else text or f"the task ended as {state}"
-        self.record.state, self.record.error = final, error
+        self.record.state = final
         if final != COMPLETED:
-            self.record.status = "canceled" if final == CANCELED else "error"
+            self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
             if final == FAILED:
                 await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
         await self.service._finish(self.task_id, self.record, final, error, self._started)
