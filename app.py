@@ -17,12 +17,15 @@ import asyncio
 import getpass
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent
+TITLE = "A2A Delegation Chat"
 log = logging.getLogger("app")
 
 
@@ -33,6 +36,7 @@ def build(settings) -> object:
     from core.a2a_api import a2a_api_router, a2a_router
     from core.a2a_api import warm_up as warm_up_a2a
     from core.api import api_router
+    from core.api_docs import add_api_docs
     from core.broker.routes import broker_router
     from core.llm import warm_up
     from core.services import Services
@@ -41,6 +45,7 @@ def build(settings) -> object:
     services = Services.build(settings)
     services.prepare()
     app.state.services = services
+    add_api_docs(app, title=TITLE, description="The chat's REST API, the A2A endpoints and the broker.")
     app.include_router(api_router())
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
@@ -49,6 +54,8 @@ def build(settings) -> object:
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
     register_pages(services)
     app.on_startup(services.start)
+    app.on_startup(stop_gracefully_on_stop_signals)
+    app.on_startup(lambda: print(f"{TITLE}: {services.describe()}\nOpen {settings.base_url}", flush=True))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
     app.on_shutdown(services.stop)
@@ -56,7 +63,7 @@ def build(settings) -> object:
 
 
 def serve(settings) -> None:
-    """Run the web app until interrupted."""
+    """Run the web app until Ctrl+C or SIGTERM, then exit with code 0."""
     from nicegui import ui
 
     from core.services import StartupRefused
@@ -65,14 +72,15 @@ def serve(settings) -> None:
         build(settings)
     except StartupRefused as exc:
         sys.exit(f"error: {exc}")
+    if threading.current_thread() is threading.main_thread():
+        leave_stop_signals_to_the_server()
     ui.run(
         host=settings.host,
         port=settings.port,
-        title="A2A Delegation Chat",
+        title=TITLE,
         reload=False,
         show=False,
         storage_secret=settings.ensure_storage_secret(),
-        fastapi_docs=True,
         show_welcome_message=False,
         favicon="🤖",
         # Seed 003 heartbeat: WebSocket ping every broker_heartbeat_interval; a peer that misses the pong is dropped.
@@ -139,6 +147,59 @@ def configure_logging(debug: str | None) -> None:
         logging.getLogger().setLevel(logging.DEBUG)
 
 
+def exit_quietly_on_stop_signals() -> None:
+    """Until the server runs, Ctrl+C and SIGTERM end the process at once, with code 0 and no traceback."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def leave_stop_signals_to_the_server() -> None:
+    """Ignore Ctrl+C and SIGTERM outside the server: once it runs, the server handles them.
+
+    When uvicorn has shut down it restores the handlers it found and raises the signal again,
+    which by default kills the process by SIGTERM (exit code 143) or raises `KeyboardInterrupt`
+    inside its event loop. Ignored there, the signal has done its work: `ui.run` returns and the
+    process ends with code 0.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def stop_gracefully_on_stop_signals() -> None:
+    """While serving (called at start-up, on the server's loop): every stop signal asks for one graceful stop.
+
+    uvicorn's own handler turns a second Ctrl+C into a forced exit that skips the shutdown of
+    the services (running turns are not saved) and prints the tracebacks of the requests it
+    abandons. Here the second signal only says that the app is stopping; a third one stops the
+    process at once, without a traceback.
+    """
+    from nicegui.server import Server
+
+    server = getattr(Server, "instance", None)  # None under NiceGUI's User fixture: no server, no signals
+    if server is None or threading.current_thread() is not threading.main_thread():
+        return
+    received = 0
+
+    def on_stop_signal(signum: int, frame: object) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            server.handle_exit(signal.SIGTERM, None)  # graceful, whichever signal it was
+        elif received == 2:
+            print("Stopping: saving running turns and closing open streams. "
+                  "Press Ctrl+C again to stop at once (running turns will not be saved).", flush=True)
+        else:
+            print("Stopped at once.", flush=True)
+            os._exit(1)
+
+    signal.signal(signal.SIGINT, on_stop_signal)
+    signal.signal(signal.SIGTERM, on_stop_signal)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line and run the app or a command."""
     settings = load_settings()
@@ -152,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         build(settings)
         from nicegui import ui
 
-        ui.run(storage_secret=settings.ensure_storage_secret(), fastapi_docs=True)
+        ui.run(storage_secret=settings.ensure_storage_secret())
         return
 
     parser = argparse.ArgumentParser(prog="python app.py", description="A2A delegation chat and hub.")
@@ -169,4 +230,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ in {"__main__", "__mp_main__"}:
+    if "NICEGUI_USER_SIMULATION" not in os.environ:  # NiceGUI's User fixture runs this file inside pytest
+        exit_quietly_on_stop_signals()
     main()

@@ -23,7 +23,7 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from core import api_keys
-from core.api import CurrentUser, ServicesDep
+from core.api import CurrentUser, RequestBody, ServicesDep
 from core.remote_agents import RegistrationError
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
@@ -68,7 +68,7 @@ def warm_up() -> None:
 # -- /api/a2a ------------------------------------------------------------------------------
 
 
-class ApiKeyCreate(BaseModel):
+class ApiKeyCreate(RequestBody):
     """A new API key for A2A callers."""
 
     name: str = Field(min_length=1, max_length=api_keys.MAX_NAME_CHARS, description="What will use the key")
@@ -91,7 +91,7 @@ class ApiKeyCreated(ApiKeyOut):
     key: str
 
 
-class RemoteAgentCreate(BaseModel):
+class RemoteAgentCreate(RequestBody):
     """A remote A2A agent to register by its card."""
 
     card_url: str = Field(alias="cardUrl", min_length=8, max_length=2000,

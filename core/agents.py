@@ -13,6 +13,8 @@ from models import Agent, AgentTool, utcnow
 AGENT_INVOKE = "agent-invoke"
 # One `a2a_<id>` tool per broker agent visible to the agent; a call dispatches in the background (core/broker/tools.py).
 A2A_DISPATCH = "a2a-dispatch"
+# The agent a new chat starts with unless the `DEFAULT_AGENT` setting names another.
+DEFAULT_AGENT_SLUG = "general-assistant"
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 DEFAULT_AGENT_INVOKE_CONFIG: dict[str, Any] = {
@@ -42,6 +44,16 @@ SEED_AGENTS: list[dict[str, Any]] = [
         "system_prompt": "You are a coding assistant. Answer with working code and short explanations.",
         "tools": {},
     },
+    {
+        "slug": "planner",
+        "name": "Planner",
+        "description": "Breaks a job into steps and hands each step to the agent best suited for it.",
+        "system_prompt": (
+            "You are a planner. Break the request into steps, delegate each step to the agent best suited for it "
+            "with the agent_invoke tool, then combine their results into one answer."
+        ),
+        "tools": {AGENT_INVOKE: DEFAULT_AGENT_INVOKE_CONFIG},
+    },
 ]
 
 
@@ -66,6 +78,11 @@ async def get_agent(session: AsyncSession, agent_id: int) -> Agent | None:
 async def get_agent_by_slug(session: AsyncSession, slug: str) -> Agent | None:
     """The agent with that registry id (slug), or None."""
     return (await session.exec(select(Agent).where(Agent.slug == slug))).first()
+
+
+async def get_default_agent(session: AsyncSession, slug: str = DEFAULT_AGENT_SLUG) -> Agent | None:
+    """The agent a new chat starts with: the one the `DEFAULT_AGENT` setting names, or None if it is gone."""
+    return await get_agent_by_slug(session, slug)
 
 
 async def agent_tool_rows(session: AsyncSession, agent_id: int) -> list[tuple[str, dict[str, Any]]]:

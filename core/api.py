@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from core import accounts
 from core import agents as agents_store
@@ -80,6 +80,12 @@ def _browser_user_id(request: Request) -> int | None:
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
+class RequestBody(BaseModel):
+    """A JSON body sent to the API: a field it does not know is refused (422 naming the field), not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class AgentOut(BaseModel):
     """An agent as the API shows it; `id` is its registry id (slug)."""
 
@@ -89,7 +95,19 @@ class AgentOut(BaseModel):
     model: str
 
 
-class AgentCreate(BaseModel):
+class DelegationLimits(RequestBody):
+    """The `agent-invoke` limits of an agent that may delegate; unset ones take the defaults."""
+
+    max_recursion_depth: int | None = Field(None, alias="maxRecursionDepth", ge=1, le=20,
+                                            description="How deep a chain of delegations may go")
+    timeout_ms: int | None = Field(None, alias="timeoutMs", ge=1, description="Longest a delegated task may run")
+    max_output_tokens: int | None = Field(None, alias="maxOutputTokens", ge=1,
+                                          description="Longest answer of a delegated agent")
+    allowed_agents: list[str] | None = Field(None, alias="allowedAgents",
+                                             description="Agent ids it may call; unset: any agent")
+
+
+class AgentCreate(RequestBody):
     """A new local agent. With `canDelegate` it gets the `agent-invoke` tool (limits in `delegation`)."""
 
     id: str = Field(max_length=64, description="Registry id: lowercase letters, digits, '-' or '_'")
@@ -98,13 +116,11 @@ class AgentCreate(BaseModel):
     system_prompt: str = Field("", alias="systemPrompt", max_length=20_000)
     model: str | None = Field(None, max_length=255, description="LiteLLM model string; default DEFAULT_MODEL")
     can_delegate: bool = Field(False, alias="canDelegate")
-    delegation: dict[str, Any] | None = Field(
-        None, description="agent-invoke config: maxRecursionDepth, timeoutMs, maxOutputTokens, allowedAgents"
-    )
+    delegation: DelegationLimits | None = Field(None, description="Limits of its agent-invoke tool")
 
 
-class SessionCreate(BaseModel):
-    """A new chat with an agent (default: the first seeded one)."""
+class SessionCreate(RequestBody):
+    """A new chat with an agent (default: the default agent, see `agents.get_default_agent`)."""
 
     agent_id: str | None = Field(None, alias="agentId", max_length=64, description="Agent registry id (slug)")
     title: str | None = Field(None, max_length=200)
@@ -121,7 +137,7 @@ class SessionOut(BaseModel):
     running: bool
 
 
-class MessageCreate(BaseModel):
+class MessageCreate(RequestBody):
     """A user message; the length limit is checked against `MAX_MESSAGE_CHARS` too."""
 
     content: str = Field(min_length=1, max_length=100_000)
@@ -209,7 +225,8 @@ def api_router() -> APIRouter:
         """Add a local agent; it can be chatted with and delegated to at once."""
         if services.registry.remote(body.id) is not None:
             raise HTTPException(409, detail=f"{body.id!r} is the id of a connected remote agent; choose another id.")
-        tools = {agents_store.AGENT_INVOKE: {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **(body.delegation or {})}} \
+        limits = body.delegation.model_dump(by_alias=True, exclude_none=True) if body.delegation else {}
+        tools = {agents_store.AGENT_INVOKE: {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **limits}} \
             if body.can_delegate else {}
         async with services.db.session() as s:
             try:
@@ -236,10 +253,14 @@ def api_router() -> APIRouter:
         async with services.db.session() as s:
             if body.agent_id:
                 agent = await agents_store.get_agent_by_slug(s, body.agent_id)
+                if agent is None:
+                    raise HTTPException(404, detail=f"There is no agent {body.agent_id!r}.")
             else:
-                agent = next(iter(await agents_store.list_agents(s)), None)
-            if agent is None:
-                raise HTTPException(404, detail=f"There is no agent {body.agent_id!r}.")
+                agent = await agents_store.get_default_agent(s, services.settings.default_agent)
+                if agent is None:
+                    raise HTTPException(404, detail=(
+                        f"The default agent {services.settings.default_agent!r} does not exist: name one with "
+                        "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."))
             row = await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id,
                                                       title=body.title or "New chat")
         return _session_out(row, {agent.id: agent.slug}, services)

@@ -11,7 +11,11 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import make_url
 
 from core import accounts
 from core import agents as agents_store
@@ -22,7 +26,7 @@ from core.db import Database
 from core.delegation import AgentInvokeTool, DelegationService
 from core.hub import StreamHub
 from core.inbox import ChatInbox
-from core.llm import LLMGateway
+from core.llm import DEMO_PROVIDER, LLMGateway
 from core.registry import AgentRegistry
 from core.remote_agents import RemoteAgentDirectory
 from core.settings import Settings
@@ -100,8 +104,9 @@ class Services:
         broker = Broker(settings, registry)
         inbox = ChatInbox(chat, broker.injects.bus)
         tools.register_family(BrokerDispatchTools(broker, delegation, inbox))
+        workspace = Workspace(db, hub, chat, settings.default_agent)
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   registry=registry, workspace=Workspace(db, hub, chat), broker=broker, inbox=inbox)
+                   registry=registry, workspace=workspace, broker=broker, inbox=inbox)
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.
@@ -119,6 +124,15 @@ class Services:
                 "is only allowed on a loopback address. Create an account first "
                 "(python app.py users add NAME), or set HOST=127.0.0.1."
             )
+
+    def describe(self) -> str:
+        """One line for the person who started the app: mode, database, Redis, default model (no secrets)."""
+        mode = "accounts (log in with a password)" if self.auth.multi_user else "single-user (local, no login)"
+        model = self.settings.default_model
+        if model.startswith(f"{DEMO_PROVIDER}/"):
+            model += " (offline demo model)"
+        return (f"mode: {mode} · database: {describe_database(self.settings.database)} · "
+                f"Redis: {describe_redis(self.settings.redis.dsn)} · default model: {model}")
 
     async def _seed_and_auth(self) -> AuthState:
         try:
@@ -162,3 +176,21 @@ class Services:
             evicted = self.hub.sweep()
             if evicted:
                 log.debug("evicted %d finished stream buffers", evicted)
+
+
+def describe_database(url: str) -> str:
+    """`SQLite /path/app.db` or `postgresql on host:port/name`: where the data is, never a password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"SQLite {Path(parsed.database).resolve()}" if parsed.database else "SQLite in memory"
+    where = f"{parsed.host or 'localhost'}{f':{parsed.port}' if parsed.port else ''}/{parsed.database or ''}"
+    return f"{parsed.get_backend_name()} on {where}"
+
+
+def describe_redis(dsn: str | None) -> str:
+    """`none`, or `host:port/db` of the Redis URL (never its password)."""
+    if not dsn:
+        return "none"
+    parsed = urlsplit(dsn)
+    db = parsed.path.lstrip("/") or "0"
+    return f"{parsed.hostname or 'localhost'}:{parsed.port or 6379}/{db}"

@@ -114,6 +114,7 @@ class Settings(BaseSettings):
     storage_secret: str | None = Field(None, description="Signs browser sessions; generated into DATA_DIR when unset")
 
     default_model: str = "local/demo"
+    default_agent: str = Field("general-assistant", description="Registry id of the agent a new chat starts with")
     demo_model_delay_ms: int = Field(30, ge=0, description="Delay between the demo model's tokens")
     llm_api_base: str | None = None
     llm_api_key: str | None = None

@@ -30,10 +30,12 @@ class SessionView:
 class Workspace:
     """Read and change a user's chats."""
 
-    def __init__(self, db: Database, hub: StreamHub, chat: ChatEngine) -> None:
+    def __init__(self, db: Database, hub: StreamHub, chat: ChatEngine,
+                 default_agent_slug: str = agents_store.DEFAULT_AGENT_SLUG) -> None:
         self.db = db
         self.hub = hub
         self.chat = chat
+        self.default_agent_slug = default_agent_slug
 
     async def agents(self) -> list[Agent]:
         """Every local agent, by name."""
@@ -41,10 +43,9 @@ class Workspace:
             return await agents_store.list_agents(s)
 
     async def default_agent(self) -> Agent | None:
-        """The agent a new chat starts with: the general assistant when it exists."""
+        """The agent a new chat starts with (the `DEFAULT_AGENT` setting), or None when it does not exist."""
         async with self.db.session() as s:
-            agent = await agents_store.get_agent_by_slug(s, "general-assistant")
-            return agent or next(iter(await agents_store.list_agents(s)), None)
+            return await agents_store.get_default_agent(s, self.default_agent_slug)
 
     async def sessions(self, user_id: int) -> list[AgentSession]:
         """The user's visible chats, most recent first."""

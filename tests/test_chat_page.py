@@ -206,7 +206,8 @@ async def test_the_page_has_every_test_id_and_the_docs(user: User) -> None:
     await user.should_see("No chats yet")
     picker = element(user, "agent-picker")
     assert picker.value == "general-assistant"
-    assert picker.options == {"coding-assistant": "Coding Assistant", "general-assistant": "General Assistant"}
+    assert picker.options == {"coding-assistant": "Coding Assistant", "general-assistant": "General Assistant",
+                              "planner": "Planner"}
 
     # The OpenAPI docs, through the simulation's ASGI transport (test_app_cli.py checks a live server).
     docs = await user.http_client.get("/docs")

@@ -44,15 +44,6 @@ async def messages_of(services: Services, session_id: str) -> list[AgentMessage]
         return await sessions_store.list_messages(s, session_id=session_id)
 
 
-async def add_delegating_agent(services: Services, slug: str, **config) -> None:
-    """Another agent that may delegate (for nested delegations and cycles)."""
-    async with services.db.session() as s:
-        await agents_store.create_agent(
-            s, slug=slug, name=slug.title(), model="local/demo", system_prompt="You plan work.",
-            tools={AGENT_INVOKE: {**DEFAULT_AGENT_INVOKE_CONFIG, **config}},
-        )
-
-
 async def set_invoke_config(services: Services, slug: str, **config) -> None:
     async with services.db.session() as s:
         agent = await agents_store.get_agent_by_slug(s, slug)
@@ -139,7 +130,6 @@ async def test_two_mentions_are_two_tasks_in_order(services: Services) -> None:
 
 
 async def test_a_nested_delegation_is_a_child_task(services: Services) -> None:
-    await add_delegating_agent(services, "planner")
     chat = await chat_with(services)
     events = await run_turn(services, chat, "@planner plan it @@coding-assistant code it")
     [outer] = [e.data for e in events if e.type == "a2a-task-started"]
@@ -219,7 +209,6 @@ async def test_unknown_callee_error_lists_the_agents_one_may_call(services: Serv
 
 async def test_a_callee_that_calls_back_up_the_chain_is_refused(services: Services) -> None:
     """general → planner → general would be a cycle: planner's call is refused, the outer task completes."""
-    await add_delegating_agent(services, "planner")
     chat = await chat_with(services)
     await run_turn(services, chat, "@planner ask @@general-assistant to help")
     [task] = await all_tasks(services)  # no second task was created
@@ -287,7 +276,6 @@ async def test_a_callee_past_its_timeout_is_stopped_and_the_task_fails(slow_serv
 
 async def test_stopping_the_caller_cancels_the_delegations_down_the_chain(slow_services: Services) -> None:
     services = slow_services
-    await add_delegating_agent(services, "planner")
     chat = await chat_with(services)
     await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
                                    text="@planner go @@coding-assistant /lorem 2000")

@@ -137,18 +137,22 @@ async def test_agents_can_be_added_over_the_api_and_delegate_at_once(two_users_a
     url, _ = two_users_api
     async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
         created = await alice.post("/api/agents", json={
-            "id": "planner", "name": "Planner", "systemPrompt": "You plan.", "canDelegate": True,
+            "id": "architect", "name": "Architect", "systemPrompt": "You design.", "canDelegate": True,
             "delegation": {"maxRecursionDepth": 2},
         })
         assert created.status_code == 201 and created.json()["model"] == "local/demo"
-        again = await alice.post("/api/agents", json={"id": "planner", "name": "Planner"})
+        again = await alice.post("/api/agents", json={"id": "architect", "name": "Architect"})
         assert again.status_code == 409 and "already exists" in again.json()["detail"]
+        misspelt = await alice.post("/api/agents", json={
+            "id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"maxDepth": 2}})
+        assert misspelt.status_code == 422
+        assert misspelt.json()["detail"][0]["loc"] == ["body", "delegation", "maxDepth"]
         bad = await alice.post("/api/agents", json={"id": "Not Valid!", "name": "x"})
         assert bad.status_code == 422 and "agent id" in bad.json()["detail"]
         missing = await alice.post("/api/agents", json={"id": "x"})
         assert missing.status_code == 422 and "name" in str(missing.json()["detail"])
-        _, task_id = await delegate(alice, "@planner sketch @@coding-assistant code it")
+        _, task_id = await delegate(alice, "@architect sketch @@coding-assistant code it")
         detail = (await alice.get(f"/api/tasks/{task_id}")).json()
-        assert detail["calleeAgentId"] == "planner" and detail["state"] == "completed"
+        assert detail["calleeAgentId"] == "architect" and detail["state"] == "completed"
         [child] = detail["children"]
         assert child["calleeAgentId"] == "coding-assistant" and child["recursionDepth"] == 2

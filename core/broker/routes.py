@@ -40,7 +40,7 @@ def get_broker(connection: HTTPConnection) -> Broker:
 class DispatchRequest(BaseModel):
     """`POST /a2a/tasks/dispatch` (seed 003)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused (422), not silently dropped
 
     task: Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1,
                                            max_length=MAX_TASK_CHARS)] = Field(
@@ -61,7 +61,7 @@ class DispatchAck(BaseModel):
 class CancelRequest(BaseModel):
     """`POST /a2a/tasks/cancel`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused (422), not silently dropped
 
     chatId: NonEmpty  # noqa: N815
 

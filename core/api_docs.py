@@ -1,0 +1,70 @@
+"""The API documentation: `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, offline.
+
+FastAPI's own pages load their scripts and styles from a CDN, so without internet
+they are blank. These pages use the same HTML (FastAPI's `get_swagger_ui_html` and
+`get_redoc_html`) with the assets that the `fastapi-offline` package ships, served
+by this server under `/docs/assets`. Nothing here needs a login: the schema only
+describes the routes, and each route checks its caller itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import fastapi_offline
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+OPENAPI_URL = "/openapi.json"
+DOCS_URL = "/docs"
+REDOC_URL = "/redoc"
+ASSETS_URL = "/docs/assets"
+ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+def add_api_docs(app: FastAPI, *, title: str, description: str = "", version: str = "") -> None:
+    """Serve the OpenAPI schema and both documentation pages on `app`, with local assets only."""
+    app.title = title
+    app.description = description
+    if version:
+        app.version = version
+    app.openapi_url = OPENAPI_URL  # FastAPI's `openapi()` and Swagger's "download" link read it
+    app.mount(ASSETS_URL, StaticFiles(directory=ASSETS_DIR), name="api-docs-assets")
+    app.include_router(_api_docs_router(title))
+
+
+def _api_docs_router(title: str) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.get(OPENAPI_URL)
+    async def read_openapi(request: Request) -> JSONResponse:
+        """The OpenAPI schema of every documented route."""
+        return JSONResponse(request.app.openapi())
+
+    @router.get(DOCS_URL)
+    async def read_swagger_ui(request: Request) -> HTMLResponse:
+        """Swagger UI."""
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{OPENAPI_URL}",
+            title=f"{title} - Swagger UI",
+            swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+        )
+
+    @router.get(REDOC_URL)
+    async def read_redoc(request: Request) -> HTMLResponse:
+        """ReDoc."""
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{OPENAPI_URL}",
+            title=f"{title} - ReDoc",
+            redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+            with_google_fonts=False,
+        )
+
+    return router
