@@ -174,6 +174,57 @@ async def test_bad_input_gets_clear_errors(api) -> None:
         assert [m["status"] for m in messages] == ["complete", "canceled"]
 
 
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/api/sessions", {"agentSlug": "general-assistant"}, ["body", "agentSlug"]),
+    ("/api/sessions", {"agentId": "coding-assistant", "model": "x"}, ["body", "model"]),
+    ("/api/agents", {"id": "critic", "name": "Critic", "system_prompt": "x"}, ["body", "system_prompt"]),
+    ("/api/agents", {"id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"depth": 1}},
+     ["body", "delegation", "depth"]),
+    ("/api/sessions/{sid}/messages", {"content": "hi", "role": "system"}, ["body", "role"]),
+])
+async def test_a_field_the_endpoint_does_not_know_is_refused_with_its_name(api, path, body, field) -> None:
+    url, _ = api
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        before = (await client.get("/api/sessions")).json()
+        sid = (await client.post("/api/sessions", json={})).json()["id"]
+        response = await client.post(path.format(sid=sid), json=body)
+        assert response.status_code == 422
+        [error] = response.json()["detail"]
+        assert error["loc"] == field and error["type"] == "extra_forbidden"
+        # Nothing was created or said on the way.
+        assert len((await client.get("/api/sessions")).json()) == len(before) + 1
+        assert (await client.get(f"/api/sessions/{sid}/messages")).json() == []
+        assert "critic" not in {a["id"] for a in (await client.get("/api/agents")).json()}
+
+
+@pytest.mark.parametrize(("setting", "agent_id"), [
+    ({}, "general-assistant"),  # "Coding Assistant" sorts first by name; that does not make it the default
+    ({"default_agent": "planner"}, "planner"),
+    ({"default_agent": "gone"}, None),
+])
+async def test_a_new_session_without_an_agent_gets_the_default_agent(tmp_path: Path, setting, agent_id) -> None:
+    services = Services.build(make_settings(tmp_path, **setting))
+    services.prepare()
+    with live_server(build_api_app(services)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.post("/api/sessions", json={})
+    default = await services.workspace.default_agent()  # what the chat page's picker starts with
+    if agent_id is None:
+        assert response.status_code == 404 and default is None
+        detail = response.json()["detail"]
+        assert "default agent 'gone' does not exist" in detail and "agentId" in detail and "DEFAULT_AGENT" in detail
+    else:
+        assert response.status_code == 201 and response.json()["agentId"] == agent_id
+        assert default.slug == agent_id
+
+
+def test_the_default_agent_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEFAULT_AGENT", "coding-assistant")
+    from core.settings import load_settings
+
+    assert load_settings().default_agent == "coding-assistant"
+
+
 async def test_delete_hides_the_session(api) -> None:
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:

@@ -7,14 +7,12 @@ the error paths call `app.main` in-process, which is the same code without the s
 from __future__ import annotations
 
 import logging
-import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,18 +20,14 @@ import httpx
 import pytest
 
 from core import accounts
+from core import sessions as sessions_store
 from core.db import Database
-from core.services import Services, StartupRefused
+from core.services import Services, StartupRefused, describe_database, describe_redis
 from tests.conftest import make_settings
+from tests.utils.app_process import ROOT, app_process, child_env, free_port
 from tests.utils.sync import run_sync
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMAND_TIMEOUT_S = 30
-
-# The child must not think it runs under pytest or NiceGUI's simulation (see the playwright notes),
-# nor inherit the parent's NiceGUI storage path or a password.
-_DROPPED = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
-            "HOST", "PORT"}
 
 
 @dataclass(frozen=True)
@@ -41,12 +35,6 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
-
-
-def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
-    env.update(DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 def start_app(args: list[str], data_dir: Path, **env: str) -> subprocess.Popen:
@@ -98,12 +86,6 @@ def create_account(data_dir: Path, username: str, password: str) -> None:
             await db.close()
 
     run_sync(create())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def is_listening(port: int) -> bool:
@@ -239,31 +221,14 @@ def test_prepare_allows_any_host_once_an_account_exists(tmp_path: Path) -> None:
     assert services.auth.multi_user and services.auth.local_user_id is None
 
 
-@contextmanager
-def running_app(data_dir: Path, port: int) -> Iterator[subprocess.Popen]:
-    proc = start_app([], data_dir, HOST="127.0.0.1", PORT=str(port))
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.communicate()
-
-
 def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
     data = tmp_path / "data"
     create_account(data, "alice", "alice-password")
-    port = free_port()
-    with running_app(data, port) as proc:
-        base = f"http://127.0.0.1:{port}"
+    with app_process(data) as app:
+        base = app.base_url
         deadline = time.monotonic() + 20
         while True:
-            assert proc.poll() is None, f"the app exited with {proc.returncode}: {proc.stderr.read()}"
+            assert app.process.poll() is None, f"the app exited with {app.process.returncode}: {app.output}"
             try:
                 docs = httpx.get(f"{base}/docs", timeout=1)
                 break
@@ -271,6 +236,7 @@ def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the app did not start listening"
                 time.sleep(0.1)
         assert docs.status_code == 200 and "swagger-ui" in docs.text.lower()
+        assert httpx.get(f"{base}/redoc", timeout=5).status_code == 200  # the docs need no login
         schema = httpx.get(f"{base}/openapi.json", timeout=5)
         assert schema.status_code == 200 and "/api/sessions" in schema.json()["paths"]
         page = httpx.get(f"{base}/", timeout=5)
@@ -280,6 +246,91 @@ def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
         assert login.status_code == 200 and login.headers.get("x-nicegui-content") == "page"
         assert httpx.get(f"{base}/api/sessions", timeout=5).status_code == 401
         assert httpx.get(f"{base}/api/sessions", auth=("alice", "alice-password"), timeout=5).json() == []
+        assert "mode: accounts" in app.output
+        assert app.stop() == 0
+
+
+def test_the_app_says_where_to_open_it_and_how_it_runs(tmp_path: Path) -> None:
+    with app_process(tmp_path / "data") as app:
+        app.wait_until_serving()
+        lines = app.output.splitlines()
+        assert f"Open {app.base_url}" in lines
+        [summary] = [line for line in lines if line.startswith("A2A Delegation Chat: ")]
+        assert "mode: single-user" in summary
+        assert f"database: SQLite {(tmp_path / 'data' / 'app.db').resolve()}" in summary
+        assert "Redis: none" in summary and "default model: local/demo (offline demo model)" in summary
+        assert app.stop() == 0
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("sqlite:////srv/chat/app.db", "SQLite /srv/chat/app.db"),
+    ("sqlite://", "SQLite in memory"),
+    ("postgresql://chat:s3cret-pw@db.internal:5433/chat", "postgresql on db.internal:5433/chat"),
+    ("postgresql+psycopg://chat:s3cret-pw@db.internal/chat", "postgresql on db.internal/chat"),
+])
+def test_the_database_is_described_without_its_password(url: str, expected: str) -> None:
+    assert describe_database(url) == expected
+
+
+@pytest.mark.parametrize(("dsn", "expected"), [
+    (None, "none"),
+    ("redis://127.0.0.1:6379/0", "127.0.0.1:6379/0"),
+    ("redis://:s3cret-pw@cache.internal/2", "cache.internal:6379/2"),
+    ("rediss://user:s3cret-pw@cache.internal:6380", "cache.internal:6380/0"),
+])
+def test_redis_is_described_without_its_password(dsn: str | None, expected: str) -> None:
+    assert describe_redis(dsn) == expected
+
+
+# -- stopping: Ctrl+C and SIGTERM end the app with code 0 and no traceback ----------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_while_serving_exits_0_and_keeps_the_running_turn(tmp_path: Path, signum: int) -> None:
+    data = tmp_path / "data"
+    with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
+        app.wait_until_serving()
+        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+        httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"}, timeout=5)
+        # A client following the answer keeps a connection open while the app stops.
+        with httpx.stream("GET", f"{app.base_url}/api/sessions/{session_id}/stream", timeout=10) as stream:
+            lines = stream.iter_lines()
+            while "text-delta" not in next(lines):
+                pass
+            assert app.stop(signum) == 0
+        assert "Traceback" not in app.output, app.output
+    [user_message, answer] = messages_of(data, session_id)
+    assert answer.role == "assistant" and answer.status == "canceled" and answer.content.startswith("lorem ipsum")
+
+
+def test_a_second_ctrl_c_only_says_it_is_stopping(tmp_path: Path) -> None:
+    with app_process(tmp_path / "data") as app:
+        app.wait_until_serving()
+        app.process.send_signal(signal.SIGINT)
+        app.process.send_signal(signal.SIGINT)
+        assert app.stop(signal.SIGINT) in {0, 1}  # a third one may stop it at once (code 1)
+        assert "Traceback" not in app.output, app.output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_during_start_up_exits_0_without_a_traceback(tmp_path: Path, signum: int) -> None:
+    with app_process(tmp_path / "data") as app:
+        time.sleep(0.5)  # importing, migrating: before the server handles signals itself
+        assert app.stop(signum) == 0
+        assert "Traceback" not in app.output, app.output
+
+
+def messages_of(data_dir: Path, session_id: str) -> list:
+    db = Database(make_settings(data_dir.parent, data_dir=data_dir).database)
+
+    async def read() -> list:
+        try:
+            async with db.session() as s:
+                return await sessions_store.list_messages(s, session_id=session_id)
+        finally:
+            await db.close()
+
+    return run_sync(read())
 
 
 @pytest.mark.parametrize(("debug", "broker", "chat", "root"), [

@@ -452,6 +452,8 @@ BAD_DISPATCH_BODIES = [
     ({"task": "  ", "targetAgent": "travel", "agentId": 1, "chatId": "c"}, {"task"}),
     ({"task": "t", "targetAgent": 5, "agentId": True, "chatId": ["c"]}, {"targetAgent", "agentId", "chatId"}),
     ({"task": "t" * 20_001, "targetAgent": "travel", "agentId": "", "chatId": "c"}, {"task", "agentId"}),
+    # A misspelt field is named, not dropped (a `macAdress` would otherwise vanish without a word).
+    ({"task": "t", "targetAgent": "travel", "agentId": 1, "chatId": "c", "macAdress": "x"}, {"macAdress"}),
 ]
 
 
@@ -461,7 +463,9 @@ async def test_bad_dispatch_bodies_are_422_with_the_field_names(tmp_path: Path) 
             response = await http.post("/a2a/tasks/dispatch", json=body)
             assert response.status_code == 422
             assert {e["loc"][1] for e in response.json()["detail"]} == fields, body
-        assert (await http.post("/a2a/tasks/cancel", json={"chat": "x"})).status_code == 422
+        unknown = await http.post("/a2a/tasks/cancel", json={"chat": "x"})
+        assert unknown.status_code == 422
+        assert {e["loc"][1] for e in unknown.json()["detail"]} == {"chat", "chatId"}
         assert (await http.post("/a2a/tasks/dispatch", content=b"not json",
                                 headers={"content-type": "application/json"})).status_code == 422
         assert broker.stats()["tasks"]["dispatched"] == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -18,14 +17,8 @@ from core.a2a_api import a2a_api_router, a2a_router
 from core.api import api_router
 from core.services import Services
 from tests.conftest import make_settings
+from tests.utils.app_process import free_port
 from tests.utils.live_server import live_server, services_app
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build_a2a_app(services: Services) -> FastAPI:
