@@ -22,6 +22,12 @@ DOCS_URL = "/docs"
 REDOC_URL = "/redoc"
 ASSETS_URL = "/docs/assets"
 ASSETS_DIR = Path(fastapi_offline.__file__).resolve().parent / "static"
+# The pages may load only from this server. ReDoc always shows a "by Redocly" logo from its CDN;
+# blocked here, its image hides itself. Both pages start from an inline script; ReDoc searches in a worker.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'"
+)
 
 
 def add_api_docs(app: FastAPI, *, title: str, description: str = "", version: str = "") -> None:
@@ -47,24 +53,29 @@ def _api_docs_router(title: str) -> APIRouter:
     async def read_swagger_ui(request: Request) -> HTMLResponse:
         """Swagger UI."""
         root = request.scope.get("root_path", "")
-        return get_swagger_ui_html(
+        return _same_origin_only(get_swagger_ui_html(
             openapi_url=f"{root}{OPENAPI_URL}",
             title=f"{title} - Swagger UI",
             swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-        )
+        ))
 
     @router.get(REDOC_URL)
     async def read_redoc(request: Request) -> HTMLResponse:
         """ReDoc."""
         root = request.scope.get("root_path", "")
-        return get_redoc_html(
+        return _same_origin_only(get_redoc_html(
             openapi_url=f"{root}{OPENAPI_URL}",
             title=f"{title} - ReDoc",
             redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
             redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
             with_google_fonts=False,
-        )
+        ))
 
     return router
+
+
+def _same_origin_only(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return page

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -101,20 +102,16 @@ def _wait_until_ready(base_url: str, process: subprocess.Popen, log_path: Path) 
                 f"(last: {last_error}); its output:\n{log_path.read_text(errors='replace')}", pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def base_url() -> Iterator[str]:
-    """The URL of the app under test: `$E2E_BASE_URL`, or a fresh `python app.py` on a free port."""
-    external = os.environ.get("E2E_BASE_URL")
-    if external:
-        yield external.rstrip("/")
-        return
+@contextmanager
+def serve_app(**env: str) -> Iterator[str]:
+    """Run a fresh `python app.py` (its own data dir, a free port) until the block ends; yields its URL."""
     tmp = Path(tempfile.mkdtemp(prefix="e2e-server-"))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "app.py"], cwd=REPO_ROOT, env=_server_env(tmp, port),
+            [sys.executable, "app.py"], cwd=REPO_ROOT, env={**_server_env(tmp, port), **env},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
     try:
@@ -128,6 +125,17 @@ def base_url() -> Iterator[str]:
             process.kill()
             process.wait(timeout=5)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def base_url() -> Iterator[str]:
+    """The URL of the app under test: `$E2E_BASE_URL`, or a fresh `python app.py` on a free port."""
+    external = os.environ.get("E2E_BASE_URL")
+    if external:
+        yield external.rstrip("/")
+        return
+    with serve_app() as url:
+        yield url
 
 
 # -- the browser ----------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -33,8 +32,6 @@ from e2e.helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-
-DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
 
 # -- tests ----------------------------------------------------------------------------------
 
@@ -231,17 +228,3 @@ def test_finished_answer_renders_like_the_saved_one(page: Page) -> None:
     page.wait_for_function("() => window.socket && window.socket.connected")
     expect(blocks).to_have_count(1)
     assert live_count == 1, f"the finished live answer is still split into {live_count} markdown blocks"
-
-
-def test_screenshot_for_the_readme(page: Page) -> None:
-    """A finished answer with a code block, saved as docs/screenshot.png."""
-    open_chat(page, "/?agent=coding-assistant")
-    expect(page.get_by_test_id("agent-picker")).to_contain_text("Coding Assistant")
-    send(page, "How do I write a function that returns a greeting?")
-    wait_for_turn_end(page)
-    expect(page.get_by_test_id("assistant-message").locator("pre code, .codehilite").first).to_be_visible()
-    page.mouse.move(0, 0)  # no hover highlight in the picture
-    DOCS_DIR.mkdir(exist_ok=True)
-    path = DOCS_DIR / "screenshot.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 10_000
