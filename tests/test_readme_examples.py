@@ -152,7 +152,7 @@ def test_every_curl_example_of_the_readme_works(readme_app: AppProcess, tmp_path
 
 def test_the_nested_delegation_example_works_on_a_fresh_install(readme_app: AppProcess) -> None:
     base = readme_app.base_url
-    [example] = re.findall(r"`(@planner [^`]*@@coding-assistant[^`]*)`", README.read_text(encoding="utf-8"))
+    [example] = set(re.findall(r"`(@planner [^`]*@@coding-assistant[^`]*)`", README.read_text(encoding="utf-8")))
     session_id = httpx.post(f"{base}/api/sessions", json={"agentId": "general-assistant"}, timeout=5).json()["id"]
     turn = httpx.post(f"{base}/api/sessions/{session_id}/messages", json={"content": example}, timeout=5)
     assert turn.status_code == 202, turn.text
