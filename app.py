@@ -83,9 +83,10 @@ def serve(settings) -> None:
         storage_secret=settings.ensure_storage_secret(),
         show_welcome_message=False,
         favicon="🤖",
-        # Seed 003 heartbeat: WebSocket ping every broker_heartbeat_interval; a peer that misses the pong is dropped.
+        # Seed 003 heartbeat: a WebSocket ping every broker_heartbeat_interval; a peer whose pong has not come
+        # within broker_pong_timeout is dropped (a half-open agent is noticed after at most the sum of both).
         ws_ping_interval=settings.broker_heartbeat_interval / 1000,
-        ws_ping_timeout=settings.broker_heartbeat_interval / 1000,
+        ws_ping_timeout=settings.broker_pong_timeout / 1000,
         ws_max_size=max(16 * 1024 * 1024, settings.broker_max_line_bytes * 4),
     )
 

@@ -137,6 +137,7 @@ class Settings(BaseSettings):
     # Broker limits beyond the seed's keys (core/broker).
     broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
+    broker_pong_timeout: int = Field(20_000, ge=100, description="How long a ping may wait for its pong (ms)")
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
 
     debug: str | None = None

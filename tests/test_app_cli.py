@@ -282,6 +282,34 @@ def test_redis_is_described_without_its_password(dsn: str | None, expected: str)
     assert describe_redis(dsn) == expected
 
 
+@pytest.mark.parametrize(("pong_timeout_ms", "at_least_s", "at_most_s"), [(300, 0.5, 1.5), (2000, 2.2, 4.0)])
+def test_a_half_open_agent_is_dropped_after_the_heartbeat_and_the_pong_timeout(
+    tmp_path: Path, pong_timeout_ms: int, at_least_s: float, at_most_s: float,
+) -> None:
+    """An agent that completes the WebSocket handshake and then goes silent (no pong) is dropped in time.
+
+    With a 300 ms ping period the server closes the socket one period plus `BROKER_PONG_TIMEOUT` after
+    the handshake (0.6 s or 2.3 s here), not after a second ping period.
+    """
+    with app_process(tmp_path / "data", BROKER_HEARTBEAT_INTERVAL="300",
+                     BROKER_PONG_TIMEOUT=str(pong_timeout_ms)) as app:
+        app.wait_until_serving()
+        port = int(app.base_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+            silent.sendall(
+                b"GET /a2a?a2a_id=silent HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            received = silent.recv(4096)
+            connected = time.monotonic()
+            assert received.startswith(b"HTTP/1.1 101")
+            while chunk := silent.recv(4096):  # the card request, pings; never an answer from us
+                received += chunk
+            closed_after = time.monotonic() - connected
+        assert b"keepalive ping timeout" in received
+        assert at_least_s <= closed_after <= at_most_s, closed_after
+        assert app.stop() == 0
+
+
 # -- stopping: Ctrl+C and SIGTERM end the app with code 0 and no traceback ----------------------
 
 
