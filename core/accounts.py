@@ -8,7 +8,16 @@ otherwise.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
+import hmac
 import re
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 from pwdlib import PasswordHash
@@ -84,12 +93,166 @@ async def set_password(session: AsyncSession, *, username: str, password: str) -
 
 
 async def authenticate(session: AsyncSession, *, username: str, password: str) -> User | None:
-    """The user when the name and password match, else None (same cost either way)."""
+    """The user when the name and password match, else None (same cost either way).
+
+    This verifies on the calling thread: for the command line and tests. The server uses `PasswordLogin`.
+    """
     user = (await session.exec(select(User).where(User.username == username))).first()
-    if user is None or user.password_hash is None:
+    ok = _verify_or_waste_time(password, user.password_hash if user is not None else None)
+    return user if ok and user is not None else None
+
+
+def _verify_or_waste_time(password: str, password_hash: str | None) -> bool:
+    """`verify_password`; without a hash (unknown name) it checks a dummy, so both cost the same."""
+    if password_hash is None:
         verify_password(password, _dummy_hash())
-        return None
-    return user if verify_password(password, user.password_hash) else None
+        return False
+    return verify_password(password, password_hash)
+
+
+class TooManyFailedLogins(Exception):
+    """Too many wrong passwords lately, from this address or for this account."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"Too many failed logins; try again in {retry_after_s} s.")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(slots=True)
+class _Verified:
+    user_id: int
+    password_hash: str
+    expires_at: float
+
+
+class PasswordLogin:
+    """Checks a username and password for the login page and HTTP Basic, without stalling the server.
+
+    - argon2 runs in a worker thread (about 0.1 s of CPU each; argon2 releases the GIL), never on
+      the event loop, so one login does not hold up every other request.
+    - A verified credential is remembered for `cache_ttl_s`, keyed by an HMAC of name and password
+      under a key that lives only in this process: Basic auth sends the password with every request,
+      and verifying it each time would cost a core per ten requests. A changed password hash ends
+      the entry at once; a new password set from the command line (another process) is seen
+      within `cache_ttl_s`.
+    - Failed attempts are counted per client address and per account over `window_s`; past
+      `max_failures` either count, further attempts are refused without checking the password
+      (`TooManyFailedLogins`) until the oldest failure leaves the window. An attempt counts from
+      its start, so parallel guesses are throttled like sequential ones; the same credentials sent
+      in parallel share one check. A success clears the account's count, not the address's (an
+      attacker's own good login does not reset its budget).
+
+    Args:
+        session_factory: opens a database session (`Database.session`).
+        max_failures: failures allowed per address and per account within `window_s`.
+        window_s: how long a failure counts.
+        cache_ttl_s: how long a verified credential is remembered.
+        clock: monotonic seconds (tests pass their own).
+    """
+
+    CACHE_MAX = 1024
+    FAILURES_MAX = 10_000
+
+    def __init__(
+        self,
+        session_factory: Callable,
+        *,
+        max_failures: int = 10,
+        window_s: float = 300.0,
+        cache_ttl_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session_factory
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.cache_ttl_s = cache_ttl_s
+        self._clock = clock
+        self._cache_key = secrets.token_bytes(32)
+        self._verified: OrderedDict[bytes, _Verified] = OrderedDict()
+        self._checking: dict[bytes, asyncio.Future[User | None]] = {}
+        self._failures: dict[str, deque[float]] = {}
+
+    async def authenticate(self, username: str, password: str, *, address: str) -> User | None:
+        """The user when the name and password match, else None.
+
+        Raises:
+            TooManyFailedLogins: the address or the account has failed too often lately.
+        """
+        now = self._clock()
+        keys = (f"address:{address}", f"account:{username}")
+        token = hmac.new(self._cache_key, f"{username}\0{password}".encode(), hashlib.sha256).digest()
+        cached = self._verified.get(token)
+        if cached is not None and cached.expires_at > now:
+            async with self._session() as s:
+                user = await s.get(User, cached.user_id)
+            if user is not None and user.username == username and user.password_hash == cached.password_hash:
+                self._failures.pop(keys[1], None)
+                return user
+            self._verified.pop(token, None)
+        check = self._checking.get(token)
+        if check is None:  # the same credentials in parallel (a script's burst) share one check
+            self._check_throttle(keys, now)
+            # Counted as a failure until it succeeds: parallel guesses are throttled as a sequence would be.
+            if len(self._failures) >= self.FAILURES_MAX:
+                self._forget_old_failures(now)
+            for key in keys:
+                self._failures.setdefault(key, deque()).append(now)
+            check = asyncio.ensure_future(self._check(username, password, token, keys, now))
+            self._checking[token] = check
+            check.add_done_callback(lambda _: self._checking.pop(token, None))
+        return await asyncio.shield(check)
+
+    async def _check(self, username: str, password: str, token: bytes, keys: tuple[str, str],
+                     now: float) -> User | None:
+        async with self._session() as s:
+            user = (await s.exec(select(User).where(User.username == username))).first()
+        stored_hash = user.password_hash if user is not None else None
+        # Outside the database session: on SQLite, units of work take turns, and this takes ~0.1 s.
+        ok = await asyncio.to_thread(_verify_or_waste_time, password, stored_hash)
+        if not ok or user is None or stored_hash is None:
+            return None
+        self._succeeded(keys, now)
+        self._verified[token] = _Verified(user.id, stored_hash, now + self.cache_ttl_s)
+        while len(self._verified) > self.CACHE_MAX:
+            self._verified.popitem(last=False)
+        return user
+
+    def _succeeded(self, keys: tuple[str, str], now: float) -> None:
+        """Take back this attempt's provisional failure; a success also clears the account's count."""
+        address_key, account_key = keys
+        self._failures.pop(account_key, None)
+        failures = self._failures.get(address_key)
+        if failures is not None:
+            with contextlib.suppress(ValueError):
+                failures.remove(now)
+            if not failures:
+                del self._failures[address_key]
+
+    def _forget_old_failures(self, now: float) -> None:
+        """Bound the memory a spray of names or addresses can take: `FAILURES_MAX` counts at most.
+
+        Counts whose failures have all left the window go first; if that is not enough, the
+        counts first started go (a flood that large is beyond what a per-process throttle stops).
+        """
+        for key in [k for k, failures in self._failures.items() if failures[-1] <= now - self.window_s]:
+            del self._failures[key]
+        for key in list(self._failures)[: max(0, len(self._failures) - self.FAILURES_MAX // 2)]:
+            del self._failures[key]
+
+    def _check_throttle(self, keys: tuple[str, ...], now: float) -> None:
+        retry_after = 0.0
+        for key in keys:
+            failures = self._failures.get(key)
+            if not failures:
+                continue
+            while failures and failures[0] <= now - self.window_s:
+                failures.popleft()
+            if not failures:
+                del self._failures[key]
+            elif len(failures) >= self.max_failures:
+                retry_after = max(retry_after, failures[0] + self.window_s - now)
+        if retry_after > 0:
+            raise TooManyFailedLogins(max(1, int(retry_after + 0.999)))
 
 
 async def has_accounts(session: AsyncSession) -> bool:

@@ -54,15 +54,25 @@ async def get_current_user(
             user = await accounts.get_user(s, user_id)
             if user is not None:
                 return user
-        if credentials is not None:
-            user = await accounts.authenticate(s, username=credentials.username, password=credentials.password)
-            if user is not None:
-                return user
+    if credentials is not None:
+        try:
+            user = await services.logins.authenticate(credentials.username, credentials.password,
+                                                      address=client_address(request))
+        except accounts.TooManyFailedLogins as exc:
+            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc),
+                                headers={"Retry-After": str(exc.retry_after_s)}) from exc
+        if user is not None:
+            return user
     raise HTTPException(
         status_code=status.HTTP_401_UNAUTHORIZED,
         detail="Log in first: use the browser session from /login, or HTTP Basic credentials.",
         headers={"WWW-Authenticate": "Basic"},
     )
+
+
+def client_address(request: Request) -> str:
+    """The address of the peer that sent the request (a proxy's, behind one)."""
+    return request.client.host if request.client is not None else ""
 
 
 def _browser_user_id(request: Request) -> int | None:

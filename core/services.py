@@ -71,10 +71,14 @@ class Services:
     a2a_server: Any = None
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
     inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
+    logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
             self.remote_agents = RemoteAgentDirectory(self.db, self.registry)
+        if self.logins is None:
+            self.logins = accounts.PasswordLogin(self.db.session, max_failures=self.settings.login_max_failures,
+                                                 window_s=self.settings.login_failure_window_s)
 
     @classmethod
     def build(cls, settings: Settings) -> Services:

@@ -122,6 +122,8 @@ class Settings(BaseSettings):
     turn_timeout_s: float = Field(600.0, gt=0, description="Longest a whole chat turn may run")
     max_turn_steps: int = Field(8, ge=1, le=50, description="Model calls per turn (tool loop bound)")
     max_message_chars: int = Field(20_000, ge=1)
+    login_max_failures: int = Field(10, ge=1, description="Wrong passwords per address and per account in the window")
+    login_failure_window_s: float = Field(300.0, gt=0, description="How long a failed login counts")
 
     stream_buffer_max_events: int = Field(20_000, ge=10)
     stream_buffer_ttl_s: float = Field(300.0, ge=0, description="How long a finished buffer stays replayable")

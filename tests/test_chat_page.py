@@ -419,6 +419,22 @@ async def test_multi_user_mode_asks_for_a_login_but_not_for_the_docs(user: User)
     assert schema.status_code == 200 and "/api/sessions" in schema.json()["paths"]
 
 
+@pytest.mark.parametrize("app_env", [{**MULTI_USER, "env": {"LOGIN_MAX_FAILURES": "2"}}], indirect=True)
+async def test_the_login_page_stops_checking_after_too_many_wrong_passwords(user: User) -> None:
+    await user.open("/login")
+    for _ in range(2):
+        user.notify.messages.clear()
+        user.find(marker="login-username").clear().type(ALICE[0])
+        user.find(marker="login-password").clear().type("not-her-password")
+        user.find(marker="login-btn").click()
+        await user.should_see("Wrong username or password.", retries=30)
+    user.notify.messages.clear()
+    user.find(marker="login-password").clear().type(ALICE[1])  # even the right one, for a while
+    user.find(marker="login-btn").click()
+    await user.should_see("Too many failed logins; try again in", retries=30)
+    await user.should_see(marker="login-username")
+
+
 @pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
 async def test_a_wrong_password_or_unknown_user_is_refused_and_the_right_password_logs_in(user: User) -> None:
     await user.open("/login")

@@ -68,8 +68,12 @@ def register_login_pages(services: Services) -> None:
             return RedirectResponse(target)
 
         async def try_login() -> None:
-            async with services.db.session() as s:
-                user = await accounts.authenticate(s, username=username.value.strip(), password=password.value)
+            try:
+                user = await services.logins.authenticate(username.value.strip(), password.value,
+                                                          address=ui.context.client.ip)
+            except accounts.TooManyFailedLogins as exc:
+                ui.notify(str(exc), color="negative")
+                return
             if user is None:
                 # Same words whether the name or the password is wrong: names cannot be probed.
                 ui.notify("Wrong username or password.", color="negative")
