@@ -305,6 +305,8 @@ def api_router() -> APIRouter:
                  response_model_by_alias=True)
     async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, services: ServicesDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
+        async with services.db.session() as s:  # first: another user's busy chat must not answer 409
+            await _owned_session(s, session_id, user)
         try:
             turn = await services.chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
         except ChatError as exc:
@@ -347,13 +349,8 @@ def api_router() -> APIRouter:
         if not task_id:
             raise HTTPException(400, detail="Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
         key = task_stream_key(task_id)
-        info = services.hub.get(key)
-        task = await services.delegation.owned_task(user.id, task_id)
-        if task is None:
-            if info is None and not await services.delegation.task_exists(task_id):
-                return JSONResponse({"active": False, "reason": "no-buffer"})
-            raise HTTPException(404, detail="There is no such task among your conversations.")
-        if info is None:
+        # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
+        if await services.delegation.owned_task(user.id, task_id) is None or services.hub.get(key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(services.hub, key, last_event_id(request))
 

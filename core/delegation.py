@@ -476,11 +476,6 @@ class DelegationService:
             await s.commit()
         return len(rows)
 
-    async def task_exists(self, task_id: str) -> bool:
-        """Whether any user has a task with that id."""
-        async with self.db.session() as s:
-            return await s.get(A2ATaskSession, task_id) is not None
-
     async def tasks_of_session(self, user_id: int, session_id: str) -> list[TaskView]:
         """Every task started from a session, nested ones included, parents before children."""
         async with self.db.session() as s:

@@ -237,6 +237,16 @@ async def test_delete_hides_the_session(api) -> None:
 @pytest.fixture
 def multi_user_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
     """A live API server with two accounts (alice, bob)."""
+    yield from _multi_user_server(tmp_path, database_url)
+
+
+@pytest.fixture
+def slow_multi_user_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
+    """The same, with a demo model slow enough (20 ms per token) that a long answer is still running."""
+    yield from _multi_user_server(tmp_path, database_url, demo_model_delay_ms=20)
+
+
+def _multi_user_server(tmp_path: Path, database_url: str, **settings) -> Iterator[tuple[str, Services]]:
     seed = Services.build(make_settings(tmp_path, database_url=database_url))
     seed.db.migrate()
 
@@ -247,7 +257,7 @@ def multi_user_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Ser
         await seed.db.close()
 
     run_sync(create_users())
-    services = Services.build(make_settings(tmp_path, database_url=database_url))
+    services = Services.build(make_settings(tmp_path, database_url=database_url, **settings))
     services.prepare()
     assert services.auth.multi_user
     with live_server(build_api_app(services)) as url:
@@ -269,6 +279,28 @@ async def test_accounts_see_only_their_own_sessions(multi_user_api) -> None:
         assert (await bob.post(f"/api/sessions/{sid}/messages", json={"content": "x"})).status_code == 404
         assert (await bob.get("/api/sessions")).json() == []
         assert [s["id"] for s in (await alice.get("/api/sessions")).json()] == [sid]
+
+
+async def test_another_users_chat_looks_exactly_like_an_unknown_one_even_while_it_answers(slow_multi_user_api) -> None:
+    url, _ = slow_multi_user_api
+    async with (httpx.AsyncClient(base_url=url, auth=("alice", "alice-password"), timeout=10) as alice,
+                httpx.AsyncClient(base_url=url, auth=("bob", "bob-password"), timeout=10) as bob):
+        sid = (await alice.post("/api/sessions", json={})).json()["id"]
+        assert (await alice.post(f"/api/sessions/{sid}/messages", json={"content": "/lorem 3000"})).status_code == 202
+        unknown = "as_000000000000000000000000"
+        for method, path, body in [
+            ("GET", "/api/sessions/{}", None), ("GET", "/api/sessions/{}/messages", None),
+            ("POST", "/api/sessions/{}/messages", {"content": "hi"}), ("GET", "/api/sessions/{}/stream", None),
+            ("POST", "/api/sessions/{}/stop", None), ("DELETE", "/api/sessions/{}", None),
+        ]:
+            theirs = await bob.request(method, path.format(sid), json=body)
+            nothing = await bob.request(method, path.format(unknown), json=body)
+            assert (theirs.status_code, theirs.json()) == (nothing.status_code, nothing.json()), (method, path)
+            assert theirs.status_code == 404
+        # Alice's turn was not touched, and bob's message was not saved anywhere.
+        assert (await alice.get(f"/api/sessions/{sid}")).json()["running"] is True
+        assert [m["role"] for m in (await alice.get(f"/api/sessions/{sid}/messages")).json()] == ["user"]
+        await alice.post(f"/api/sessions/{sid}/stop")
 
 
 async def test_requests_without_valid_credentials_get_401(multi_user_api) -> None:

@@ -74,14 +74,17 @@ async def test_the_owner_reads_the_task_stream_and_can_resume_it(two_users_api) 
         assert [int(e["id"]) for e in by_query] == [i for i in ids if i > middle]
 
 
-async def test_another_user_gets_404_for_the_stream_and_the_task(two_users_api) -> None:
+async def test_another_users_task_looks_exactly_like_an_unknown_one(two_users_api) -> None:
     url, _ = two_users_api
     async with (httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice,
                 httpx.AsyncClient(base_url=url, auth=BOB, timeout=10) as bob):
         _, task_id = await delegate(alice, "@coding-assistant secret plans")
-        stream = await bob.get(f"/api/agents/a2a/stream?taskId={task_id}")
-        assert stream.status_code == 404 and "no such task" in stream.json()["detail"]
+        unknown_id = "0123456789abcdef0123456789abcdef"
+        for path in ["/api/agents/a2a/stream?taskId={}", "/api/tasks/{}"]:
+            theirs, unknown = await bob.get(path.format(task_id)), await bob.get(path.format(unknown_id))
+            assert (theirs.status_code, theirs.json()) == (unknown.status_code, unknown.json()), path
         assert (await bob.get(f"/api/tasks/{task_id}")).status_code == 404
+        assert (await alice.get(f"/api/agents/a2a/stream?taskId={task_id}")).status_code == 200
         assert (await bob.get("/api/tasks")).json() == []
         assert [t["id"] for t in (await alice.get("/api/tasks")).json()] == [task_id]
         anonymous = await httpx.AsyncClient(base_url=url).get(f"/api/agents/a2a/stream?taskId={task_id}")
