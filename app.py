@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from core.settings import load_settings
 
@@ -37,6 +38,7 @@ def build(settings) -> object:
     from core.a2a_api import warm_up as warm_up_a2a
     from core.api import api_router
     from core.api_docs import add_api_docs
+    from core.request_guards import RequestGuardMiddleware
     from core.broker.routes import broker_router
     from core.llm import warm_up
     from core.services import Services
@@ -46,6 +48,9 @@ def build(settings) -> object:
     services.prepare()
     app.state.services = services
     add_api_docs(app, title=TITLE, description="The chat's REST API, the A2A endpoints and the broker.")
+    public_origin = urlsplit(settings.base_url)
+    app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
+                       trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
     app.include_router(api_router())
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
@@ -81,6 +86,8 @@ def serve(settings) -> None:
         reload=False,
         show=False,
         storage_secret=settings.ensure_storage_secret(),
+        # Another site's requests carry no login (core/request_guards.py refuses their changes besides).
+        session_middleware_kwargs={"same_site": "lax", "https_only": settings.base_url.startswith("https://")},
         show_welcome_message=False,
         favicon="🤖",
         # Seed 003 heartbeat: a WebSocket ping every broker_heartbeat_interval; a peer whose pong has not come

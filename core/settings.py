@@ -18,6 +18,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic.fields import FieldInfo
@@ -108,6 +109,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(3100, ge=1, le=65535)
     public_base_url: str | None = Field(None, description="Absolute URL that remote clients use; default http://HOST:PORT")
+    trusted_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="More names the server answers to (Host header); * = any")
 
     data_dir: Path = Path("data")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///DATA_DIR/app.db")
@@ -144,7 +147,7 @@ class Settings(BaseSettings):
 
     debug: str | None = None
 
-    @field_validator("blacklist_ip", mode="before")
+    @field_validator("blacklist_ip", "trusted_hosts", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -176,6 +179,16 @@ class Settings(BaseSettings):
             return self.public_base_url.rstrip("/")
         host = "127.0.0.1" if self.host in {"0.0.0.0", "::"} else self.host
         return f"http://{host}:{self.port}"
+
+    @property
+    def answering_hosts(self) -> list[str]:
+        """The names a request may use to reach this server: loopback, HOST, PUBLIC_BASE_URL's, TRUSTED_HOSTS."""
+        names = ["127.0.0.1", "localhost", "::1", *self.trusted_hosts]
+        if self.host not in {"0.0.0.0", "::"}:
+            names.append(self.host)
+        if self.public_base_url:
+            names.append(urlsplit(self.public_base_url).hostname or "")
+        return [n.strip().lower() for n in dict.fromkeys(names) if n.strip()]
 
     @property
     def is_loopback(self) -> bool:

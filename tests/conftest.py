@@ -27,7 +27,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _APP_ENV_VARS = [
     "HOST", "PORT", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_DB",
     "REDIS_PASSWORD", "AUTH_MODE", "DEFAULT_MODEL", "DEMO_MODEL_DELAY_MS", "LLM_API_BASE", "LLM_API_KEY",
-    "STORAGE_SECRET", "PUBLIC_BASE_URL", "BLACKLIST_IP",
+    "STORAGE_SECRET", "PUBLIC_BASE_URL", "BLACKLIST_IP", "TRUSTED_HOSTS",
 ]
 
 
@@ -47,6 +47,8 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.setenv("ENV_FILE", str(tmp_path / "no.env"))
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DEMO_MODEL_DELAY_MS", "0")
+    # NiceGUI's User fixture talks to the app as http://test; the app answers only to names it knows.
+    monkeypatch.setenv("TRUSTED_HOSTS", "test")
     yield tmp_path
 
 
