@@ -38,9 +38,9 @@ def build(settings) -> object:
     from core.a2a_api import warm_up as warm_up_a2a
     from core.api import api_router
     from core.api_docs import add_api_docs
-    from core.request_guards import RequestGuardMiddleware
     from core.broker.routes import broker_router
     from core.llm import warm_up
+    from core.request_guards import RequestGuardMiddleware
     from core.services import Services
     from ui import register_pages
 

@@ -54,6 +54,7 @@ class RequestGuardMiddleware:
         self.trusted_netlocs = frozenset(urlsplit(o).netloc.lower() for o in trusted_origins if o)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, or answer it with the refusal (a WebSocket handshake: 403)."""
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
