@@ -32,6 +32,7 @@ log = logging.getLogger("app")
 
 def build(settings) -> object:
     """Build services, routes and pages on NiceGUI's app; returns the services."""
+    from fastapi.exceptions import RequestValidationError
     from nicegui import app, ui
 
     from core.a2a_api import a2a_api_router, a2a_router
@@ -41,6 +42,7 @@ def build(settings) -> object:
     from core.broker.routes import broker_router
     from core.llm import warm_up
     from core.request_guards import RequestGuardMiddleware
+    from core.schemas import validation_error_response
     from core.services import Services
     from ui import register_pages
 
@@ -51,6 +53,7 @@ def build(settings) -> object:
     public_origin = urlsplit(settings.base_url)
     app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
                        trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
+    app.add_exception_handler(RequestValidationError, validation_error_response)
     app.include_router(api_router())
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL

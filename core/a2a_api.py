@@ -23,10 +23,12 @@ from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from core import api_keys
-from core.api import CurrentUser, RequestBody, ServicesDep
+from core.api import CurrentUser, ServicesDep
 from core.remote_agents import RegistrationError
+from core.schemas import RequestBody
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
+KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from GET /api/a2a/keys)")]
 
 
 def a2a_router() -> APIRouter:
@@ -137,7 +139,7 @@ def a2a_api_router() -> APIRouter:
         return ApiKeyCreated(**ApiKeyOut.model_validate(row, from_attributes=True).model_dump(), key=key)
 
     @router.delete("/keys/{key_id}", status_code=204)
-    async def revoke_key(key_id: int, user: CurrentUser, services: ServicesDep) -> Response:
+    async def revoke_key(key_id: KeyId, user: CurrentUser, services: ServicesDep) -> Response:
         """Revoke one of your keys; requests with it are refused from now on."""
         async with services.db.session() as s:
             if not await api_keys.revoke_key(s, user_id=user.id, key_id=key_id):

@@ -14,12 +14,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from core import accounts
 from core import agents as agents_store
 from core import sessions as sessions_store
 from core.chat import ChatError
+from core.schemas import RequestBody
 from core.delegation import TaskView, task_stream_key
 from core.services import Services
 from core.sse import hub_sse_response, last_event_id
@@ -88,12 +89,6 @@ def _browser_user_id(request: Request) -> int | None:
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]
-
-
-class RequestBody(BaseModel):
-    """A JSON body sent to the API: a field it does not know is refused (422 naming the field), not ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class AgentOut(BaseModel):

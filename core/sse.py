@@ -189,14 +189,20 @@ def last_event_id(request: Request) -> str | None:
 _resume_id_of = last_event_id  # `SSEStream.attach` has a parameter of that name
 
 
+MAX_EVENT_ID = 2**63 - 1  # ids are counters from 1; anything beyond is not one of ours
+
+
 def _parse_resume(resume_after: str | None) -> tuple[int | None, str | None]:
     """(the id to resume after, or None) and the reason it cannot be used, if so."""
     if resume_after is None or resume_after == "":
         return None, None
     try:
-        return int(resume_after), None
+        after = int(resume_after)
     except ValueError:
-        return None, f"Last-Event-ID {resume_after!r} is not a number"
+        return None, f"Last-Event-ID {resume_after[:40]!r} is not a number"
+    if not 0 <= after <= MAX_EVENT_ID:
+        return None, f"Last-Event-ID {resume_after[:40]!r} is out of range"
+    return after, None
 
 
 def stream_not_found(detail: str = "There is no such stream.") -> JSONResponse:

@@ -29,6 +29,7 @@ from typing import Any
 from core.broker import wire
 from core.broker.auth import Identity
 from core.delegation import RemoteAgentError
+from core.logtext import loggable
 from core.registry import RemoteEvent
 from core.settings import Settings
 
@@ -138,7 +139,7 @@ class AgentConnection:
                 message = wire.decode(line)
             except wire.RpcLineError as exc:
                 self.stats.lines_malformed += 1
-                log.info("%s: dropped a bad line (%s): %.200s", self.id, exc, line)
+                log.warning("%s: dropped a bad line (%s): %s", self.id, loggable(exc), loggable(line))
                 await self._reply(wire.error_response(exc.code, str(exc), exc.id))
                 continue
             if message.kind == "response":
@@ -156,7 +157,7 @@ class AgentConnection:
         pending = self._pending.get(key) if isinstance(key, int) and not isinstance(key, bool) else None
         if pending is None:
             self.stats.unknown_responses += 1
-            log.debug("%s: dropped a response for unknown or finished id %r", self.id, message.id)
+            log.debug("%s: dropped a response for unknown or finished id %s", self.id, loggable(repr(message.id), 80))
             return
         if pending.future is not None:
             del self._pending[key]
@@ -252,7 +253,7 @@ class AgentConnection:
         try:
             await self.request(method, {"id": task_id}, timeout_s=self.settings.request_timeout / 1000)
         except (RpcError, TimeoutError, ConnectionError) as exc:
-            log.info("%s: tasks/cancel for %s: %s", self.id, task_id, exc)
+            log.info("%s: tasks/cancel for %s: %s", self.id, task_id, loggable(exc))
 
     def _register_stream(self) -> tuple[int, asyncio.Queue[Any]]:
         rpc_id = next(self._ids)
@@ -369,7 +370,7 @@ class TaskStream:
                     event = wire.parse_stream_result(item.result)
                 except wire.WireError as exc:
                     conn.stats.bad_events += 1
-                    log.info("%s: dropped a bad event of task %s: %s", conn.id, self.task_id, exc)
+                    log.warning("%s: dropped a bad event of task %s: %s", conn.id, self.task_id, loggable(exc))
                     continue
                 conn.stats.events_in += 1
                 self.events_seen += 1

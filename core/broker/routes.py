@@ -18,12 +18,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, WebSocket
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints
+from pydantic import BaseModel, Field, StrictInt, StringConstraints
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
 from core.broker.auth import Refused
 from core.broker.service import Broker
+from core.schemas import RequestBody
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,8 @@ def get_broker(connection: HTTPConnection) -> Broker:
     return connection.app.state.services.broker
 
 
-class DispatchRequest(BaseModel):
+class DispatchRequest(RequestBody):
     """`POST /a2a/tasks/dispatch` (seed 003)."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused (422), not silently dropped
 
     task: Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1,
                                            max_length=MAX_TASK_CHARS)] = Field(
@@ -58,10 +57,8 @@ class DispatchAck(BaseModel):
     status: str
 
 
-class CancelRequest(BaseModel):
+class CancelRequest(RequestBody):
     """`POST /a2a/tasks/cancel`."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused (422), not silently dropped
 
     chatId: NonEmpty  # noqa: N815
 

@@ -32,6 +32,7 @@ from core.broker.connection import AgentConnection, ConnectionStats, RpcError, T
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.reload import ConfigReloader
 from core.delegation import RemoteAgentError
+from core.logtext import loggable
 from core.registry import AgentRegistry, IdTaken
 from core.settings import Settings
 from core.tasks import BackgroundTasks
@@ -208,8 +209,8 @@ class Broker:
             self.connections_total += 1
             self._connections[conn.id] = conn
             self._closers[conn.id] = close
-            log.info("agent %s (%s) connected from %s%s", conn.id, conn.name, remote_addr or "?",
-                     f", bound to {conn.binding}" if conn.binding else "")
+            log.info("agent %s (%s) connected from %s%s", conn.id, loggable(conn.name, 80), remote_addr or "?",
+                     f", bound to {loggable(conn.binding, 80)}" if conn.binding else "")
             await reader  # until the peer goes away
         finally:
             reader.cancel()

@@ -72,6 +72,22 @@ class Incoming:
     method: str | None = None
 
 
+MAX_NESTING = 64  # deeper structures are refused: no A2A message needs them, and walking them recurses
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and objects nest in `value` (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def decode(line: str) -> Incoming:
     """Parse one line.
 
@@ -82,6 +98,10 @@ def decode(line: str) -> Incoming:
         obj = json.loads(line)
     except ValueError as exc:
         raise RpcLineError(PARSE_ERROR, f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # json's parser recurses per level: thousands of `[` exhaust the stack
+        raise RpcLineError(PARSE_ERROR, f"not valid JSON: nested more than {MAX_NESTING} levels deep") from exc
+    if _nesting(obj) > MAX_NESTING:
+        raise RpcLineError(PARSE_ERROR, f"not valid JSON: nested more than {MAX_NESTING} levels deep")
     if not isinstance(obj, dict):
         raise RpcLineError(INVALID_REQUEST, "a JSON-RPC message must be a JSON object")
     if obj.get("jsonrpc") != JSONRPC:

@@ -1,0 +1,127 @@
+"""Bad input gets a clear error, never a crash: deep nesting, huge ids, lone surrogates, log injection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.broker import wire
+from core.logtext import loggable
+from core.services import Services
+from core.sse import _parse_resume
+from tests.conftest import make_settings
+from tests.utils.app_process import AppProcess, app_process
+from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory):
+    with app_process(tmp_path_factory.mktemp("bad-input") / "data", DEMO_MODEL_DELAY_MS="1") as running:
+        running.wait_until_serving()
+        yield running
+
+
+def nested(depth: int) -> str:
+    return '{"jsonrpc": "2.0", "id": 1, "result": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("depth", [wire.MAX_NESTING, wire.MAX_NESTING + 1, 2_000, 100_000])
+def test_deep_nesting_is_a_parse_error_not_a_crash(depth: int) -> None:
+    if depth < wire.MAX_NESTING:  # the object itself is one level
+        assert wire.decode(nested(depth)).kind == "response"
+        return
+    with pytest.raises(wire.RpcLineError) as refused:
+        wire.decode(nested(depth))
+    assert refused.value.code == wire.PARSE_ERROR and "nested more than 64 levels" in str(refused.value)
+
+
+async def test_a_deeply_nested_line_keeps_the_agents_socket(tmp_path: Path) -> None:
+    services = Services.build(make_settings(tmp_path))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        agent = await FakeAgent.connect(host, a2a_id="deep", wait_registered=services.broker)
+        await agent.ws.send(nested(2_000))
+        await wait_for(lambda: len(agent.errors) >= 1)
+        assert agent.errors[0]["error"]["code"] == wire.PARSE_ERROR
+        await asyncio.sleep(0.2)
+        assert services.broker.connection("deep") is not None  # still connected, still serving
+        await agent.close()
+
+
+SURROGATE = "hi \ud800 there"
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/api/sessions", {"title": SURROGATE}, "title"),
+    ("/api/a2a/keys", {"name": SURROGATE}, "name"),
+    ("/api/agents", {"id": "x", "name": SURROGATE}, "name"),
+    ("/a2a/tasks/dispatch", {"task": SURROGATE, "targetAgent": "t", "agentId": 1, "chatId": "c"}, "task"),
+    ("/a2a/tasks/dispatch", {"task": "t", "targetAgent": "t", "agentId": 1, "chatId": "c",
+                             "macAddress": SURROGATE}, "macAddress"),
+    ("/api/sessions/{sid}/messages", {"content": SURROGATE}, "content"),
+])
+def test_a_lone_surrogate_is_422_naming_the_field(app: AppProcess, path: str, body: dict, field: str) -> None:
+    sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+    raw = json.dumps(body).encode()  # JSON's own escape (\ud800), as a client sends it
+    response = httpx.post(f"{app.base_url}{path.format(sid=sid)}", content=raw,
+                          headers={"content-type": "application/json"}, timeout=5)
+    assert response.status_code == 422, response.text
+    [error] = response.json()["detail"]
+    assert error["loc"][-1] == field and "unicode" in error["msg"].lower()
+    assert httpx.get(f"{app.base_url}/api/sessions/{sid}/messages", timeout=5).json() == []
+
+
+@pytest.mark.parametrize("key_id", ["99999999999999999999999", "-1", "0", "x"])
+def test_an_impossible_key_id_is_422(app: AppProcess, key_id: str) -> None:
+    response = httpx.delete(f"{app.base_url}/api/a2a/keys/{key_id}", timeout=5)
+    assert response.status_code == 422
+
+
+@pytest.mark.parametrize("last_id", ["99999999999999999999999", "-5", "9" * 5000, "1e3"])
+def test_an_impossible_last_event_id_restarts_the_stream_with_a_reason(app: AppProcess, last_id: str) -> None:
+    sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+    httpx.post(f"{app.base_url}/api/sessions/{sid}/messages", json={"content": "hello"}, timeout=5)
+    with httpx.stream("GET", f"{app.base_url}/api/sessions/{sid}/stream", headers={"Last-Event-ID": last_id},
+                      timeout=10) as response:
+        assert response.status_code == 200
+        first = next(line for line in response.iter_lines() if line.startswith("data:"))
+    assert '"reset"' in first or "reset" in first
+    after, reason = _parse_resume(last_id)
+    assert after is None and ("out of range" in reason or "not a number" in reason) and len(reason) < 100
+
+
+def test_the_server_logged_no_traceback_for_any_of_it(app: AppProcess) -> None:
+    assert "Traceback" not in app.output
+    assert httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).status_code == 201
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("plain 中文 text", "plain 中文 text"),
+    ("forged\r\n2026-01-01 INFO core: all good", "forged\\r\\n2026-01-01 INFO core: all good"),
+    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+    ("line\u2028sep", "line\\u2028sep"),
+    ("x" * 300, "x" * 200 + "… (+100 characters)"),
+])
+def test_loggable(text: str, expected: str) -> None:
+    assert loggable(text) == expected
+
+
+async def test_a_bad_agent_line_is_one_warning_without_forged_lines(tmp_path: Path, caplog) -> None:
+    services = Services.build(make_settings(tmp_path))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        agent = await FakeAgent.connect(host, a2a_id="forger", wait_registered=services.broker)
+        with caplog.at_level(logging.INFO, logger="core.broker"):
+            await agent.ws.send("not json\r2026-01-01 INFO core.broker: agent admin connected\x1b[2J" + "y" * 10_000)
+            await wait_for(lambda: len(agent.errors) >= 1)
+        [record] = [r for r in caplog.records if "dropped a bad line" in r.getMessage()]
+        message = record.getMessage()
+        assert record.levelno == logging.WARNING and record.exc_info is None
+        assert "\r" not in message and "\x1b" not in message and "\\r2026" in message
+        assert len(message) < 600
+        await agent.close()
