@@ -1,9 +1,9 @@
-"""How text that came from outside goes into a log line: short, on one line, without terminal codes.
+r"""How text that came from outside goes into a log line: short, on one line, without terminal codes.
 
-An agent, a client or a fetched document can put anything in the text we log: `\\r` and `\\n` that
+An agent, a client or a fetched document can put anything in the text we log: `\r` and `\n` that
 start what looks like a log line of our own, ANSI colour codes that rewrite the operator's terminal,
 or 100 KB in one id. `loggable` keeps the first `limit` characters and writes every control or
-other non-printable character as an escape (`\\r`, `\\x1b`, `\\u2028`); letters of every script stay.
+other non-printable character as an escape (`\r`, `\x1b`, `\u2028`); letters of every script stay.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""What every JSON body sent to this app's HTTP routes has in common, and how a bad one is answered.
+r"""What every JSON body sent to this app's HTTP routes has in common, and how a bad one is answered.
 
 A body is a `RequestBody`: a field the route does not know is refused (422 naming the field)
 rather than silently ignored, and its text must be valid Unicode. JSON can spell a lone surrogate
-(`"\\ud800"`), which no database column can store; pydantic refuses it in some fields and not in
+(`"\ud800"`), which no database column can store; pydantic refuses it in some fields and not in
 others, so every string of a body is checked here. The 422 answer repeats the bad input, which
 FastAPI's own answer then fails to encode (a 500); the answer here escapes it.
 """
