@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from core.logtext import install_client_fault_filter
 from core.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent
@@ -150,6 +151,7 @@ def configure_logging(debug: str | None) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    install_client_fault_filter()
     names = [n.strip() for n in (debug or "").split(",") if n.strip()]
     if names and all(n in DEBUG_NAMESPACES for n in names):
         for name in names:

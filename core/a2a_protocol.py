@@ -45,6 +45,8 @@ from a2a.client import A2ACardResolver, A2AClientError, AgentCardResolutionError
 from a2a.client.card_resolver import parse_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
+from a2a.server.jsonrpc_models import JSONParseError as _JsonRpcParseError
+from a2a.server.jsonrpc_models import MethodNotFoundError as _JsonRpcMethodNotFound
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
@@ -470,6 +472,61 @@ async def _coalesced(source: Any, sep: str) -> Any:
 def invalid_request_body(message: str, request_id: str | int | None = None) -> dict[str, Any]:
     """A JSON-RPC error body (-32600) for requests refused before dispatch (no key, too large)."""
     return build_error_response(request_id, _JsonRpcInvalidRequest(message=message))
+
+
+MAX_JSON_NESTING = 64  # no A2A request nests deeper; walking deeper structures recurses
+
+
+def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any] | None:
+    """A JSON-RPC error body for a request the SDK's dispatcher would answer with -32603, or None.
+
+    The dispatcher turns a body that is not UTF-8 or nests thousands of levels deep into an
+    "internal error" with Python's text (and a traceback in the log), and says only "Method not
+    found". Here these get their own codes and a message a person can act on: -32700 for the
+    first two, -32601 naming the method and the ones there are.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return build_error_response(None, _JsonRpcParseError(message="Parse error: the body is not UTF-8 text."))
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        obj = None
+        nested_too_deep = True
+    except ValueError:
+        return None  # the dispatcher answers -32700 with the position of the mistake
+    else:
+        nested_too_deep = _nesting(obj) > MAX_JSON_NESTING
+    if nested_too_deep:
+        return build_error_response(None, _JsonRpcParseError(
+            message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep."))
+    method = obj.get("method") if isinstance(obj, dict) else None
+    if isinstance(method, str) and method and not _serves(dispatcher, method):
+        request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
+            else None
+        known = ", ".join(sorted(dispatcher.METHOD_TO_MODEL))
+        return build_error_response(request_id, _JsonRpcMethodNotFound(
+            message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."))
+    return None
+
+
+def _serves(dispatcher: JsonRpcDispatcher, method: str) -> bool:
+    compat = getattr(dispatcher, "_v03_adapter", None)  # the SDK's v0.3 adapter (enable_v0_3_compat)
+    return method in dispatcher.METHOD_TO_MODEL or bool(compat is not None and compat.supports_method(method))
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and objects nest in `value` (without recursion); stops past `MAX_JSON_NESTING`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_NESTING:
+                return depth
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 # -- remote agents (client side) -----------------------------------------------------------

@@ -121,6 +121,9 @@ class A2AServer:
         if body is None:
             return JSONResponse(wire.invalid_request_body(
                 f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes."))
+        refusal = wire.check_rpc_body(body, self.dispatcher)
+        if refusal is not None:  # what the SDK would answer with -32603 and a traceback in the log
+            return JSONResponse(refusal)
         request.state.a2a_user_id = user_id
         return wire.coalesce_sse(await self.dispatcher.handle_requests(_with_body(request, body)))
 
@@ -247,7 +250,7 @@ class TaskSessionStore(wire.TaskStore):
         """The caller's tasks for this agent, newest first, a page at a time (`pageToken` is an offset)."""
         user_id, agent_id = context.state.get("user_id"), context.state.get("agent_id", "")
         size = min(params.page_size or 50, LIST_PAGE_SIZE_MAX)
-        offset = int(params.page_token) if params.page_token.isdigit() else 0
+        offset = _page_offset(params.page_token)
         async with self.db.session() as s:
             query = select(A2ATaskSession).where(
                 A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id,
@@ -453,3 +456,21 @@ def _caller(context: wire.ServerCallContext) -> tuple[str, int]:
     agent_id, user_id = context.state.get("agent_id"), context.state.get("user_id")
     assert agent_id and isinstance(user_id, int), "the route authenticates before dispatching"
     return agent_id, user_id
+
+
+MAX_PAGE_OFFSET = 2**31 - 1
+
+
+def _page_offset(page_token: str) -> int:
+    """The offset a `pageToken` of ours stands for (empty: the first page).
+
+    Raises:
+        InvalidParamsError: not a token this server handed out (-32602).
+    """
+    if not page_token:
+        return 0
+    if not page_token.isdigit() or len(page_token) > 10 or int(page_token) > MAX_PAGE_OFFSET:
+        raise wire.InvalidParamsError(
+            message=f"pageToken {page_token[:40]!r} is not one this server handed out: pass the nextPageToken "
+                    "of an earlier ListTasks answer, or none for the first page.")
+    return int(page_token)

@@ -8,6 +8,8 @@ other non-printable character as an escape (`\r`, `\x1b`, `\u2028`); letters of 
 
 from __future__ import annotations
 
+import logging
+
 DEFAULT_LIMIT = 200
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -25,3 +27,49 @@ def loggable(value: object, limit: int = DEFAULT_LIMIT) -> str:
 def _escape(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+# The a2a-sdk logs a request that fails validation at ERROR with a traceback, as if it were a fault of
+# ours. Its dispatcher then logs the error it answers as one WARNING line ("Request Error ..."), so
+# there the first record is dropped; its v0.3 adapter does not, so there the record is shortened.
+# Records are known by their message: what failed is the client's request, whatever the exception.
+SDK_CLIENT_FAULTS = {
+    "a2a.server.routes.jsonrpc_dispatcher": (
+        {"Failed to parse request params", "Failed to validate base JSON-RPC request"}, True),
+    "a2a.compat.v0_3.jsonrpc_adapter": ({"Failed to validate base JSON-RPC request for v0.3"}, False),
+}
+
+
+class ClientFaultFilter(logging.Filter):
+    """A logged client fault becomes one WARNING line without a traceback, or nothing.
+
+    Args:
+        messages: the log messages (format strings) that report a bad request.
+        drop: drop those records instead (the logger reports the answer to the client anyway).
+    """
+
+    def __init__(self, messages: set[str], *, drop: bool = False) -> None:
+        super().__init__()
+        self.messages = frozenset(messages)
+        self.drop = drop
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep the record (shortened) or drop it, when it reports a bad request rather than a fault of ours."""
+        if record.msg not in self.messages:
+            return True
+        if self.drop:
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        detail = f": {loggable(type(exc).__name__ + ': ' + str(exc), 300)}" if exc is not None else ""
+        record.msg, record.args = f"{record.getMessage()}{detail}", None
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def install_client_fault_filter() -> None:
+    """Attach a `ClientFaultFilter` to each a2a-sdk logger that reports bad requests."""
+    for name, (messages, drop) in SDK_CLIENT_FAULTS.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
+            logger.addFilter(ClientFaultFilter(messages, drop=drop))

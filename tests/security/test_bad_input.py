@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.broker import wire
 from core.logtext import loggable
@@ -95,11 +97,6 @@ def test_an_impossible_last_event_id_restarts_the_stream_with_a_reason(app: AppP
     assert after is None and ("out of range" in reason or "not a number" in reason) and len(reason) < 100
 
 
-def test_the_server_logged_no_traceback_for_any_of_it(app: AppProcess) -> None:
-    assert "Traceback" not in app.output
-    assert httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).status_code == 201
-
-
 @pytest.mark.parametrize(("text", "expected"), [
     ("plain 中文 text", "plain 中文 text"),
     ("forged\r\n2026-01-01 INFO core: all good", "forged\\r\\n2026-01-01 INFO core: all good"),
@@ -125,3 +122,82 @@ async def test_a_bad_agent_line_is_one_warning_without_forged_lines(tmp_path: Pa
         assert "\r" not in message and "\x1b" not in message and "\\r2026" in message
         assert len(message) < 600
         await agent.close()
+
+
+# -- JSON-RPC on /a2a/agents/{id}: the right code, never -32603 with Python's text -----------------------
+
+
+@pytest.fixture(scope="module")
+def rpc(app: AppProcess):
+    key = httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "fuzz"}, timeout=5).json()["key"]
+
+    def call(content: bytes, **headers: str) -> httpx.Response:
+        return httpx.post(f"{app.base_url}/a2a/agents/coding-assistant", content=content, timeout=10,
+                          headers={"authorization": f"Bearer {key}", "content-type": "application/json", **headers})
+
+    return call
+
+
+def rpc_body(method: str, params: object) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
+
+
+@pytest.mark.parametrize(("body", "headers", "code", "words"), [
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\xff"}}', {}, -32700, "not UTF-8"),
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":' + b"[" * 3000 + b"]" * 3000 + b"}", {}, -32700,
+     "nests more than 64"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method"', {}, -32700, "Expecting"),
+    (rpc_body("ListTasks", {"pageToken": "abc"}), {"A2A-Version": "1.0"}, -32602, "pageToken 'abc'"),
+    (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
+    (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
+    (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
+])
+def test_json_rpc_errors_have_their_own_code_and_say_what_is_wrong(rpc, body, headers, code, words) -> None:
+    response = rpc(body, **headers)
+    assert response.status_code < 500
+    error = response.json()["error"]
+    assert error["code"] == code and words in error["message"], error
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+methods = st.sampled_from(["SendMessage", "GetTask", "ListTasks", "CancelTask", "message/send", "tasks/get",
+                           "SubscribeToTask", "GetExtendedAgentCard", "nope", ""])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=methods, params=json_values, version=st.sampled_from([None, "1.0", "0.3", "x"]),
+       raw=st.one_of(st.none(), st.binary(max_size=60)))
+def test_fuzzed_json_rpc_never_gets_a_5xx(rpc, method, params, version, raw) -> None:
+    headers = {"A2A-Version": version} if version else {}
+    response = rpc(raw if raw is not None else rpc_body(method, params), **headers)
+    assert response.status_code < 500, response.text
+    answer = response.json() if response.headers.get("content-type", "").startswith("application/json") else None
+    if answer is not None and "error" in answer:
+        assert answer["error"]["code"] != -32603, answer
+
+
+@settings(max_examples=40, deadline=None)
+@given(lines=st.lists(st.text(max_size=40) | json_values.map(json.dumps), min_size=1, max_size=5))
+async def test_fuzzed_broker_lines_keep_the_agent_connected(tmp_path_factory, lines) -> None:
+    services = Services.build(make_settings(tmp_path_factory.mktemp("fuzz")))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        agent = await FakeAgent.connect(host, a2a_id="fuzzed", wait_registered=services.broker)
+        await agent.ws.send("\n".join(lines))
+        await asyncio.sleep(0.05)
+        assert services.broker.connection("fuzzed") is not None
+        assert all(e["error"]["code"] in {-32700, -32600, -32601} for e in agent.errors)
+        await agent.close()
+
+
+def test_after_all_of_it_the_app_answers_a_normal_turn_and_logged_no_traceback(app: AppProcess) -> None:
+    sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+    turn = httpx.post(f"{app.base_url}/api/sessions/{sid}/messages", json={"content": "hello"}, timeout=5).json()
+    with httpx.stream("GET", f"{app.base_url}{turn['streamUrl']}", timeout=20) as response:
+        kinds = [json.loads(line[5:])["type"] for line in response.iter_lines() if line.startswith("data:")]
+    assert kinds[-1] == "finish" and "error" not in kinds
+    assert "Traceback" not in app.output
