@@ -12,6 +12,11 @@ the page does not stop it, and a page that comes back reattaches to the hub
 buffer (`stream_key == session_id`). `cancel()` stops it; the partial text is
 saved with `status='canceled'`.
 
+One turn at a time per session: `start_turn` claims the session's turn in one
+step (a check and a set with no await between them) before it writes anything,
+so a refused send saves nothing. The claim is released when the turn ends, or
+when starting it fails.
+
 Events follow the Vercel AI SDK UI stream protocol that seed 000 uses:
 `start`, `text-delta` {id, delta}, `tool-input-available` {toolCallId, toolName,
 input}, `tool-output-available` {toolCallId, output, metadata}, `error`
@@ -21,6 +26,7 @@ input}, `tool-output-available` {toolCallId, output, metadata}, `error`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -119,6 +125,14 @@ class SessionChange:
     turn: TurnStarted | None = None
 
 
+@dataclass(slots=True, eq=False)
+class _TurnClaim:
+    """A session's turn, from its claim (before anything is saved) until it ends."""
+
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[Any] | None = None  # set once the turn runs
+
+
 @dataclass(slots=True)
 class TurnOutcome:
     """How a run of an agent ended, and the assistant messages to save."""
@@ -164,7 +178,7 @@ class ChatEngine:
         self.turn_timeout_s = turn_timeout_s
         self.max_message_chars = max_message_chars
         self._tasks = BackgroundTasks()
-        self._turns: dict[str, asyncio.Task[Any]] = {}
+        self._turns: dict[str, _TurnClaim] = {}
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
 
     # -- turns of a user's session ---------------------------------------------------
@@ -188,21 +202,23 @@ class ChatEngine:
             TurnInProgress: the session is already answering.
         """
         text = self.validate_text(text)
-        if self.is_running(session_id):
-            raise TurnInProgress("This chat is still answering; wait for it or press Stop.")
-        async with self.db.session() as s:
-            chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
-            if chat is None:
-                raise SessionNotFound("There is no such chat session.")
-            agent = await agents_store.get_agent(s, chat.agent_id)
-            if agent is None:
-                raise AgentNotFound("The agent of this chat no longer exists.")
-            history = await sessions_store.list_messages(s, session_id=session_id)
-            tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-            [user_row] = await sessions_store.add_messages(
-                s, session_id=session_id, messages=[{"role": "user", "content": text, "source": "user"}]
-            )
-        return await self._launch(session_id, user_id, agent, tool_rows, [*history, user_row])
+        claim = self._claim(session_id, "This chat is still answering; wait for it or press Stop.")
+        try:
+            async with self.db.session() as s:
+                chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
+                if chat is None:
+                    raise SessionNotFound("There is no such chat session.")
+                agent = await agents_store.get_agent(s, chat.agent_id)
+                if agent is None:
+                    raise AgentNotFound("The agent of this chat no longer exists.")
+                history = await sessions_store.list_messages(s, session_id=session_id)
+                tool_rows = await agents_store.agent_tool_rows(s, agent.id)
+                [user_row] = await sessions_store.add_messages(
+                    s, session_id=session_id, messages=[{"role": "user", "content": text, "source": "user"}]
+                )
+            return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row])
+        finally:
+            self._release_unlaunched(session_id, claim)
 
     async def start_announcement(self, session_id: str) -> TurnStarted:
         """Start a turn without a user message: the agent speaks about what the history ends with.
@@ -214,21 +230,45 @@ class ChatEngine:
             SessionNotFound: no such session, or it has no messages to speak about.
             TurnInProgress: the session is answering; announce after that turn.
         """
-        if self.is_running(session_id):
-            raise TurnInProgress("This chat is still answering; announce after that turn.")
-        async with self.db.session() as s:
-            chat = await sessions_store.get_session(s, session_id)
-            agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
-            if chat is None or agent is None:
-                raise SessionNotFound("There is no such chat session.")
-            history = await sessions_store.list_messages(s, session_id=session_id)
-            tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-        if not history:
-            raise SessionNotFound("The chat has nothing to announce.")
-        return await self._launch(session_id, chat.user_id, agent, tool_rows, history)
+        claim = self._claim(session_id, "This chat is still answering; announce after that turn.")
+        try:
+            async with self.db.session() as s:
+                chat = await sessions_store.get_session(s, session_id)
+                agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
+                if chat is None or agent is None:
+                    raise SessionNotFound("There is no such chat session.")
+                history = await sessions_store.list_messages(s, session_id=session_id)
+                tool_rows = await agents_store.agent_tool_rows(s, agent.id)
+            if not history:
+                raise SessionNotFound("The chat has nothing to announce.")
+            return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history)
+        finally:
+            self._release_unlaunched(session_id, claim)
 
-    async def _launch(self, session_id: str, user_id: int, agent: Agent, tool_rows: list[tuple[str, dict[str, Any]]],
-                      history: list[AgentMessage]) -> TurnStarted:
+    def _claim(self, session_id: str, busy_message: str) -> _TurnClaim:
+        """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
+
+        Atomic because nothing awaits between the check and the set: concurrent sends (the
+        same event loop) cannot both pass. This guards one process; several app processes on
+        one database would need a database-level guard too (the app runs as one process).
+        """
+        if session_id in self._turns:
+            raise TurnInProgress(busy_message)
+        claim = self._turns[session_id] = _TurnClaim()
+        return claim
+
+    def _release(self, session_id: str, claim: _TurnClaim) -> None:
+        if self._turns.get(session_id) is claim:
+            del self._turns[session_id]
+        claim.ended.set()
+
+    def _release_unlaunched(self, session_id: str, claim: _TurnClaim) -> None:
+        """On the way out of a start: a claim whose turn never ran is given back (a running turn gives back its own)."""
+        if claim.task is None:
+            self._release(session_id, claim)
+
+    async def _launch(self, claim: _TurnClaim, session_id: str, user_id: int, agent: Agent,
+                      tool_rows: list[tuple[str, dict[str, Any]]], history: list[AgentMessage]) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
         try:
@@ -236,18 +276,17 @@ class ChatEngine:
                 session_id,
                 meta={"userSortOrder": anchor.sort_order, "userMessageId": anchor.id, "agentSlug": agent.slug},
             )
-        except StreamBusy as exc:  # a turn started between our check and now
+        except StreamBusy as exc:  # not expected under the claim: only turns write under the session's key
             raise TurnInProgress("This chat is still answering; wait for it or press Stop.") from exc
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )
         tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
-        task = self._tasks.spawn(
+        task = claim.task = self._tasks.spawn(
             self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx),
             name=f"turn {session_id}",
         )
-        self._turns[session_id] = task
-        task.add_done_callback(lambda done: self._forget_turn(session_id, done))
+        task.add_done_callback(lambda _: self._release(session_id, claim))
         started = TurnStarted(session_id, anchor.id, session_id, info.last_id)
         self._notify(SessionChange(session_id, messages=[anchor] if anchor.role == "user" else [], turn=started))
         return started
@@ -285,29 +324,26 @@ class ChatEngine:
             except Exception:  # a page's bug must not break the turn
                 log.exception("a watcher of session %s failed", change.session_id)
 
-    def _forget_turn(self, session_id: str, task: asyncio.Task[Any]) -> None:
-        if self._turns.get(session_id) is task:
-            del self._turns[session_id]
-
     def is_running(self, session_id: str) -> bool:
-        """True while a turn of that session runs."""
-        task = self._turns.get(session_id)
-        return task is not None and not task.done()
+        """True from the moment a turn of that session is claimed until it ends."""
+        return session_id in self._turns
 
     async def cancel(self, session_id: str) -> bool:
         """Stop the session's running turn (its partial answer is saved); False when none runs."""
-        task = self._turns.get(session_id)
-        if task is None or task.done():
+        claim = self._turns.get(session_id)
+        if claim is None or claim.task is None or claim.task.done():
             return False
-        task.cancel()
-        await asyncio.wait([task], timeout=10)
+        claim.task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(claim.ended.wait(), timeout=10)
         return True
 
     async def wait(self, session_id: str, timeout: float | None = None) -> None:
         """Wait until the session's running turn (if any) ends."""
-        task = self._turns.get(session_id)
-        if task is not None and not task.done():
-            await asyncio.wait([task], timeout=timeout)
+        claim = self._turns.get(session_id)
+        if claim is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(claim.ended.wait(), timeout=timeout)
 
     async def shutdown(self) -> None:
         """Cancel every running turn, letting each save what it has."""

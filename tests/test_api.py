@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +173,25 @@ async def test_bad_input_gets_clear_errors(api) -> None:
         assert stopped.json() == {"stopped": True}
         messages = (await client.get(f"/api/sessions/{sid}/messages")).json()
         assert [m["status"] for m in messages] == ["complete", "canceled"]
+
+
+async def test_simultaneous_sends_start_one_turn_and_save_only_its_message(api) -> None:
+    url, _ = api
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        sid = (await client.post("/api/sessions", json={})).json()["id"]
+        responses = await asyncio.gather(*(
+            client.post(f"/api/sessions/{sid}/messages", json={"content": f"/lorem {20 + i}"}) for i in range(10)))
+        codes = sorted(r.status_code for r in responses)
+        assert codes == [202] + [409] * 9
+        assert all("still answering" in r.json()["detail"] for r in responses if r.status_code == 409)
+        [accepted] = [r for r in responses if r.status_code == 202]
+        await stream_events(client, accepted.json()["streamUrl"])  # until the turn ends
+        messages = (await client.get(f"/api/sessions/{sid}/messages")).json()
+    # A refused send saved nothing: one question, one answer.
+    assert [(m["role"], m["status"]) for m in messages] == [("user", "complete"), ("assistant", "complete")]
+    assert messages[0]["id"] == accepted.json()["userMessageId"]
+    words = int(messages[0]["content"].split()[1])
+    assert len(messages[1]["content"].split()) == words
 
 
 @pytest.mark.parametrize(("path", "body", "field"), [

@@ -129,6 +129,30 @@ async def test_one_turn_at_a_time_per_session(tmp_path, database_url: str) -> No
         await services.stop()
 
 
+async def test_simultaneous_starts_claim_the_turn_before_saving_anything(services: Services) -> None:
+    chat = await new_chat(services)
+    results = await asyncio.gather(*(
+        services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=f"message {i}")
+        for i in range(10)), return_exceptions=True)
+    started = [r for r in results if not isinstance(r, BaseException)]
+    assert len(started) == 1 and all(isinstance(r, TurnInProgress) for r in results if r not in started)
+    await services.chat.wait(chat, timeout=10)
+    user, _ = await saved(services, chat)
+    assert user.id == started[0].user_message_id
+    assert [m.role for m in await saved(services, chat)] == ["user", "assistant"]
+
+
+async def test_a_refused_start_gives_the_turn_back(services: Services) -> None:
+    with pytest.raises(SessionNotFound):
+        await services.chat.start_turn(session_id="as_unknown", user_id=services.auth.local_user_id, text="hi")
+    assert not services.chat.is_running("as_unknown")
+    chat = await new_chat(services)
+    await run_turn(services, chat, "hello")  # the claim of the ended turn is gone too
+    assert not services.chat.is_running(chat)
+    await run_turn(services, chat, "again")
+    assert [m.role for m in await saved(services, chat)] == ["user", "assistant"] * 2
+
+
 @pytest.mark.parametrize("text", ["", "   \n "])
 async def test_empty_messages_are_refused(services: Services, text: str) -> None:
     chat = await new_chat(services)
