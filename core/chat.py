@@ -17,6 +17,12 @@ step (a check and a set with no await between them) before it writes anything,
 so a refused send saves nothing. The claim is released when the turn ends, or
 when starting it fails.
 
+A crash must not lose the answer: the turn's start saves a draft assistant row
+(status `streaming`, see `core.sessions`), `DraftSaver` writes the text so far
+into it about once a second while the model streams, and the turn's end replaces
+it with the saved answer. A draft left by a kill is marked `interrupted` at the
+next start (`fail_interrupted`, called by `Services.prepare`).
+
 Events follow the Vercel AI SDK UI stream protocol that seed 000 uses:
 `start`, `text-delta` {id, delta}, `tool-input-available` {toolCallId, toolName,
 input}, `tool-output-available` {toolCallId, output, metadata}, `error`
@@ -157,6 +163,7 @@ class ChatEngine:
         max_steps: model calls per turn (bounds the tool loop).
         turn_timeout_s: longest a turn may run before it is failed.
         max_message_chars: longest user message accepted.
+        draft_interval_s: how often a running turn's text so far is saved (crash safety).
     """
 
     def __init__(
@@ -169,6 +176,7 @@ class ChatEngine:
         max_steps: int = 8,
         turn_timeout_s: float = 600.0,
         max_message_chars: int = 20_000,
+        draft_interval_s: float = 1.0,
     ) -> None:
         self.db = db
         self.hub = hub
@@ -177,6 +185,7 @@ class ChatEngine:
         self.max_steps = max_steps
         self.turn_timeout_s = turn_timeout_s
         self.max_message_chars = max_message_chars
+        self.draft_interval_s = draft_interval_s
         self._tasks = BackgroundTasks()
         self._turns: dict[str, _TurnClaim] = {}
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
@@ -213,10 +222,9 @@ class ChatEngine:
                     raise AgentNotFound("The agent of this chat no longer exists.")
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-                [user_row] = await sessions_store.add_messages(
-                    s, session_id=session_id, messages=[{"role": "user", "content": text, "source": "user"}]
-                )
-            return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row])
+                user_row, draft = await sessions_store.add_messages(s, session_id=session_id, messages=[
+                    {"role": "user", "content": text, "source": "user"}, _draft_fields(agent)])
+            return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
             self._release_unlaunched(session_id, claim)
 
@@ -239,9 +247,10 @@ class ChatEngine:
                     raise SessionNotFound("There is no such chat session.")
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-            if not history:
-                raise SessionNotFound("The chat has nothing to announce.")
-            return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history)
+                if not history:
+                    raise SessionNotFound("The chat has nothing to announce.")
+                [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[_draft_fields(agent)])
+            return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
         finally:
             self._release_unlaunched(session_id, claim)
 
@@ -268,7 +277,8 @@ class ChatEngine:
             self._release(session_id, claim)
 
     async def _launch(self, claim: _TurnClaim, session_id: str, user_id: int, agent: Agent,
-                      tool_rows: list[tuple[str, dict[str, Any]]], history: list[AgentMessage]) -> TurnStarted:
+                      tool_rows: list[tuple[str, dict[str, Any]]], history: list[AgentMessage],
+                      draft_id: int) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
         try:
@@ -283,7 +293,7 @@ class ChatEngine:
         )
         tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
         task = claim.task = self._tasks.spawn(
-            self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx),
+            self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx, draft_id),
             name=f"turn {session_id}",
         )
         task.add_done_callback(lambda _: self._release(session_id, claim))
@@ -349,22 +359,39 @@ class ChatEngine:
         """Cancel every running turn, letting each save what it has."""
         await self._tasks.shutdown()
 
+    async def fail_interrupted(self) -> int:
+        """At start-up: answers still being written were cut off by a stop or crash; keep them as `interrupted`.
+
+        Returns how many there were.
+        """
+        async with self.db.session() as s:
+            return await sessions_store.mark_interrupted(s)
+
     async def _run_session_turn(
         self, session_id: str, agent: Agent, messages: list[dict[str, Any]], tools: dict[str, BoundTool],
-        ctx: ToolContext,
+        ctx: ToolContext, draft_id: int,
     ) -> None:
         run = AgentRun(agent=agent, messages=messages, fields={"source": "user"})
+        draft = DraftSaver(self.db, draft_id, run.text_so_far, interval_s=self.draft_interval_s)
+        run.on_text = draft.touch
         try:
             await self.run_agent(stream_key=session_id, run=run, tools=tools, ctx=ctx)
         finally:
             # Runs on cancel too: what was said so far is kept, then the stream ends.
-            await self._save_and_finish(session_id, session_id, run.outcome)
+            await draft.settle()
+            await self._save_and_finish(session_id, session_id, run.outcome, draft_id)
 
-    async def _save_and_finish(self, session_id: str, stream_key: str, outcome: TurnOutcome | None) -> None:
+    async def _save_and_finish(self, session_id: str, stream_key: str, outcome: TurnOutcome | None,
+                               draft_id: int) -> None:
+        """Save the turn's answer in place of its draft, then end its stream.
+
+        When the answer cannot be saved, the draft keeps the text saved last; the next start marks it
+        `interrupted`.
+        """
         try:
-            if outcome is not None and outcome.rows:
-                async with self.db.session() as s:
-                    await sessions_store.add_messages(s, session_id=session_id, messages=outcome.rows)
+            async with self.db.session() as s:
+                await sessions_store.replace_draft(s, session_id=session_id, message_id=draft_id,
+                                                   messages=outcome.rows if outcome is not None else [])
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
             await self._emit(stream_key, "error", {"errorText": "The answer could not be saved."})
@@ -427,6 +454,8 @@ class ChatEngine:
             async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, max_tokens=max_tokens):
                 if isinstance(event, TextDelta):
                     run.step_text.append(event.text)
+                    if run.on_text is not None:
+                        run.on_text()
                     await self._emit(stream_key, "text-delta", {"id": text_id, "delta": event.text})
                 else:
                     result = event
@@ -517,6 +546,7 @@ class AgentRun:
         messages: the chat-completion messages (grows with tool calls and results).
         fields: extra columns for every saved row (`source`, `a2a_task_id`, ...).
         outcome: set when the run ends, however it ends.
+        on_text: called after each streamed chunk (a chat turn's `DraftSaver.touch`); must not block.
     """
 
     agent: Agent
@@ -532,6 +562,14 @@ class AgentRun:
     step_output_tokens: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
     outcome: TurnOutcome | None = None
+    on_text: Callable[[], None] | None = None
+
+    def text_so_far(self) -> str:
+        """What the agent has said in this run: the closed steps, then the open one."""
+        parts = [r["content"] for r in self.rows if r["content"]]
+        if self.step_open:
+            parts.extend(self.step_text)
+        return "".join(parts)
 
     def open_step(self) -> None:
         self.step_text, self.step_calls, self.step_results = [], [], None
@@ -574,6 +612,68 @@ class AgentRun:
             text=text, status=status, error=error, finish_reason=finish_reason,
             input_tokens=self.input_tokens, output_tokens=self.output_tokens, rows=self.rows,
         )
+
+
+class DraftSaver:
+    """Keeps a running turn's text so far in its draft row, about once per `interval_s`, never per chunk.
+
+    `touch` runs on every streamed chunk and only reads the clock. When `interval_s` has passed
+    since the last save and no save is in flight, it starts one (one UPDATE of the one row) in a
+    task of its own: streaming never waits on the database, and one save at most is in flight.
+    A failed save is logged and retried at the next interval. `settle` waits for a save in flight,
+    so the turn's final save comes after it.
+
+    Args:
+        db: the database.
+        message_id: the draft row (status `streaming`).
+        text: the run's text so far (`AgentRun.text_so_far`), read only when saving.
+        interval_s: the least time between two saves.
+    """
+
+    def __init__(self, db: Database, message_id: int, text: Callable[[], str], *, interval_s: float = 1.0) -> None:
+        self.db = db
+        self.message_id = message_id
+        self.text = text
+        self.interval_s = interval_s
+        self.saves = 0
+        self._last = time.monotonic()
+        self._saved_chars = 0
+        self._in_flight: asyncio.Task[None] | None = None
+
+    def touch(self) -> None:
+        """A chunk arrived: start a save if one is due."""
+        now = time.monotonic()
+        if self._in_flight is not None or now - self._last < self.interval_s:
+            return
+        self._last = now
+        text = self.text()
+        if len(text) == self._saved_chars:  # the text only grows; nothing new
+            return
+        self._in_flight = asyncio.get_running_loop().create_task(
+            self._save(text), name=f"save draft {self.message_id}")
+
+    async def _save(self, text: str) -> None:
+        try:
+            async with self.db.session() as s:
+                await sessions_store.save_draft(s, message_id=self.message_id, content=text)
+            self.saves += 1
+            self._saved_chars = len(text)
+        except Exception:
+            log.warning("could not save the draft answer %s; trying again in %g s", self.message_id,
+                        self.interval_s, exc_info=True)
+        finally:
+            self._in_flight = None
+
+    async def settle(self) -> None:
+        """Wait for the save in flight, if any (without cancelling it when the caller is cancelled)."""
+        if self._in_flight is not None:
+            await asyncio.wait([self._in_flight])
+
+
+def _draft_fields(agent: Agent) -> dict[str, Any]:
+    """The row a session turn's answer is streamed into until the turn saves it (`core.sessions.STREAMING`)."""
+    return {"role": "assistant", "content": "", "model_id": agent.model, "status": sessions_store.STREAMING,
+            "source": "user"}
 
 
 def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict[str, Any]]:

@@ -143,6 +143,10 @@ class Services:
             interrupted = await self.delegation.fail_interrupted()
             if interrupted:
                 log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)
+            cut_off = await self.chat.fail_interrupted()
+            if cut_off:
+                log.warning("%d chat answers were being written when the server stopped; kept what they had "
+                            "said, marked interrupted", cut_off)
             async with self.db.session() as s:
                 await agents_store.seed_agents(s, model=self.settings.default_model)
                 if await accounts.has_accounts(s):

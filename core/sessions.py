@@ -3,19 +3,31 @@
 `list_sessions` hides the callee sessions of delegated tasks: it LEFT JOINs
 `a2a_task_sessions` and keeps a session only when it has no task row or its
 task row says `visible_in_sidebar = 1` (seed 000 §3.1.3).
+
+A running chat turn keeps a draft of its answer: an assistant row with status
+`streaming` whose text the engine saves about once a second, so a crash (kill -9,
+power loss) does not lose what was said. The turn's end replaces the draft with the
+answer's rows; a draft still there at the next start was cut off and becomes
+`interrupted` (`mark_interrupted`). `list_messages` leaves drafts out: while the turn
+runs, its answer is followed live from the hub.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_
+from sqlalchemy import delete, or_, update
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from models import A2ATaskSession, AgentMessage, AgentSession, utcnow
 
 TITLE_LENGTH = 60
+
+STREAMING = "streaming"  # the status of a running turn's draft answer
+INTERRUPTED = "interrupted"  # a draft found at start-up: the server stopped (or crashed) while it was written
+INTERRUPTED_ERROR = ("Interrupted by a server restart: the server stopped while this answer was being written; "
+                     "this is what it had said. Send the message again for a full answer.")
 
 
 async def create_session(session: AsyncSession, *, user_id: int, agent_id: int, title: str = "New chat") -> AgentSession:
@@ -78,10 +90,10 @@ async def delete_session(session: AsyncSession, *, session_id: str, user_id: int
 
 
 async def list_messages(session: AsyncSession, *, session_id: str) -> list[AgentMessage]:
-    """Every message of a session in conversation order."""
+    """Every message of a session in conversation order (a running turn's draft is not one yet)."""
     query = (
         select(AgentMessage)
-        .where(AgentMessage.session_id == session_id)
+        .where(AgentMessage.session_id == session_id, AgentMessage.status != STREAMING)
         .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
     )
     return list((await session.exec(query)).all())
@@ -118,6 +130,47 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
     for row in rows:
         await session.refresh(row)
     return rows
+
+
+async def save_draft(session: AsyncSession, *, message_id: int, content: str) -> None:
+    """Write a running turn's text so far into its draft (one UPDATE; nothing when the draft is gone)."""
+    await session.exec(  # type: ignore[call-overload]
+        update(AgentMessage)
+        .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+        .values(content=content)
+    )
+    await session.commit()
+
+
+async def replace_draft(session: AsyncSession, *, session_id: str, message_id: int | None,
+                        messages: list[dict[str, Any]]) -> list[AgentMessage]:
+    """End a turn: drop its draft and append the answer's rows (`add_messages`), in one transaction.
+
+    The rows go after everything saved while the turn ran (notes of background tasks), as they
+    did before turns kept drafts.
+    """
+    if message_id is not None:
+        await session.exec(  # type: ignore[call-overload]
+            delete(AgentMessage).where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+        )
+    if messages:
+        return await add_messages(session, session_id=session_id, messages=messages)
+    await session.commit()
+    return []
+
+
+async def mark_interrupted(session: AsyncSession) -> int:
+    """At start-up: drafts still `streaming` were cut off by a stop or crash; keep their text as `interrupted`.
+
+    Returns how many there were.
+    """
+    result = await session.exec(  # type: ignore[call-overload]
+        update(AgentMessage)
+        .where(AgentMessage.status == STREAMING)
+        .values(status=INTERRUPTED, error=INTERRUPTED_ERROR)
+    )
+    await session.commit()
+    return result.rowcount or 0
 
 
 def make_title(text: str) -> str:

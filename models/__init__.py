@@ -127,7 +127,8 @@ class AgentMessage(SQLModel, table=True):
     sort_order: int = 0
     tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     tool_results: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
-    # 'complete', or why the text stopped early: 'canceled', 'error'.
+    # 'complete', or why the text stopped early: 'canceled', 'error', 'interrupted' (the server stopped or
+    # crashed while it was written). 'streaming' while a turn writes it (core/sessions.py: drafts).
     status: str = Field(default="complete", sa_column=Column(String(16), nullable=False, server_default="complete"))
     error: str | None = Field(default=None, sa_type=Text)
     source: str = Field(default="user", sa_column=Column(String(10), nullable=False, server_default="user"))

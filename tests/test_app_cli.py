@@ -22,6 +22,7 @@ import pytest
 from core import accounts
 from core import sessions as sessions_store
 from core.db import Database
+from core.demo_model import plan_reply
 from core.services import Services, StartupRefused, describe_database, describe_redis
 from tests.conftest import make_settings
 from tests.utils.app_process import ROOT, app_process, child_env, free_port
@@ -329,6 +330,35 @@ def test_a_stop_signal_while_serving_exits_0_and_keeps_the_running_turn(tmp_path
         assert "Traceback" not in app.output, app.output
     [user_message, answer] = messages_of(data, session_id)
     assert answer.role == "assistant" and answer.status == "canceled" and answer.content.startswith("lorem ipsum")
+
+
+def test_a_kill_during_an_answer_keeps_what_was_streamed_as_interrupted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
+        app.wait_until_serving()
+        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+        posted = httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"},
+                            timeout=5)
+        assert posted.status_code == 202
+        with httpx.stream("GET", f"{app.base_url}{posted.json()['streamUrl']}", timeout=10) as stream:
+            lines = stream.iter_lines()
+            while "text-delta" not in next(lines):
+                pass
+        time.sleep(2.5)  # the answer streams on (~50 words a second), its draft saved about once a second
+        app.process.kill()  # SIGKILL: nothing runs on the way out
+        app.process.wait()
+
+    with app_process(data) as app:
+        app.wait_until_serving()
+        messages = httpx.get(f"{app.base_url}/api/sessions/{session_id}/messages", timeout=5).json()
+        assert "marked interrupted" in app.output, app.output
+    [question, answer] = messages
+    assert (question["role"], question["content"]) == ("user", "/lorem 3000")
+    assert answer["role"] == "assistant" and answer["status"] == "interrupted"
+    assert "interrupted by a server restart" in answer["error"].lower()
+    full = "".join(plan_reply([{"role": "user", "content": "/lorem 3000"}], tools=None).tokens)
+    assert answer["content"] and full.startswith(answer["content"])
+    assert 50 < len(answer["content"].split()) < 3000
 
 
 def test_a_second_ctrl_c_only_says_it_is_stopping(tmp_path: Path) -> None:

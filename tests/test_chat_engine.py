@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
+from sqlmodel import select
 
 from core import agents as agents_store
 from core import sessions as sessions_store
 from core.chat import InvalidMessage, SessionNotFound, TurnInProgress
+from core.llm import litellm_module
 from core.services import Services
 from core.settings import Settings
-from models import A2ATaskSession, User
+from models import A2ATaskSession, AgentMessage, User
 from tests.conftest import make_settings
 
 
@@ -207,6 +210,84 @@ async def test_shutdown_saves_running_turns(tmp_path, database_url: str) -> None
         messages = await sessions_store.list_messages(s, session_id=chat)
     await services.stop()
     assert messages[-1].status == "canceled" and messages[-1].content
+
+
+async def drafts_of(services: Services, session_id: str) -> list[AgentMessage]:
+    """The session's rows still `streaming` (which `list_messages` leaves out)."""
+    async with services.db.session() as s:
+        query = select(AgentMessage).where(AgentMessage.session_id == session_id,
+                                           AgentMessage.status == sessions_store.STREAMING)
+        return list((await s.exec(query)).all())
+
+
+async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
+        tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    litellm_module()  # imported once per process (seconds): not inside the measured stream
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
+    services.prepare()
+    writes: list[tuple[float, str]] = []
+    save_draft = sessions_store.save_draft
+
+    async def counted(session, *, message_id: int, content: str) -> None:
+        writes.append((time.monotonic(), content))
+        await save_draft(session, message_id=message_id, content=content)
+
+    monkeypatch.setattr(sessions_store, "save_draft", counted)
+    try:
+        chat = await new_chat(services)
+        started = time.monotonic()
+        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
+                                              text="/lorem 3000")
+        [draft] = await drafts_of(services, chat)  # saved with the question, empty until the first flush
+        assert draft.role == "assistant" and draft.content == "" and draft.model_id == "local/demo"
+        streamed, canceled, first_delta = [], False, None
+        async for event in services.hub.subscribe(turn.stream_key, after=turn.after_event_id):
+            if event.type == "text-delta":
+                streamed.append(event.data["delta"])
+                first_delta = first_delta or time.monotonic()
+            if not canceled and first_delta and time.monotonic() - first_delta > 3.2:  # ~3 s of streaming
+                canceled = True
+                [draft] = await drafts_of(services, chat)
+                assert draft.content and "".join(streamed).startswith(draft.content)
+                # While it runs, the answer is followed live from the hub: only the question is listed.
+                assert [m.role for m in await saved(services, chat)] == ["user"]
+                assert await services.chat.cancel(chat)
+        assert len(streamed) > 100
+        assert 2 <= len(writes) <= 4, [round(t - started, 2) for t, _ in writes]
+        assert all(b - a >= 0.95 for (a, _), (b, _) in zip(writes, writes[1:], strict=False))
+        assert writes[0][0] - started >= 0.95
+        assert all(len(a) < len(b) for (_, a), (_, b) in zip(writes, writes[1:], strict=False))
+        # The end replaces the draft with the answer, as before drafts.
+        assert await drafts_of(services, chat) == []
+        user, answer = await saved(services, chat)
+        assert (answer.status, answer.sort_order, answer.content) == ("canceled", 2, "".join(streamed))
+    finally:
+        await services.stop()
+
+
+async def test_a_draft_left_by_a_crash_is_kept_as_interrupted_at_the_next_start(tmp_path, database_url: str) -> None:
+    settings = make_settings(tmp_path, database_url=database_url)
+    crashed = Services.build(settings)
+    crashed.prepare()
+    chat = await new_chat(crashed)
+    async with crashed.db.session() as s:  # what a kill -9 leaves: the question and the draft saved so far
+        await sessions_store.add_messages(s, session_id=chat, messages=[
+            {"role": "user", "content": "/lorem 3000"},
+            {"role": "assistant", "content": "lorem ipsum dolor", "status": sessions_store.STREAMING}])
+    await crashed.db.close()
+
+    restarted = Services.build(settings)
+    restarted.prepare()
+    try:
+        user, answer = await saved(restarted, chat)
+        assert (answer.role, answer.status, answer.content) == ("assistant", "interrupted", "lorem ipsum dolor")
+        assert "interrupted by a server restart" in answer.error.lower()
+        assert await drafts_of(restarted, chat) == []
+        # The chat goes on: the next turn sees what was said and is saved after it.
+        await run_turn(restarted, chat, "go on")
+        assert [m.status for m in await saved(restarted, chat)] == ["complete", "interrupted", "complete", "complete"]
+    finally:
+        await restarted.stop()
 
 
 async def test_list_sessions_hides_delegated_task_sessions(services: Services) -> None:

@@ -329,6 +329,23 @@ async def test_stop_cancels_a_long_reply_and_keeps_what_it_said(user: User) -> N
 
 
 @pytest.mark.parametrize("app_env", [SLOW_DEMO], indirect=True)
+async def test_an_answer_cut_off_by_a_crash_shows_what_it_said_as_interrupted(user: User) -> None:
+    from core import sessions as sessions_store
+
+    await user.open("/")
+    agent = await services().workspace.default_agent()
+    chat = await services().workspace.create(services().auth.local_user_id, agent.slug)
+    async with services().db.session() as s:  # what the start after a kill -9 leaves (test_chat_engine.py)
+        await sessions_store.add_messages(s, session_id=chat.id, messages=[
+            {"role": "user", "content": "/lorem 3000"},
+            {"role": "assistant", "content": "lorem ipsum dolor", "status": "interrupted",
+             "error": sessions_store.INTERRUPTED_ERROR}])
+    await user.open(f"/chat/{chat.id}")
+    await user.should_see("Interrupted by a server restart.")
+    assert assistant_texts(user) == ["lorem ipsum dolor"]
+    assert element(user, "stop-btn").visible is False and element(user, "send-btn").enabled
+
+
 async def test_a_page_opened_during_an_answer_replays_it_and_follows_it_live(user: User) -> None:
     await user.open("/")
     await send(user, "/lorem 200")

@@ -194,6 +194,10 @@ class ChatPage:
                             card.link_task(metadata["taskId"], self.panel.show_task)
                 if message.status == "canceled":
                     ui.label("Stopped.").classes("text-grey-7 text-caption")
+                elif message.status == "interrupted":
+                    ui.label("Interrupted by a server restart.").classes("text-grey-7 text-caption").props(
+                        "data-testid=turn-interrupted"
+                    )
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
 
