@@ -346,6 +346,7 @@ async def test_an_answer_cut_off_by_a_crash_shows_what_it_said_as_interrupted(us
     assert element(user, "stop-btn").visible is False and element(user, "send-btn").enabled
 
 
+@pytest.mark.parametrize("app_env", [SLOW_DEMO], indirect=True)  # without a delay the answer may end first
 async def test_a_page_opened_during_an_answer_replays_it_and_follows_it_live(user: User) -> None:
     await user.open("/")
     await send(user, "/lorem 200")
