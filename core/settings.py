@@ -144,10 +144,15 @@ class Settings(BaseSettings):
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
     broker_pong_timeout: int = Field(20_000, ge=100, description="How long a ping may wait for its pong (ms)")
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
+    # Outbound fetches (agent cards, remote agents' endpoints; core/outbound.py): non-public addresses are refused
+    # unless their host name, address or network is listed here.
+    outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Host names, IPs or networks that card fetches and remote calls may reach "
+                                          "although they are loopback or private")
 
     debug: str | None = None
 
-    @field_validator("blacklist_ip", "trusted_hosts", mode="before")
+    @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,0 +1,306 @@
+"""Outbound HTTP to URLs that people and peers name: agent cards and remote agents' endpoints (issue 12).
+
+A card URL comes from whoever registers a remote agent, or from any peer that
+dials in on `/a2a?cardUrl=`; a card names its JSON-RPC endpoint. Fetched
+blindly, such a URL reaches Redis, PostgreSQL, this app's own API or a cloud's
+metadata service (server-side request forgery). The policy, in one place:
+
+- only `http` and `https` URLs;
+- the host name is resolved (the event loop's `getaddrinfo`, so `localhost`,
+  `2130706433` and `0x7f.1` resolve as the system would) and refused if ANY of
+  its addresses is loopback, private, link-local, multicast, reserved,
+  unspecified or otherwise not public, or a cloud metadata address, unless the
+  host name, or the address's network, is in the allow-list
+  (`OUTBOUND_ALLOW_HOSTS`; tests and local agents use it). A metadata address
+  is unlocked only by listing that address or its network, never by a host name;
+- the connection goes to the address that was checked (`GuardedTransport`
+  rewrites the request to it and keeps `Host` and, for https, the TLS server
+  name and certificate check on the host name), so a name that resolves to
+  something else a moment later (DNS rebinding) is not reached;
+- redirects are followed by hand (`fetch_card_json`), at most `MAX_REDIRECTS`,
+  each hop checked like the first;
+- bodies are read as a stream and abandoned past `MAX_CARD_BYTES`;
+- a bearer token goes only to the origin (scheme, host, port) it was given for.
+
+Errors carry a short category ("timed out", "HTTP 404", "not allowed: a
+loopback address"), never the target's own words or body: the text a person
+sees cannot be used to read internal services or to map their ports. Nothing
+fetched is logged; at most the URL (shortened) and the category.
+
+Remaining gaps, by design: requests do not use `HTTP(S)_PROXY` (the proxy
+would resolve names itself, past this check); one client's pooled https
+connection to an address may be reused for another host name on the same
+address and port (each remote agent has its own client, talking to one host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+MAX_CARD_BYTES = 1 << 20  # 1 MiB: real cards are a few KiB
+MAX_REDIRECTS = 5
+FETCH_TIMEOUT_S = 10.0
+TIMED_OUT = "timed out"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+
+
+class OutboundError(httpx.TransportError):
+    """A request refused by the policy, or one that failed; `category` says which in a few words.
+
+    A `httpx.TransportError`, so the a2a-sdk client reports it like any network failure.
+    """
+
+    def __init__(self, category: str, *, request: httpx.Request | None = None) -> None:
+        super().__init__(category, request=request)
+        self.category = category
+
+
+class CardFetchError(ValueError):
+    """A card that could not be fetched: "could not fetch the card: <category>", for people to read."""
+
+    def __init__(self, category: str) -> None:
+        super().__init__(f"could not fetch the card: {category}")
+        self.category = category
+
+
+@dataclass(frozen=True, slots=True)
+class AllowList:
+    """Hosts and networks that may be reached although their addresses are not public.
+
+    Attributes:
+        hosts: host names, lower case (`localhost`, `agents.internal`).
+        networks: addresses and networks (`127.0.0.1`, `10.0.0.0/8`, `::1`).
+    """
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> AllowList:
+        """From the setting's entries: each one an IP address, a network (CIDR) or a host name."""
+        hosts: set[str] = set()
+        networks: list[IPNetwork] = []
+        for entry in entries:
+            entry = entry.strip().lower().rstrip(".")
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+            except ValueError:
+                hosts.add(entry)
+        return cls(frozenset(hosts), tuple(networks))
+
+    def allows(self, host: str, address: IPAddress) -> bool:
+        """True when `address` (one of `host`'s) may be reached although it is not public."""
+        if any(address in network for network in self.networks):
+            return True
+        return address not in METADATA_ADDRESSES and host.lower().rstrip(".") in self.hosts
+
+
+def refusal(address: IPAddress) -> str | None:
+    """Why `address` is not reached without the allow-list (e.g. "a loopback address"); None when it is public."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    for test, what in (("is_unspecified", "an unspecified address"), ("is_loopback", "a loopback address"),
+                       ("is_link_local", "a link-local address"), ("is_multicast", "a multicast address"),
+                       ("is_private", "a private address"), ("is_reserved", "a reserved address")):
+        if getattr(address, test):
+            return what
+    if not address.is_global:
+        return "not a public address"
+    return None
+
+
+def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    """The origin of `url`: scheme, host (lower case) and port (the scheme's default when not given)."""
+    url = httpx.URL(url) if isinstance(url, str) else url
+    port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host.lower(), port
+
+
+def shorten(url: str | httpx.URL, limit: int = 120) -> str:
+    """`url` for a log line: at most `limit` characters."""
+    text = str(url)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]:
+    """Resolve `url`'s host and return its addresses, all allowed by the policy.
+
+    Raises:
+        OutboundError: not http(s), the host does not resolve, or one of its addresses is not allowed.
+    """
+    if url.scheme not in {"http", "https"}:
+        raise OutboundError("not allowed: only http and https URLs are fetched")
+    host = url.host
+    if not host:
+        raise OutboundError("not a valid URL")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise OutboundError("could not resolve the host name") from exc
+    addresses: list[IPAddress] = []
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise OutboundError("could not resolve the host name")
+    for address in addresses:
+        reason = refusal(address)
+        if reason is not None and not allow.allows(host, address):
+            raise OutboundError(f"not allowed: {reason}")
+    return addresses
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends each request only where the policy allows, to the address it checked.
+
+    Args:
+        allow: hosts and networks that may be private.
+        bearer_token: sent as `Authorization: Bearer <token>`, but only to `token_origin`.
+        token_origin: the origin the token was given for (`origin(card_url)`).
+        inner: the transport that does the I/O (default: httpx's own, no proxies).
+    """
+
+    def __init__(self, allow: AllowList, *, bearer_token: str | None = None,
+                 token_origin: tuple[str, str, int | None] | None = None,
+                 inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.allow = allow
+        self._token = bearer_token
+        self._token_origin = token_origin
+        self._inner = inner or httpx.AsyncHTTPTransport(trust_env=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Check the URL, add the token for its own origin only, and send to the checked address."""
+        try:
+            addresses = await checked_addresses(request.url, self.allow)
+        except OutboundError as exc:
+            exc.request = request
+            raise
+        headers = request.headers.copy()
+        headers.pop("Authorization", None)  # whatever the caller set: the token goes only where it belongs
+        if self._token and origin(request.url) == self._token_origin:
+            headers["Authorization"] = f"Bearer {self._token}"
+        extensions = dict(request.extensions)
+        if request.url.scheme == "https":
+            extensions["sni_hostname"] = request.url.host  # TLS: server name and certificate check on the name
+        last: httpx.ConnectError | None = None
+        for address in addresses:
+            pinned = httpx.Request(request.method, request.url.copy_with(host=str(address)), headers=headers,
+                                   stream=request.stream, extensions=extensions)
+            try:
+                return await self._inner.handle_async_request(pinned)
+            except httpx.ConnectError as exc:  # the next address of the same name, if any
+                last = exc
+        assert last is not None
+        raise last
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._inner.aclose()
+
+
+def guarded_client(allow: AllowList, *, bearer_token: str | None = None, token_origin: Any = None,
+                   timeout: httpx.Timeout | float = FETCH_TIMEOUT_S) -> httpx.AsyncClient:
+    """An httpx client that goes only where the policy allows, follows no redirect, sends the token to its origin."""
+    transport = GuardedTransport(allow, bearer_token=bearer_token, token_origin=token_origin)
+    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
+
+
+async def fetch_card_json(url: str, *, allow: AllowList, bearer_token: str | None = None,
+                          max_bytes: int = MAX_CARD_BYTES, timeout_s: float = FETCH_TIMEOUT_S) -> Any:
+    """GET the card at `url` as JSON, under the policy: each redirect checked, the body capped.
+
+    Args:
+        url: the card's URL.
+        allow: hosts and networks that may be private.
+        bearer_token: sent only to `url`'s origin (not after a redirect to another one).
+        max_bytes: the largest body read.
+        timeout_s: connect and read timeout of each request.
+
+    Raises:
+        CardFetchError: refused, unreachable, timed out, an HTTP error, too large, too many redirects, not JSON.
+    """
+    try:
+        target = httpx.URL(url)
+        async with guarded_client(allow, bearer_token=bearer_token, token_origin=origin(target),
+                                  timeout=timeout_s) as http:
+            body = await _get_capped(http, target, max_bytes)
+    except (OutboundError, httpx.HTTPError, httpx.InvalidURL) as exc:
+        category = _category(exc)
+        log.info("could not fetch the card at %s: %s", shorten(url), category)
+        raise CardFetchError(category) from None  # the target's own words stay out of the message and traceback
+    try:
+        return json.loads(body)
+    except ValueError:
+        log.info("could not fetch the card at %s: not JSON", shorten(url))
+        raise CardFetchError("not a valid agent card (not JSON)") from None
+
+
+async def _get_capped(http: httpx.AsyncClient, target: httpx.URL, max_bytes: int) -> bytes:
+    for _ in range(MAX_REDIRECTS + 1):
+        async with http.stream("GET", target, headers={"Accept": "application/json",
+                                                       "Accept-Encoding": "identity"}) as response:
+            location = response.headers.get("Location")
+            if response.is_redirect and location:
+                target = target.join(location)
+                continue
+            if not response.is_success:
+                raise OutboundError(f"HTTP {response.status_code}")
+            return await read_capped(response, max_bytes)
+    raise OutboundError("too many redirects")
+
+
+async def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+    """The body of a streamed response, read no further than `max_bytes`.
+
+    Raises:
+        OutboundError: the body is (or says it is) larger.
+    """
+    too_large = OutboundError(f"too large (over {_size(max_bytes)})")
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / 1024:g} KiB"
+
+
+def _category(exc: Exception) -> str:
+    if isinstance(exc, OutboundError):
+        return exc.category
+    if isinstance(exc, httpx.TimeoutException):
+        return TIMED_OUT
+    if isinstance(exc, httpx.ConnectError):
+        return "could not connect"
+    if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol):
+        return "not a valid URL"
+    return "the connection failed"
