@@ -10,6 +10,10 @@ remote task, best effort.
 Every failure of the remote side (unreachable, HTTP errors, JSON-RPC errors,
 a timeout) comes out as `RemoteAgentError` with the remote's own words, which
 the delegation reports as the task's error.
+
+All HTTP goes through `core.outbound` (issue 12): only to addresses the policy
+allows, no redirects, bodies of cards capped, and the bearer token only to the
+card's origin (scheme, host, port), never to another one the card names.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import httpx
 
 from core import a2a_protocol as wire
+from core import outbound
 from core.delegation import RemoteAgentError
 from core.registry import RemoteEvent
 
@@ -41,21 +46,22 @@ class HttpRemoteAgent:
         agent_id: its id in the registry.
         card: its card (the SDK's type, from `fetch_card` or `card_from_json`).
         card_url: where the card was fetched from.
-        bearer_token: sent as `Authorization: Bearer <token>` when the remote agent needs one.
+        allow: hosts and networks the agent may be on although they are not public (`OUTBOUND_ALLOW_HOSTS`).
+        bearer_token: sent as `Authorization: Bearer <token>` when the remote agent needs one, and only to
+            the card's origin: requests to any other origin go without it.
     """
 
     kind = "http"
 
-    def __init__(self, *, agent_id: str, card: Any, card_url: str, bearer_token: str | None = None) -> None:
+    def __init__(self, *, agent_id: str, card: Any, card_url: str, allow: outbound.AllowList,
+                 bearer_token: str | None = None) -> None:
         self.id = agent_id
         self.name = card.name
         self.description = card.description
         self.card_url = card_url
         self._card = card
-        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
-        self._http = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), follow_redirects=True,
-        )
+        self._http = outbound.guarded_client(allow, bearer_token=bearer_token, token_origin=outbound.origin(card_url),
+                                             timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S))
 
     def visible_to(self, agent_id: Any) -> bool:
         """Registered agents serve every local agent."""
@@ -107,12 +113,21 @@ def _describe(exc: BaseException) -> str:
     return message.strip()
 
 
-async def fetch_card(url: str, *, bearer_token: str | None = None) -> Any:
-    """Fetch and check the card at `url`.
+async def fetch_card(url: str, *, allow: outbound.AllowList, bearer_token: str | None = None) -> Any:
+    """Fetch and check the card at `url` (the card's own URL, or the agent's base URL), under the outbound policy.
+
+    Args:
+        url: what the person gave.
+        allow: hosts and networks that may be reached although they are not public.
+        bearer_token: sent only to `url`'s origin.
 
     Raises:
-        CardError: it cannot be fetched, is not a card, or offers nothing this app can call.
+        CardError: not an http(s) URL, "could not fetch the card: <why>", or not a card this app can call.
     """
-    headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
-    async with httpx.AsyncClient(headers=headers, timeout=CONNECT_TIMEOUT_S, follow_redirects=True) as http:
-        return await wire.fetch_card(http, url)
+    location = wire.card_location(url)
+    try:
+        data = await outbound.fetch_card_json(location, allow=allow, bearer_token=bearer_token,
+                                              timeout_s=CONNECT_TIMEOUT_S)
+    except outbound.CardFetchError as exc:
+        raise wire.CardError(str(exc)) from None
+    return wire.card_from_fetched(data)

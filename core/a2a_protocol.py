@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
-from a2a.client import A2ACardResolver, A2AClientError, AgentCardResolutionError, Client, ClientConfig, ClientFactory
+from a2a.client import A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
@@ -119,14 +119,16 @@ __all__ = [
     "TaskStore",
     "UnsupportedOperationError",
     "build_card",
+    "card_from_fetched",
     "card_from_json",
+    "card_location",
     "card_json",
     "card_summary",
     "card_to_storage",
     "cancel_request",
     "coalesce_sse",
     "create_dispatcher",
-    "fetch_card",
+    "endpoint_url",
     "invalid_request_body",
     "open_client",
     "our_state",
@@ -536,24 +538,47 @@ class CardError(ValueError):
     """A card that cannot be fetched or used; the message says what is wrong and where."""
 
 
-async def fetch_card(http: httpx.AsyncClient, url: str) -> AgentCard:
-    """Fetch and check the card at `url` (the card's own URL, or the agent's base URL).
+def card_location(url: str) -> str:
+    """Where the card of `url` is: `url` itself when it names a `.json` file, else the agent's well-known card path.
 
     Raises:
-        CardError: unreachable, not JSON, not a card, or no JSON-RPC interface we can call.
+        CardError: `url` is not an http(s) URL.
     """
     parsed = urlparse(url)
     if parsed.scheme not in {"http", "https"} or not parsed.netloc:
         raise CardError(f"{url!r} is not an http(s) URL; give the URL of the agent card "
                         f"(…{AGENT_CARD_WELL_KNOWN_PATH}) or of the agent.")
-    is_card_url = parsed.path.endswith(".json")
-    resolver = A2ACardResolver(http, url)
+    if parsed.path.endswith(".json"):
+        return url
+    return f"{url.rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}"
+
+
+def card_from_fetched(data: Any) -> AgentCard:
+    """A fetched card's JSON as the SDK's type, checked (v0.3 shapes are converted).
+
+    The errors use this app's words only, never the fetched text: a card URL can point anywhere.
+
+    Raises:
+        CardError: "could not fetch the card: not a valid agent card (...)".
+    """
+    invalid = "could not fetch the card: not a valid agent card"
+    if not isinstance(data, dict):
+        raise CardError(f"{invalid} (not a JSON object)")
     try:
-        card = await resolver.get_agent_card(relative_card_path="/" if is_card_url else None)
-    except AgentCardResolutionError as exc:
-        raise CardError(f"Could not read an agent card: {exc.message}") from exc
-    check_card(card, source=url)
+        card = parse_agent_card(data)
+    except Exception:  # protobuf's ParseError and friends; their text quotes the card
+        raise CardError(f"{invalid} (its fields do not parse)") from None
+    if not card.name.strip():
+        raise CardError(f"{invalid} (it has no name)")
+    if _pick_interface(card) is None:
+        raise CardError(f"{invalid} (it offers no JSON-RPC interface, v1.0 or v0.3, with an http(s) URL)")
     return card
+
+
+def endpoint_url(card: AgentCard) -> str | None:
+    """The URL of the card's interface that this app calls (v1.0 first, else v0.3)."""
+    interface = _pick_interface(card)
+    return interface.url if interface else None
 
 
 def check_card(card: AgentCard, *, source: str) -> None:

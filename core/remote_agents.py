@@ -7,6 +7,12 @@ start, `restore` puts every saved registration back into the registry from
 its stored card, without calling the remote agent (it may be down; a call
 then fails with its reason, as a delegation error).
 
+Cards and calls go through the outbound policy (`core/outbound.py`): only
+public addresses, or those in `OUTBOUND_ALLOW_HOSTS`. A bearer token goes
+only to the card's origin, so a card whose endpoint is on another origin is
+refused when a token is given (the calls would go without it, or the token
+would follow the card to wherever it points).
+
 The SDK-based adapter (`core/a2a_client.py`) is imported on first use, off
 the path to the first page.
 """
@@ -21,12 +27,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import httpx
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
+from core import outbound
 from core.agents import SLUG_PATTERN
 from core.db import Database
 from core.registry import AgentRegistry, IdTaken
+from core.settings import Settings
 from models import RemoteA2AAgent
 
 log = logging.getLogger(__name__)
@@ -62,9 +71,13 @@ class RemoteAgentView:
 class RemoteAgentDirectory:
     """Registrations of remote HTTP A2A agents, and their adapters in the registry."""
 
-    def __init__(self, db: Database, registry: AgentRegistry) -> None:
+    def __init__(self, db: Database, registry: AgentRegistry, settings: Settings) -> None:
         self.db = db
         self.registry = registry
+        self.settings = settings
+
+    def _allow(self) -> outbound.AllowList:
+        return outbound.AllowList.parse(self.settings.outbound_allow_hosts)
 
     async def register(
         self, card_url: str, *, agent_id: str | None = None, bearer_token: str | None = None, user_id: int | None = None
@@ -78,20 +91,24 @@ class RemoteAgentDirectory:
             user_id: who registers it.
 
         Raises:
-            RegistrationError: the card cannot be fetched or used, or the id is malformed.
+            RegistrationError: the card cannot be fetched or used, its endpoint is not allowed or (with a token)
+                is on another origin than the card, or the id is malformed.
             RegistrationConflict: the id is taken.
         """
         client = await _client_module()
         card_url = card_url.strip()
+        allow = self._allow()
         try:
-            card = await client.fetch_card(card_url, bearer_token=bearer_token)
+            card = await client.fetch_card(card_url, allow=allow, bearer_token=bearer_token)
         except client.wire.CardError as exc:
-            raise RegistrationError(str(exc)) from exc
+            raise RegistrationError(str(exc)) from None
+        await _check_endpoint(client.wire.endpoint_url(card), card_url, allow=allow, with_token=bool(bearer_token))
         agent_id = (agent_id or "").strip() or slug_from_name(card.name)
         if not SLUG_PATTERN.fullmatch(agent_id):
             raise RegistrationError(f"{agent_id!r} cannot be an agent id: use 1-64 lowercase letters, digits, "
                                     "'-' or '_', starting with a letter or digit.")
-        agent = client.HttpRemoteAgent(agent_id=agent_id, card=card, card_url=card_url, bearer_token=bearer_token)
+        agent = client.HttpRemoteAgent(agent_id=agent_id, card=card, card_url=card_url, allow=allow,
+                                       bearer_token=bearer_token)
         try:
             await self.registry.claim(agent)
         except IdTaken as exc:
@@ -108,7 +125,7 @@ class RemoteAgentDirectory:
         except BaseException:
             await self._drop(agent_id, agent)
             raise
-        log.info("registered remote A2A agent %s (%s) from %s", agent_id, card.name, card_url)
+        log.info("registered remote A2A agent %s from %s", agent_id, outbound.shorten(card_url))
         return _view(agent)
 
     async def unregister(self, agent_id: str) -> bool:
@@ -149,6 +166,7 @@ class RemoteAgentDirectory:
         if not rows:
             return 0
         client = await _client_module()
+        allow = self._allow()
         joined = 0
         for row in rows:
             try:
@@ -156,7 +174,11 @@ class RemoteAgentDirectory:
             except client.wire.CardError as exc:
                 log.warning("remote agent %s is not restored: %s (register it again)", row.id, exc)
                 continue
-            agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url,
+            endpoint = client.wire.endpoint_url(card)
+            if row.bearer_token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
+                log.warning("remote agent %s: its endpoint is on another origin than its card, so its bearer token "
+                            "is not sent (register it again from the endpoint's origin)", row.id)
+            agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url, allow=allow,
                                            bearer_token=row.bearer_token)
             try:
                 await self.registry.claim(agent)
@@ -176,6 +198,26 @@ class RemoteAgentDirectory:
     async def _drop(self, agent_id: str, agent: Any) -> None:
         await self.registry.release(agent_id, agent)
         await agent.aclose()
+
+
+async def _check_endpoint(endpoint: str | None, card_url: str, *, allow: outbound.AllowList, with_token: bool) -> None:
+    """Refuse a card whose endpoint the policy does not allow, or that is on another origin when a token is given.
+
+    Raises:
+        RegistrationError: which, and what to do.
+    """
+    if endpoint is None:  # card_from_fetched has made sure there is one
+        return
+    if with_token and outbound.origin(endpoint) != outbound.origin(card_url):
+        raise RegistrationError(
+            f"The card's endpoint ({outbound.shorten(endpoint, 80)}) is on another origin than the card; the bearer "
+            "token is sent only to the card's origin. Register the agent by a card URL on its endpoint's origin, "
+            "or without a token if it needs none.")
+    try:
+        await outbound.checked_addresses(httpx.URL(endpoint), allow)
+    except (outbound.OutboundError, httpx.InvalidURL) as exc:
+        category = exc.category if isinstance(exc, outbound.OutboundError) else "not a valid URL"
+        raise RegistrationError(f"The card's endpoint cannot be called: {category}.") from None
 
 
 def slug_from_name(name: str) -> str:

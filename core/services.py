@@ -75,7 +75,7 @@ class Services:
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
-            self.remote_agents = RemoteAgentDirectory(self.db, self.registry)
+            self.remote_agents = RemoteAgentDirectory(self.db, self.registry, self.settings)
         if self.logins is None:
             self.logins = accounts.PasswordLogin(self.db.session, max_failures=self.settings.login_max_failures,
                                                  window_s=self.settings.login_failure_window_s)

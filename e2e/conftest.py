@@ -78,6 +78,7 @@ def _server_env(tmp: Path, port: int) -> dict[str, str]:
         DEMO_MODEL_DELAY_MS=str(DEMO_MODEL_DELAY_MS),
         CONFIG_FILE=str(tmp / "no-config.json"),  # missing files are skipped: defaults only
         ENV_FILE=str(tmp / "no.env"),
+        OUTBOUND_ALLOW_HOSTS="127.0.0.1",  # the remote agents under test run on this machine
         PYTHONUNBUFFERED="1",
     )
     return env

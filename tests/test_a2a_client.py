@@ -22,6 +22,7 @@ from tests.test_api import read_sse
 from tests.utils.a2a_live import LiveApp, free_port, live_a2a_app, sdk_client, user_message
 
 ECHO_SERVER = Path(__file__).resolve().parent / "utils" / "a2a_echo_server.py"
+LOCAL_AGENTS = ["127.0.0.1"]  # the echo agents run on this machine: allow-list loopback (OUTBOUND_ALLOW_HOSTS)
 
 
 @contextmanager
@@ -67,7 +68,7 @@ def echo_v03() -> Iterator[str]:
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[LiveApp]:
     """The app on a live port, demo model without delay."""
-    with live_a2a_app(tmp_path, demo_model_delay_ms=0) as live:
+    with live_a2a_app(tmp_path, demo_model_delay_ms=0, outbound_allow_hosts=LOCAL_AGENTS) as live:
         yield live
 
 
@@ -141,7 +142,7 @@ async def test_a_v03_only_agent_is_called_through_the_compat_transport(app: Live
 
 async def test_cards_that_cannot_be_used_are_refused_and_nothing_is_registered(app: LiveApp, echo: str) -> None:
     dead = register(app, f"http://127.0.0.1:{free_port()}/.well-known/agent-card.json")
-    assert dead.status_code == 422 and "Could not read an agent card" in dead.json()["detail"]
+    assert dead.status_code == 422 and "could not fetch the card: could not connect" in dead.json()["detail"]
     not_a_card = register(app, f"{app.url}/api/me.json")
     assert not_a_card.status_code == 422, not_a_card.text
     not_http = register(app, "ftp://example.com/card.json")
@@ -159,9 +160,9 @@ async def test_cards_that_cannot_be_used_are_refused_and_nothing_is_registered(a
 
 async def test_registrations_come_back_after_a_restart_and_can_be_removed(tmp_path: Path, echo: str) -> None:
     data = tmp_path / "kept"
-    with live_a2a_app(tmp_path, data_dir=data, demo_model_delay_ms=0) as first:
+    with live_a2a_app(tmp_path, data_dir=data, demo_model_delay_ms=0, outbound_allow_hosts=LOCAL_AGENTS) as first:
         assert register(first, echo, "echo").status_code == 201
-    with live_a2a_app(tmp_path, data_dir=data, demo_model_delay_ms=0) as second:
+    with live_a2a_app(tmp_path, data_dir=data, demo_model_delay_ms=0, outbound_allow_hosts=LOCAL_AGENTS) as second:
         deadline = time.monotonic() + 10
         while not [a for a in httpx.get(f"{second.url}/api/a2a/remote-agents").json() if a["online"]]:
             assert time.monotonic() < deadline, "the registration did not come back"

@@ -78,7 +78,10 @@ async def test_register_a_remote_agent_by_card_url_and_remove_it(user: User) -> 
     await user.should_see(marker="no-remote-agents")
     user.find(marker="card-url").type("http://127.0.0.1:9/.well-known/agent-card.json")
     user.find(marker="register-btn").click()
-    await wait_until(lambda: user.notify.contains("Could not read an agent card"))
+    await wait_until(lambda: user.notify.contains("could not fetch the card: not allowed: a loopback address"))
+    services().settings.outbound_allow_hosts = ["127.0.0.1"]  # OUTBOUND_ALLOW_HOSTS: agents on this machine
+    user.find(marker="register-btn").click()
+    await wait_until(lambda: user.notify.contains("could not fetch the card: could not connect"))
     assert await services().remote_agents.list() == []
 
     with echo_server() as card_url:

@@ -147,7 +147,7 @@ async def test_ids_taken_by_local_or_online_agents_are_refused_with_a_reason(tmp
 
 
 async def test_the_card_can_come_from_a_card_url(tmp_path: Path) -> None:
-    services = Services.build(make_settings(tmp_path))
+    services = Services.build(make_settings(tmp_path, outbound_allow_hosts=["127.0.0.1"]))  # the card is local
     services.prepare()
     app = broker_app(services)
 

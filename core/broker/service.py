@@ -253,17 +253,15 @@ class Broker:
     async def _card(self, conn: AgentConnection) -> wire.AgentCard:
         timeout_s = self.settings.request_timeout / 1000
         if conn.card_url:
-            import httpx  # only for agents that name a card URL
+            from core import outbound  # only for agents that name a card URL
 
+            allow = outbound.AllowList.parse(self.settings.outbound_allow_hosts)
             try:
-                async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=True) as client:
-                    response = await client.get(conn.card_url)
-                response.raise_for_status()
-                body = response.json()
-            except httpx.TimeoutException as exc:
-                raise TimeoutError(str(exc)) from exc
-            except (httpx.HTTPError, ValueError) as exc:
-                raise wire.WireError(f"fetching {conn.card_url} failed: {exc}") from exc
+                body = await outbound.fetch_card_json(conn.card_url, allow=allow, timeout_s=timeout_s)
+            except outbound.CardFetchError as exc:
+                if exc.category == outbound.TIMED_OUT:
+                    raise TimeoutError(str(exc)) from None
+                raise wire.WireError(str(exc)) from None
             return wire.parse_card(body)
         return await conn.fetch_card(timeout_s=timeout_s)
 
