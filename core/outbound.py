@@ -27,10 +27,8 @@ loopback address"), never the target's own words or body: the text a person
 sees cannot be used to read internal services or to map their ports. Nothing
 fetched is logged; at most the URL (shortened) and the category.
 
-Remaining gaps, by design: requests do not use `HTTP(S)_PROXY` (the proxy
-would resolve names itself, past this check); one client's pooled https
-connection to an address may be reused for another host name on the same
-address and port (each remote agent has its own client, talking to one host).
+Remaining gap, by design: requests do not use `HTTP(S)_PROXY` (the proxy
+would resolve names itself, past this check).
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ import ipaddress
 import json
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,20 +172,24 @@ async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]
 class GuardedTransport(httpx.AsyncBaseTransport):
     """An httpx transport that sends each request only where the policy allows, to the address it checked.
 
+    Each host name gets its own connection pool: the pool knows connections by address, and an https
+    connection checked for one name must not carry a request for another name on the same address.
+
     Args:
         allow: hosts and networks that may be private.
         bearer_token: sent as `Authorization: Bearer <token>`, but only to `token_origin`.
         token_origin: the origin the token was given for (`origin(card_url)`).
-        inner: the transport that does the I/O (default: httpx's own, no proxies).
+        transport: makes the transport that does the I/O for one host name (default: httpx's own).
     """
 
     def __init__(self, allow: AllowList, *, bearer_token: str | None = None,
                  token_origin: tuple[str, str, int | None] | None = None,
-                 inner: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport) -> None:
         self.allow = allow
         self._token = bearer_token
         self._token_origin = token_origin
-        self._inner = inner or httpx.AsyncHTTPTransport(trust_env=False)
+        self._make_transport = transport
+        self._by_host: dict[str, httpx.AsyncBaseTransport] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Check the URL, add the token for its own origin only, and send to the checked address."""
@@ -203,12 +205,16 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         extensions = dict(request.extensions)
         if request.url.scheme == "https":
             extensions["sni_hostname"] = request.url.host  # TLS: server name and certificate check on the name
+        host = request.url.host.lower()
+        inner = self._by_host.get(host)
+        if inner is None:
+            inner = self._by_host[host] = self._make_transport()
         last: httpx.ConnectError | None = None
         for address in addresses:
             pinned = httpx.Request(request.method, request.url.copy_with(host=str(address)), headers=headers,
                                    stream=request.stream, extensions=extensions)
             try:
-                return await self._inner.handle_async_request(pinned)
+                return await inner.handle_async_request(pinned)
             except httpx.ConnectError as exc:  # the next address of the same name, if any
                 last = exc
         assert last is not None
@@ -216,7 +222,9 @@ class GuardedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         """Close the connections."""
-        await self._inner.aclose()
+        for inner in self._by_host.values():
+            await inner.aclose()
+        self._by_host.clear()
 
 
 def guarded_client(allow: AllowList, *, bearer_token: str | None = None, token_origin: Any = None,

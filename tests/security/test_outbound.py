@@ -8,8 +8,10 @@ look public are pointed at 127.0.0.1 by a patched resolver (`fake_dns`).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import socket
+import ssl
 import tracemalloc
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -208,6 +210,53 @@ async def test_the_connection_goes_to_the_address_that_was_checked(target: Recor
     assert data["name"] == "Recorder"
     assert lookups["agents.example.com"] == 1
     assert target.hits == [("GET", "/card.json", None, f"agents.example.com:{port}")]
+
+
+def tls_files(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    """A CA and a certificate for `name` signed by it: (certificate, key, CA certificate) files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+
+    def signed(subject: x509.Name, public_key: Any, extension: Any) -> x509.Certificate:
+        return (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)
+                .serial_number(x509.random_serial_number()).not_valid_before(now)
+                .not_valid_after(now + datetime.timedelta(hours=1)).add_extension(extension, critical=False)
+                .sign(ca_key, hashes.SHA256()))
+
+    ca = signed(ca_name, ca_key.public_key(), x509.BasicConstraints(ca=True, path_length=None))
+    leaf = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]), key.public_key(),
+                  x509.SubjectAlternativeName([x509.DNSName(name)]))
+    files = directory / "leaf.pem", directory / "key.pem", directory / "ca.pem"
+    files[0].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    files[1].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    files[2].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return files
+
+
+async def test_https_to_the_checked_address_still_checks_the_certificate_against_the_name(
+        tmp_path: Path, fake_dns: Any) -> None:
+    names, _ = fake_dns
+    names["agents.example.com"] = names["impostor.example.com"] = ["127.0.0.1"]
+    certificate, key, ca = tls_files(tmp_path, "agents.example.com")
+    recorder = Recorder()
+    async with serve_app(recorder_app(recorder), ssl_certfile=str(certificate), ssl_keyfile=str(key)) as host:
+        port = host.rsplit(":", 1)[1]
+        allow = outbound.AllowList.parse(["agents.example.com", "impostor.example.com"])
+        transport = outbound.GuardedTransport(
+            allow, transport=lambda: httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=str(ca))))
+        async with httpx.AsyncClient(transport=transport) as http:
+            good = await http.get(f"https://agents.example.com:{port}/card.json")
+            assert good.json()["name"] == "Recorder"
+            with pytest.raises(httpx.ConnectError, match="not valid for 'impostor.example.com'"):
+                await http.get(f"https://impostor.example.com:{port}/card.json")
+    assert recorder.hits == [("GET", "/card.json", None, f"agents.example.com:{port}")]
 
 
 async def test_every_redirect_is_checked_again(target: Recorder, other: Recorder, fake_dns: Any) -> None:
