@@ -19,7 +19,9 @@ metadata service (server-side request forgery). The policy, in one place:
   something else a moment later (DNS rebinding) is not reached;
 - redirects are followed by hand (`fetch_card_json`), at most `MAX_REDIRECTS`,
   each hop checked like the first;
-- bodies are read as a stream and abandoned past `MAX_CARD_BYTES`;
+- bodies are read as a stream and abandoned past `MAX_CARD_BYTES` (cards) or
+  `MAX_RESPONSE_BYTES` (any other answer but an event stream, whose events
+  the a2a-sdk reads one by one as they come);
 - a bearer token goes only to the origin (scheme, host, port) it was given for.
 
 Errors carry a short category ("timed out", "HTTP 404", "not allowed: a
@@ -47,6 +49,7 @@ import httpx
 log = logging.getLogger(__name__)
 
 MAX_CARD_BYTES = 1 << 20  # 1 MiB: real cards are a few KiB
+MAX_RESPONSE_BYTES = 16 << 20  # a remote agent's JSON-RPC answer (not an event stream): far above any real one
 MAX_REDIRECTS = 5
 FETCH_TIMEOUT_S = 10.0
 TIMED_OUT = "timed out"
@@ -180,12 +183,15 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         bearer_token: sent as `Authorization: Bearer <token>`, but only to `token_origin`.
         token_origin: the origin the token was given for (`origin(card_url)`).
         transport: makes the transport that does the I/O for one host name (default: httpx's own).
+        max_response_bytes: the largest body read of a response that is not an event stream.
     """
 
     def __init__(self, allow: AllowList, *, bearer_token: str | None = None,
                  token_origin: tuple[str, str, int | None] | None = None,
-                 transport: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport) -> None:
+                 transport: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.allow = allow
+        self.max_response_bytes = max_response_bytes
         self._token = bearer_token
         self._token_origin = token_origin
         self._make_transport = transport
@@ -214,9 +220,13 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             pinned = httpx.Request(request.method, request.url.copy_with(host=str(address)), headers=headers,
                                    stream=request.stream, extensions=extensions)
             try:
-                return await inner.handle_async_request(pinned)
+                response = await inner.handle_async_request(pinned)
             except httpx.ConnectError as exc:  # the next address of the same name, if any
                 last = exc
+                continue
+            if not response.headers.get("Content-Type", "").startswith("text/event-stream"):
+                response.stream = _CappedStream(response.stream, self.max_response_bytes, request)
+            return response
         assert last is not None
         raise last
 
@@ -225,6 +235,27 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         for inner in self._by_host.values():
             await inner.aclose()
         self._by_host.clear()
+
+
+class _CappedStream(httpx.AsyncByteStream):
+    """A response body that raises `OutboundError` ("too large (over ...)") once more than `limit` bytes came."""
+
+    def __init__(self, stream: Any, limit: int, request: httpx.Request) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._request = request
+
+    async def __aiter__(self) -> Any:
+        size = 0
+        async for chunk in self._stream:
+            size += len(chunk)
+            if size > self._limit:
+                raise OutboundError(f"too large (over {_size(self._limit)})", request=self._request)
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Close the underlying stream (and its connection)."""
+        await self._stream.aclose()
 
 
 def guarded_client(allow: AllowList, *, bearer_token: str | None = None, token_origin: Any = None,

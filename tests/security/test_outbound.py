@@ -92,13 +92,18 @@ def recorder_app(recorder: Recorder) -> FastAPI:
     async def missing() -> JSONResponse:
         return JSONResponse({"error": f"no such card; {SECRET}"}, status_code=404)
 
+    async def chunks() -> AsyncIterator[bytes]:
+        chunk = b"x" * (64 * 1024)
+        for _ in range(200 * MiB // len(chunk)):  # 200 MiB, with no Content-Length
+            recorder.streamed += len(chunk)
+            yield chunk
+
     @app.get("/big.json")
     async def big() -> StreamingResponse:
-        async def chunks() -> AsyncIterator[bytes]:
-            chunk = b"x" * (64 * 1024)
-            for _ in range(200 * MiB // len(chunk)):  # 200 MiB, with no Content-Length
-                recorder.streamed += len(chunk)
-                yield chunk
+        return StreamingResponse(chunks(), media_type="application/json")
+
+    @app.post("/big")
+    async def big_answer() -> StreamingResponse:
         return StreamingResponse(chunks(), media_type="application/json")
 
     @app.post("/")
@@ -311,6 +316,19 @@ async def test_a_body_over_the_cap_is_refused_and_read_no_further(target: Record
     await asyncio.sleep(0.2)  # the server notices the client is gone
     assert target.streamed < 32 * MiB, f"the server streamed {target.streamed / MiB:.0f} MiB of 200"
     assert peak < 16 * MiB, f"the fetch took {peak / MiB:.0f} MiB"
+
+
+async def test_a_remote_agents_answer_over_the_cap_is_refused_and_read_no_further(target: Recorder) -> None:
+    agent = a2a_client.HttpRemoteAgent(agent_id="rec", card=a2a_client.wire.card_from_fetched(
+        card("Recorder", f"{target.url}/big")), card_url=f"{target.url}/card.json", allow=LOOPBACK)
+    try:
+        with pytest.raises(RemoteAgentError, match=r"too large \(over 16 MiB\)"):
+            async for _ in agent.stream("hello", task_id="t1"):
+                pass
+    finally:
+        await agent.aclose()
+    await asyncio.sleep(0.2)
+    assert target.streamed < 64 * MiB, f"the server streamed {target.streamed / MiB:.0f} MiB of 200"
 
 
 # -- item 7: where the bearer token goes ---------------------------------------------------------------
