@@ -93,6 +93,9 @@ def serve(settings) -> None:
         # Another site's requests carry no login (core/request_guards.py refuses their changes besides).
         session_middleware_kwargs={"same_site": "lax", "https_only": settings.base_url.startswith("https://")},
         show_welcome_message=False,
+        # X-Forwarded-For is believed only from the configured proxies (uvicorn trusts 127.0.0.1 by default).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=",".join(settings.trusted_proxies) or None,
         favicon="🤖",
         # Seed 003 heartbeat: a WebSocket ping every broker_heartbeat_interval; a peer whose pong has not come
         # within broker_pong_timeout is dropped (a half-open agent is noticed after at most the sum of both).
@@ -133,6 +136,16 @@ def users_command(settings, args: argparse.Namespace) -> int:
             await db.close()
 
     return asyncio.run(run())
+
+
+def _describe_settings_error(exc: ValueError) -> str:
+    """One line per bad setting: its name and what is wrong."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return f"  {exc}"
+    return "\n".join(f"  {'.'.join(str(part) for part in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+                     for e in exc.errors())
 
 
 def _ask_password() -> str:
@@ -215,7 +228,11 @@ def stop_gracefully_on_stop_signals() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the command line and run the app or a command."""
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValueError as exc:  # pydantic's ValidationError, or a config file that is not JSON
+        sys.exit(f"error: the settings are not valid; fix the environment, .env or config/server.json:\n"
+                 f"{_describe_settings_error(exc)}")
     # NiceGUI keeps per-browser storage on disk; keep it beside the database.
     os.environ.setdefault("NICEGUI_STORAGE_PATH", str(settings.data_dir / ".nicegui"))
     configure_logging(settings.debug)

@@ -55,6 +55,9 @@ class AuthSettings(BaseModel):
 
     mode: Literal["none", "jwt"] = "none"
     public_keys: list[str] = Field(default_factory=list, description="PEM ES256 public keys accepted in jwt mode.")
+    audience: str | None = Field(None, description="The `aud` a token must name (jwt mode); unset: not checked")
+    leeway_s: int = Field(30, ge=0, le=300, description="Clock difference allowed when checking exp, nbf and iat")
+    max_lifetime_s: int = Field(86_400, ge=60, description="Longest a token may be valid (exp - iat, or exp - now)")
 
 
 class _JsonConfigSource(PydanticBaseSettingsSource):
@@ -139,6 +142,8 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     blacklist_ip: Annotated[list[str], NoDecode] = Field(default_factory=list, description="IPs refused on /a2a")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Proxies whose X-Forwarded-For is believed; empty: none")
     # Broker limits beyond the seed's keys (core/broker).
     broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
@@ -152,11 +157,21 @@ class Settings(BaseSettings):
 
     debug: str | None = None
 
-    @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", mode="before")
+    @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", "trusted_proxies", mode="before")
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("blacklist_ip", "trusted_proxies", mode="after")
+    @classmethod
+    def _addresses_or_networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry[:60]!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)")
         return value
 
     @classmethod

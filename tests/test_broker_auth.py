@@ -61,7 +61,8 @@ async def test_jwt_mode_accepts_only_valid_unexpired_es256_tokens(tmp_path: Path
 
         wrong_key, _ = es256_keys()
         cases = {
-            "expired": (jwt.encode({"a2a_id": "t", "exp": now - 5}, private, algorithm="ES256"), "expired"),
+            # Expired for longer than the clock leeway (auth.leeway_s, 30 s).
+            "expired": (jwt.encode({"a2a_id": "t", "exp": now - 60}, private, algorithm="ES256"), "expired"),
             "wrong key": (jwt.encode({"a2a_id": "t", "exp": now + 60}, wrong_key, algorithm="ES256"),
                           "does not match any configured public key"),
             "HS256": (
@@ -118,9 +119,12 @@ async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Pat
         assert status == 403  # the blacklist applies to the next connection
 
         for bad in ['{"port": 3100, "blacklist_ip": [', '{"inject_min_interval": "soon"}', '[1, 2]',
+                    json.dumps({"blacklist_ip": ["127.0.0.1", "10.0.0.0/33"]}),
                     json.dumps({"auth": {"mode": "jwt", "public_keys": ["not a key"]}})]:
             before = broker.reloader.rejected
             await edit(bad, lambda b=before: broker.reloader.rejected == b + 1)
+            if "10.0.0.0/33" in bad:  # an entry that is not an address would have matched nobody, silently
+                assert "'10.0.0.0/33' is not an IP address or network" in broker.reloader.last_error
         assert broker.reloader.last_error and "public_keys[0]" in broker.reloader.last_error
         assert "rejected, keeping the last good configuration" in caplog.text
         assert services.settings.inject_min_interval == 250 and services.settings.blacklist_ip == ["127.0.0.1"]
@@ -139,3 +143,29 @@ async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Pat
         status, reason = await refused(host, "a2a_id=travel")
         assert status == 401 and "token" in reason  # jwt mode is on now
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("claims", "words"), [
+    ({"aud": "another-broker"}, "not for this broker"),
+    ({}, "must carry the claim 'aud'"),
+    ({"aud": "this-broker", "iat": -3600, "exp": 86_400}, "valid for 90000 s"),  # a day and an hour
+    ({"aud": "this-broker", "exp": 2 * 86_400}, "at most 86400 s"),  # no iat: counted from now
+    ({"aud": "this-broker", "exp": -40}, "expired"),  # past the 30 s leeway
+])
+async def test_jwt_audience_lifetime_and_leeway(tmp_path: Path, claims: dict, words: str) -> None:
+    private, public = es256_keys()
+    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public],
+                                                            "audience": "this-broker"}))
+    services.prepare()
+    now = int(time.time())
+    timed = {k: now + v if k in {"exp", "iat"} else v for k, v in {"exp": 60, **claims}.items()}
+    async with serve_app(broker_app(services)) as host:
+        status, reason = await refused(host, "token=" + jwt.encode({"a2a_id": "t", **timed}, private,
+                                                                   algorithm="ES256"))
+        assert status == 401 and words in reason, reason
+        # Within the leeway (a clock 20 s behind) and the lifetime, with the right audience: accepted.
+        fine = jwt.encode({"a2a_id": "clock", "aud": "this-broker", "exp": now - 20, "iat": now - 80}, private,
+                          algorithm="ES256")
+        agent = await FakeAgent.connect(host, token=fine, wait_registered=None)
+        await wait_for(lambda: services.broker.connection("clock") is not None)
+        await agent.close()

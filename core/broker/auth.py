@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from core.broker.wire import A2A_ID_PATTERN
+from core.logtext import loggable
 from core.settings import AuthSettings
 
 log = logging.getLogger(__name__)
@@ -57,12 +59,8 @@ def is_blacklisted(host: str | None, blacklist: list[str]) -> bool:
     except ValueError:
         return host in blacklist
     for entry in blacklist:
-        try:
-            if address in ipaddress.ip_network(entry, strict=False):
-                return True
-        except ValueError:
-            if entry == host:
-                return True
+        if address in ipaddress.ip_network(entry, strict=False):  # entries are checked by Settings
+            return True
     return False
 
 
@@ -76,7 +74,7 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
     if card_url is not None and not card_url.startswith(("http://", "https://")):
         raise Refused(400, "cardUrl must be an http:// or https:// URL")
     if auth.mode == "jwt":
-        claims = _verify(query.get("token"), auth.public_keys)
+        claims = _verify(query.get("token"), auth)
         a2a_id, agent_id = claims.get("a2a_id"), claims.get("agent_id", claims.get("agentId"))
         where = "the token's a2a_id claim"
     else:
@@ -93,33 +91,51 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
     return Identity(a2a_id=a2a_id, agent_id=agent, card_url=card_url)
 
 
-def _verify(token: str | None, public_keys: list[str]) -> dict[str, Any]:
+def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     import jwt  # PyJWT (and cryptography) only when jwt mode is on
 
     if not token:
         raise Refused(401, "auth mode is jwt: pass ?token=<ES256 JWT>")
-    if not public_keys:
+    if not auth.public_keys:
         raise Refused(401, "auth mode is jwt but the broker has no public keys configured (auth.public_keys)")
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
         raise Refused(401, f"the token is not a JWT: {exc}") from exc
     if header.get("alg") != ALGORITHM:
-        raise Refused(401, f"the token is signed with {header.get('alg')!r}; only {ALGORITHM} is accepted")
+        raise Refused(401, f"the token is signed with {loggable(header.get('alg'), 20)!r}; only {ALGORITHM} is accepted")
     last: Exception | None = None
-    for pem in public_keys:
+    for pem in auth.public_keys:
         try:
-            return jwt.decode(token, pem, algorithms=[ALGORITHM], options={"require": ["exp"]})
+            claims = jwt.decode(
+                token, pem, algorithms=[ALGORITHM], audience=auth.audience, leeway=auth.leeway_s,
+                options={"require": ["exp", *(["aud"] if auth.audience else [])], "verify_aud": bool(auth.audience)},
+            )
         except jwt.ExpiredSignatureError as exc:
             raise Refused(401, "the token has expired") from exc
         except jwt.MissingRequiredClaimError as exc:
-            raise Refused(401, f"the token must carry an expiry: {exc}") from exc
+            what = "an expiry ('exp')" if exc.claim == "exp" else f"the claim {exc.claim!r}"
+            raise Refused(401, f"the token must carry {what}") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise Refused(401, f"the token is not for this broker: its aud must be {auth.audience!r}") from exc
         except (jwt.InvalidSignatureError, jwt.InvalidKeyError, ValueError) as exc:
             last = exc  # try the next key
+            continue
         except jwt.PyJWTError as exc:
-            raise Refused(401, f"the token is invalid: {exc}") from exc
-    log.info("refused a token: no configured key verifies it (%s)", last)
+            raise Refused(401, f"the token is invalid: {loggable(exc, 120)}") from exc
+        _check_lifetime(claims, auth)
+        return claims
+    log.info("refused a token: no configured key verifies it (%s)", loggable(last, 120))
     raise Refused(401, "the token's signature does not match any configured public key")
+
+
+def _check_lifetime(claims: dict[str, Any], auth: AuthSettings) -> None:
+    """A token valid for longer than `max_lifetime_s` is refused (from `iat`, or from now without one)."""
+    exp = claims["exp"]
+    start = claims.get("iat") if isinstance(claims.get("iat"), int | float) else time.time()
+    if exp - start > auth.max_lifetime_s + auth.leeway_s:
+        raise Refused(401, f"the token is valid for {int(exp - start)} s; the broker accepts at most "
+                           f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token")
 
 
 def check_public_keys(public_keys: list[str]) -> None:

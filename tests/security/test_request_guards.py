@@ -108,3 +108,22 @@ def test_any_name_only_when_asked(tmp_path: Path) -> None:
 ])
 def test_host_name(header: str, name: str) -> None:
     assert host_name(header) == name
+
+
+@pytest.mark.parametrize(("env", "forwarded_for", "refused"), [
+    ({"BLACKLIST_IP": "127.0.0.1"}, "203.0.113.9", True),  # a forged header does not hide the peer
+    ({"BLACKLIST_IP": "203.0.113.0/24"}, "203.0.113.9", False),  # nor does it count for anything
+    ({"BLACKLIST_IP": "203.0.113.0/24", "TRUSTED_PROXIES": "127.0.0.1"}, "203.0.113.9", True),  # from a proxy
+])
+def test_x_forwarded_for_is_believed_only_from_trusted_proxies(tmp_path: Path, env, forwarded_for, refused) -> None:
+    with app_process(tmp_path / "data", **env) as running:
+        running.wait_until_serving()
+        status = ws_handshake(running, "/a2a?a2a_id=behind", **{"X-Forwarded-For": forwarded_for})
+        assert status.startswith("HTTP/1.1 403" if refused else "HTTP/1.1 101"), status
+
+
+def test_an_unparseable_blacklist_entry_stops_the_start_with_the_reason(tmp_path: Path) -> None:
+    with app_process(tmp_path / "data", BLACKLIST_IP="127.0.0.1,evil-host") as running:
+        assert running.process.wait(timeout=30) != 0
+        assert "blacklist_ip: 'evil-host' is not an IP address or network" in running.output
+        assert "Traceback" not in running.output
