@@ -171,7 +171,8 @@ class Settings(BaseSettings):
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(f"{entry[:60]!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)")
+                raise ValueError(
+                    f"{entry[:60]!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)") from None
         return value
 
     @classmethod

@@ -103,7 +103,8 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     except jwt.PyJWTError as exc:
         raise Refused(401, f"the token is not a JWT: {exc}") from exc
     if header.get("alg") != ALGORITHM:
-        raise Refused(401, f"the token is signed with {loggable(header.get('alg'), 20)!r}; only {ALGORITHM} is accepted")
+        alg = loggable(header.get("alg"), 20)
+        raise Refused(401, f"the token is signed with {alg!r}; only {ALGORITHM} is accepted")
     last: Exception | None = None
     for pem in auth.public_keys:
         try:
