@@ -35,6 +35,7 @@ from core import outbound
 from core.agents import SLUG_PATTERN
 from core.db import Database
 from core.registry import AgentRegistry, IdTaken
+from core.secret_box import SecretBox, SecretUnreadable
 from core.settings import Settings
 from models import RemoteA2AAgent
 
@@ -71,10 +72,12 @@ class RemoteAgentView:
 class RemoteAgentDirectory:
     """Registrations of remote HTTP A2A agents, and their adapters in the registry."""
 
-    def __init__(self, db: Database, registry: AgentRegistry, settings: Settings) -> None:
+    def __init__(self, db: Database, registry: AgentRegistry, settings: Settings,
+                 secrets: SecretBox | None = None) -> None:
         self.db = db
         self.registry = registry
         self.settings = settings
+        self.secrets = secrets or SecretBox.for_data_dir(settings.data_dir, settings.secret_key)
 
     def _allow(self) -> outbound.AllowList:
         return outbound.AllowList.parse(self.settings.outbound_allow_hosts)
@@ -117,7 +120,8 @@ class RemoteAgentDirectory:
         try:
             async with self.db.session() as s:
                 s.add(RemoteA2AAgent(id=agent_id, card_url=card_url, card=client.wire.card_to_storage(card),
-                                     bearer_token=bearer_token, created_by=user_id))
+                                     bearer_token=self.secrets.seal(bearer_token) if bearer_token else None,
+                                     created_by=user_id))
                 await s.commit()
         except IntegrityError as exc:
             await self._drop(agent_id, agent)
@@ -159,6 +163,17 @@ class RemoteAgentDirectory:
                 ))
         return views
 
+    async def seal_stored_tokens(self) -> int:
+        """Encrypt the bearer tokens saved before they were encrypted; returns how many."""
+        async with self.db.session() as s:
+            rows = list(await s.exec(select(RemoteA2AAgent).where(col(RemoteA2AAgent.bearer_token).is_not(None))))
+            plain = [row for row in rows if not self.secrets.is_sealed(row.bearer_token)]
+            for row in plain:
+                row.bearer_token = self.secrets.seal(row.bearer_token)
+                s.add(row)
+            await s.commit()
+        return len(plain)
+
     async def restore(self) -> int:
         """Put every saved registration back into the registry; returns how many joined."""
         async with self.db.session() as s:
@@ -174,12 +189,17 @@ class RemoteAgentDirectory:
             except client.wire.CardError as exc:
                 log.warning("remote agent %s is not restored: %s (register it again)", row.id, exc)
                 continue
+            try:
+                token = self.secrets.open(row.bearer_token) if row.bearer_token else None
+            except SecretUnreadable as exc:
+                log.warning("remote agent %s is not restored: its bearer token: %s", row.id, exc)
+                continue
             endpoint = client.wire.endpoint_url(card)
-            if row.bearer_token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
+            if token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
                 log.warning("remote agent %s: its endpoint is on another origin than its card, so its bearer token "
                             "is not sent (register it again from the endpoint's origin)", row.id)
             agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url, allow=allow,
-                                           bearer_token=row.bearer_token)
+                                           bearer_token=token)
             try:
                 await self.registry.claim(agent)
             except IdTaken as exc:

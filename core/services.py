@@ -29,6 +29,7 @@ from core.inbox import ChatInbox
 from core.llm import DEMO_PROVIDER, LLMGateway
 from core.registry import AgentRegistry
 from core.remote_agents import RemoteAgentDirectory
+from core.secret_box import make_data_dir_private
 from core.settings import Settings
 from core.tasks import BackgroundTasks
 from core.tools import ToolRegistry
@@ -118,7 +119,9 @@ class Services:
         Raises:
             StartupRefused: no accounts exist and the host is not a loopback address.
         """
+        make_data_dir_private(self.settings.data_dir)
         self.db.migrate()
+        make_data_dir_private(self.settings.data_dir)  # the database file may be new
         # A thread of its own: `prepare` may be called where a loop already runs (NiceGUI's User fixture).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
             self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
@@ -140,6 +143,9 @@ class Services:
 
     async def _seed_and_auth(self) -> AuthState:
         try:
+            sealed = await self.remote_agents.seal_stored_tokens()
+            if sealed:
+                log.info("encrypted %d remote agents' bearer tokens stored before encryption", sealed)
             interrupted = await self.delegation.fail_interrupted()
             if interrupted:
                 log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)

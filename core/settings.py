@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from core.secret_box import write_private_file
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG_FILE = PROJECT_ROOT / "config" / "server.json"
 DEFAULT_ENV_FILE = PROJECT_ROOT / ".env"
@@ -118,6 +120,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path("data")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///DATA_DIR/app.db")
     storage_secret: str | None = Field(None, description="Signs browser sessions; generated into DATA_DIR when unset")
+    secret_key: str | None = Field(None, description="Encrypts stored secrets; generated into DATA_DIR when unset")
 
     default_model: str = "local/demo"
     default_agent: str = Field("general-assistant", description="Registry id of the agent a new chat starts with")
@@ -228,10 +231,8 @@ class Settings(BaseSettings):
         path = self.data_dir / ".storage_secret"
         if path.is_file():
             return path.read_text(encoding="utf-8").strip()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         secret = secrets.token_urlsafe(32)
-        path.write_text(secret, encoding="utf-8")
-        path.chmod(0o600)
+        write_private_file(path, secret)
         return secret
 
 
