@@ -46,6 +46,9 @@ from _common import cpu_seconds, running_server, table, wait_cpu_idle  # noqa: E
 CARD_METHODS = {"agent/authenticatedExtendedCard", "GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"}
 CARD = {"name": "Bench", "description": "A benchmark agent.", "version": "1", "skills": [{"id": "b", "name": "B"}]}
 
+DISPATCH_TOKEN = "bench-dispatch-token"  # the chat system's credential on /a2a/tasks/dispatch
+DISPATCH_HEADERS = {"Authorization": f"Bearer {DISPATCH_TOKEN}"}
+
 
 def rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
@@ -134,7 +137,7 @@ async def wait_online(http: httpx.AsyncClient, n: int, timeout: float = 120) -> 
 
 async def idle_agents(server, count: int) -> list[list[object]]:
     port = server.port
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=DISPATCH_HEADERS, timeout=30) as http:
         warm = [await connect(port, f"warm-{i}") for i in range(10)]
         await wait_online(http, 10)
         await asyncio.to_thread(settle, server.pid)
@@ -158,7 +161,7 @@ async def relay(server, redis_url: str, *, agents: int, per_agent: int, events: 
     port = server.port
     chat_agent = random.randint(10**9, 10**10)
     tasks = agents * per_agent
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=DISPATCH_HEADERS, timeout=60) as http:
         conns = [await connect(port, f"relay-{i}", events=events) for i in range(agents)]
         await wait_online(http, agents)
         stats0 = (await http.get("/a2a/stats")).json()
@@ -209,7 +212,7 @@ async def relay(server, redis_url: str, *, agents: int, per_agent: int, events: 
 async def latency(server, redis_url: str, rounds: int) -> list[object]:
     port = server.port
     chat_agent = random.randint(10**9, 10**10)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=DISPATCH_HEADERS, timeout=30) as http:
         agent = await connect(port, "latency", first_only=True)
         await wait_online(http, 1)
         sub = redis.Redis.from_url(redis_url)
@@ -240,7 +243,7 @@ async def latency(server, redis_url: str, rounds: int) -> list[object]:
 
 async def background(server, rounds: int) -> list[object]:
     port = server.port
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=DISPATCH_HEADERS, timeout=60) as http:
         agent = await connect(port, "bg", first_only=True)
         await wait_online(http, 1)
 
@@ -277,7 +280,7 @@ async def main_async(args: argparse.Namespace) -> None:
     idle_n = 200 if args.quick else 1000
     events = 20 if args.quick else 100
     rounds = 50 if args.quick else 300
-    env = {"REDIS_URL": args.redis, "DEMO_MODEL_DELAY_MS": "0"}
+    env = {"REDIS_URL": args.redis, "DEMO_MODEL_DELAY_MS": "0", "BROKER_DISPATCH_TOKEN": DISPATCH_TOKEN}
 
     with running_server({**env, "INJECT_MIN_INTERVAL": "0"}) as server:
         idle = await idle_agents(server, idle_n)

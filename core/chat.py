@@ -403,6 +403,12 @@ class ChatEngine:
             }
             await self._emit(stream_key, "finish", {"finishReason": finish_reason, "usage": usage})
             await self.hub.finish(stream_key, error=outcome.error if outcome and outcome.status == "error" else None)
+            # The answer is saved and its stream closed: the session takes a new message from here on, so a
+            # client that sends one as soon as it reads `finish` is not told the chat is still answering. (The
+            # hub's append and finish never suspend, so no reader runs between `finish` and this release.)
+            claim = self._turns.get(session_id)
+            if claim is not None and claim.task is asyncio.current_task():
+                self._release(session_id, claim)
 
     # -- one agent run, reused by delegations ------------------------------------------
 

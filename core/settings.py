@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
     broker_pong_timeout: int = Field(20_000, ge=100, description="How long a ping may wait for its pong (ms)")
+    broker_dispatch_token: str | None = Field(
+        None, description="A token a chat system may dispatch with instead of a user's API key")
+    broker_open_dispatch: bool = Field(
+        False, description="Seed 003's open mode: dispatch and cancel without credentials (trusted network only)")
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
     # Outbound fetches (agent cards, remote agents' endpoints; core/outbound.py): non-public addresses are refused
     # unless their host name, address or network is listed here.

@@ -145,7 +145,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:
     """Settings for a test: its own data dir, no files, the demo model without delay."""
-    values = {"data_dir": tmp_path / "data", "demo_model_delay_ms": 0, **overrides}
+    values = {"data_dir": tmp_path / "data", "demo_model_delay_ms": 0,
+              "broker_dispatch_token": "test-dispatch-token",  # tests/utils/broker.py DISPATCH_TOKEN
+              **overrides}
     return Settings(_env_file=None, **values)
 
 

@@ -17,6 +17,7 @@ from core.broker.service import Broker
 from core.services import Services
 from tests.conftest import make_settings, unavailable
 from tests.utils.broker import (
+    DISPATCH_HEADERS,
     FakeAgent,
     RedisListener,
     artifact_update,
@@ -56,7 +57,7 @@ async def running(tmp_path: Path, *, with_api: bool = False,
                   **overrides) -> AsyncIterator[tuple[str, Services, Broker, httpx.AsyncClient]]:
     services = Services.build(make_settings(tmp_path, **overrides))
     services.prepare()
-    async with serve_app(broker_app(services, with_api=with_api)) as host, httpx.AsyncClient(base_url=f"http://{host}",
+    async with serve_app(broker_app(services, with_api=with_api)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS,
                                                                           timeout=10) as http:
         yield host, services, services.broker, http
 
@@ -347,7 +348,7 @@ async def test_a_peer_that_stops_answering_pings_is_dropped(tmp_path: Path, redi
     services = Services.build(make_settings(tmp_path, redis={"url": redis_url}))
     services.prepare()
     async with serve_app(broker_app(services), ws_ping_interval=0.2, ws_ping_timeout=0.2) as host, \
-            httpx.AsyncClient(base_url=f"http://{host}") as http, RedisListener(redis_url, chat_agent) as listener:
+            httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http, RedisListener(redis_url, chat_agent) as listener:
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=services.broker)
         await dispatch(http, "x", agent_id=chat_agent)
         await agent.next_request("message/stream")

@@ -16,7 +16,7 @@ from nicegui.testing.user_simulation import user_simulation
 from core.broker import wire
 from core.broker.auth import Identity
 from core.broker.connection import AgentConnection
-from core.broker.service import BrokerTask
+from core.broker.service import DISPATCH_TOKEN_OWNER, BrokerTask, user_owner
 from tests.utils.broker import travel_card
 from ui.broker_page import age
 
@@ -50,9 +50,14 @@ async def test_the_broker_page_shows_agents_and_tasks_live(user: User) -> None:
     conn.set_card(wire.parse_card(travel_card()))
     conn.connected_at = time.time() - 75
     broker._connections["travel"] = conn  # as `serve` does once the card is in
+    viewer = user_owner(app.state.services.auth.local_user_id)  # single-user mode: the `local` user
     task = BrokerTask(id="task-1", agent=conn, chat_agent_id=123, chat_id="abc", text="帮我查明天到上海的高铁",
-                      state="working", last_text="已查到 6 个车次…", events=3, injects=1, throttled=1)
+                      owner=viewer, state="working", last_text="已查到 6 个车次…", events=3, injects=1, throttled=1)
     broker._tasks[task.id] = task
+    # Another owner's task (a chat system with the dispatch token): its text and chat id are not shown.
+    other = BrokerTask(id="task-2", agent=conn, chat_agent_id=456, chat_id="their-chat", text="a private request",
+                       owner=DISPATCH_TOKEN_OWNER, state="working", last_text="their progress", created_at=time.time() + 1)
+    broker._tasks[other.id] = other
 
     for _ in range(40):  # the page's timer refreshes once a second
         if table(user, "broker-agents").rows:
@@ -61,8 +66,11 @@ async def test_the_broker_page_shows_agents_and_tasks_live(user: User) -> None:
     [agent_row] = table(user, "broker-agents").rows
     assert agent_row["id"] == "travel" and agent_row["name"] == "出行助手" and agent_row["binding"] == "123"
     assert agent_row["skills"] == "火车票查询" and agent_row["age"].startswith("1 min 1")
-    [task_row] = table(user, "broker-running").rows
+    [task_row, other_row] = table(user, "broker-running").rows
     assert task_row["progress"] == "已查到 6 个车次…" and task_row["chat"] == "123 / abc"
+    assert task_row["task"] == "帮我查明天到上海的高铁"
+    assert (other_row["task"], other_row["chat"], other_row["progress"]) == ("(not yours)", "—", "—")
+    assert other_row["state"] == "working" and other_row["agent"] == "出行助手"
     assert task_row["injects"] == "1 (1)" and task_row["state"] == "working"
     await user.should_see("Tasks running")
 

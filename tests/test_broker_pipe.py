@@ -15,7 +15,7 @@ import pytest
 from core.pipe import _redact, parse_args
 from core.services import Services
 from tests.conftest import make_settings
-from tests.utils.broker import broker_app, serve_app, wait_for
+from tests.utils.broker import DISPATCH_HEADERS, broker_app, serve_app, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
     services = Services.build(make_settings(tmp_path))
     services.prepare()
     broker = services.broker
-    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}") as http:
+    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http:
         env = {**os.environ, "ECHO_DELAY": "0.02", "PYTHONUNBUFFERED": "1"}
         pipe = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "core.pipe", "--backoff-initial", "0.1", "--backoff-max", "0.2",

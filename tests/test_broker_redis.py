@@ -14,6 +14,7 @@ from core.services import Services
 from tests.conftest import make_settings
 from tests.test_broker import chat_agent_id, redis_url  # noqa: F401 - the fixture
 from tests.utils.broker import (
+    DISPATCH_HEADERS,
     FakeAgent,
     RedisListener,
     TcpProxy,
@@ -32,7 +33,7 @@ async def test_redis_down_and_back_loses_no_result(tmp_path: Path, redis_url: st
     services = Services.build(make_settings(tmp_path, redis={"url": proxied}))
     services.prepare()
     broker = services.broker
-    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}") as http, \
+    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http, \
             RedisListener(redis_url, chat_agent) as listener:
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
 

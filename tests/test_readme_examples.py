@@ -80,24 +80,29 @@ def parse_curl(words: list[str]) -> Curl:
     return curl
 
 
-def on(app: AppProcess, url: str, last_session_id: str | None) -> str:
-    """The README's URL (`localhost:3100/...`) on the app under test, `<id>` filled in."""
-    url = re.sub(rf"^(https?://)?(localhost|127\.0\.0\.1):{README_PORT}", app.base_url, url)
-    if "<id>" in url:
-        assert last_session_id, f"{url}: no example before it created a session"
-        url = url.replace("<id>", last_session_id)
-    return url
+def on(app: AppProcess, url: str, seen: dict[str, str]) -> str:
+    """The README's URL (`localhost:3100/...`) on the app under test, placeholders filled in."""
+    return fill(re.sub(rf"^(https?://)?(localhost|127\.0\.0\.1):{README_PORT}", app.base_url, url), seen)
 
 
-def send(app: AppProcess, curl: Curl, last_session_id: str | None) -> tuple[int, object]:
+def fill(text: str, seen: dict[str, str]) -> str:
+    """`<id>` and `<key>` replaced by the session id and the API key that earlier examples answered with."""
+    for placeholder, value in seen.items():
+        text = text.replace(placeholder, value)
+    assert "<id>" not in text and "<key>" not in text, f"{text}: no example before it gave that value"
+    return text
+
+
+def send(app: AppProcess, curl: Curl, seen: dict[str, str]) -> tuple[int, object]:
     """Send the request; the JSON answer, or for `-N` the list of stream events up to `finish`."""
-    url = on(app, curl.url, last_session_id)
+    url = on(app, curl.url, seen)
+    headers = {name: fill(value, seen) for name, value in curl.headers.items()}
     with httpx.Client(timeout=15, auth=curl.auth) as client:
         if not curl.stream:
-            response = client.request(curl.method, url, headers=curl.headers, content=curl.data)
+            response = client.request(curl.method, url, headers=headers, content=curl.data)
             return response.status_code, response.json()
         events = []
-        with client.stream(curl.method, url, headers=curl.headers) as response:
+        with client.stream(curl.method, url, headers=headers) as response:
             for line in response.iter_lines():
                 if line.startswith("data:"):
                     events.append(json.loads(line[5:]))
@@ -130,21 +135,23 @@ def test_every_curl_example_of_the_readme_works(readme_app: AppProcess, tmp_path
     agent = start_pipe(readme_app, pipes[0], tmp_path)
     try:
         wait_for_broker_agent(readme_app, "echo")
-        last_session_id = None
+        seen: dict[str, str] = {}
         for curl in (parse_curl(c) for c in commands if c[0] == "curl"):
-            status, answer = send(readme_app, curl, last_session_id)
+            status, answer = send(readme_app, curl, seen)
             assert 200 <= status < 300, f"{curl.line}\n-> {status} {answer}"
             if curl.stream:
                 kinds = [e.get("type") for e in answer]
                 assert kinds[-1] == "finish" and "text-delta" in kinds and "error" not in kinds, curl.line
             if isinstance(answer, dict) and str(answer.get("id", "")).startswith("as_"):
-                last_session_id = answer["id"]
+                seen["<id>"] = answer["id"]
+            if isinstance(answer, dict) and str(answer.get("key", "")).startswith("a2ak_"):
+                seen["<key>"] = answer["key"]
             if "/a2a/tasks/dispatch" in curl.url:
                 assert answer["status"] == "accepted", f"{curl.line}\n-> {answer}"
             if curl.url.endswith("/a2a/agents"):
                 assert "echo" in {a["a2a_id"] for a in answer["agents"]}
                 assert "a2a_echo" in {a["tool"]["name"] for a in answer["agents"]}
-        assert last_session_id, "no README example created a session"
+        assert "<id>" in seen and "<key>" in seen, "no README example created a session and an API key"
     finally:
         agent.terminate()
         agent.wait(timeout=10)

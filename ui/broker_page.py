@@ -12,7 +12,9 @@ from typing import Any
 from nicegui import ui
 
 from core.broker import Broker
+from core.broker.service import user_owner
 from core.services import Services
+from ui.auth import current_user_id
 
 REFRESH_S = 1.0
 RECENT_SHOWN = 20
@@ -58,16 +60,17 @@ def agent_rows(broker: Broker, now: float | None = None) -> list[dict[str, Any]]
     } for c in broker.connections()]
 
 
-def task_rows(tasks: list[Any], now: float | None = None) -> list[dict[str, Any]]:
-    """One row per broker task (running or finished)."""
+def task_rows(tasks: list[Any], viewer: str, now: float | None = None) -> list[dict[str, Any]]:
+    """One row per broker task (running or finished); what was asked and said only in the viewer's own tasks."""
     now = now or time.time()
     rows = []
     for t in tasks:
         end = t.finished_at or now
+        own = t.owner == viewer
         rows.append({
-            "id": t.id, "task": t.text if len(t.text) <= 60 else t.text[:59] + "…", "agent": t.agent.name,
-            "chat": f"{t.chat_agent_id} / {t.chat_id}", "state": t.state,
-            "progress": t.last_text[:120] or "—", "events": t.events,
+            "id": t.id, "task": (t.text if len(t.text) <= 60 else t.text[:59] + "…") if own else "(not yours)",
+            "agent": t.agent.name, "chat": f"{t.chat_agent_id} / {t.chat_id}" if own else "—", "state": t.state,
+            "progress": (t.last_text[:120] or "—") if own else "—", "events": t.events,
             "injects": f"{t.injects} ({t.throttled})", "age": age(end - t.created_at),
         })
     return rows
@@ -118,6 +121,7 @@ def register_broker_pages(services: Services) -> None:
             if broker is None:
                 ui.label("The broker is not running in this process.")
                 return
+            viewer = user_owner(current_user_id(services) or 0)  # texts and chat ids of one's own tasks only
             figures: dict[str, ui.label] = {}
             with ui.row().classes("gap-3 w-full").mark("broker-counters"):
                 for title, value in counters(broker):
@@ -129,10 +133,11 @@ def register_broker_pages(services: Services) -> None:
             agents = ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id").classes("w-full").mark(
                 "broker-agents").props("flat bordered dense no-data-label='No agent is connected.'")
             ui.label("Running tasks").classes("text-h6")
-            running = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks()), row_key="id").classes(
-                "w-full").mark("broker-running").props("flat bordered dense no-data-label='No task is running.'")
+            running = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks(), viewer),
+                               row_key="id").classes("w-full").mark("broker-running").props(
+                "flat bordered dense no-data-label='No task is running.'")
             ui.label("Recently finished").classes("text-h6")
-            recent = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN]),
+            recent = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
                               row_key="id").classes("w-full").mark("broker-recent").props(
                 "flat bordered dense no-data-label='Nothing finished yet.'")
 
@@ -142,8 +147,8 @@ def register_broker_pages(services: Services) -> None:
                     if figures[title].text != value:
                         figures[title].set_text(value)
                 for table, rows in ((agents, agent_rows(broker, now)),
-                                    (running, task_rows(broker.running_tasks(), now)),
-                                    (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], now))):
+                                    (running, task_rows(broker.running_tasks(), viewer, now)),
+                                    (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer, now))):
                     if table.rows != rows:
                         table.rows = rows
                         table.update()

@@ -12,18 +12,20 @@ to the A2A server module.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, WebSocket
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StrictInt, StringConstraints
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
+from core import api_keys
 from core.broker.auth import Refused
-from core.broker.service import Broker
+from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
 from core.schemas import RequestBody
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,30 @@ NonEmpty = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, 
 def get_broker(connection: HTTPConnection) -> Broker:
     """The app's broker (`app.state.services.broker`)."""
     return connection.app.state.services.broker
+
+
+async def dispatch_owner(request: Request) -> str:
+    """Who dispatches or cancels: `user:<id>` for an A2A API key, the dispatch token, or open mode; else 401."""
+    services = request.app.state.services
+    settings = services.settings
+    if settings.broker_open_dispatch:
+        return OPEN_OWNER
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() == "bearer" and token:
+        expected = settings.broker_dispatch_token
+        if expected and hmac.compare_digest(token.encode(), expected.encode()):
+            return DISPATCH_TOKEN_OWNER
+        async with services.db.session() as s:
+            key = await api_keys.authenticate_key(s, token)
+        if key is not None:
+            return user_owner(key.user_id)
+    raise HTTPException(401, headers={"WWW-Authenticate": 'Bearer realm="a2a broker"'}, detail=(
+        "Send 'Authorization: Bearer <key>': an A2A API key of the user this chat system acts for (make one at "
+        "/api-keys), or the broker's dispatch token (BROKER_DISPATCH_TOKEN)."))
+
+
+DispatchOwner = Annotated[str, Depends(dispatch_owner)]
 
 
 class DispatchRequest(RequestBody):
@@ -106,16 +132,20 @@ def broker_router() -> APIRouter:
         return {"agents": get_broker(connection).discover(agent_id)}
 
     @router.post("/a2a/tasks/dispatch", response_model=DispatchAck, response_model_exclude_none=True)
-    async def dispatch(body: DispatchRequest, connection: HTTPConnection) -> DispatchAck:
-        """Start a task on a connected agent; returns at once, progress follows as injects."""
+    async def dispatch(body: DispatchRequest, owner: DispatchOwner, connection: HTTPConnection) -> DispatchAck:
+        """Start a task on a connected agent; returns at once, progress follows as injects.
+
+        Needs `Authorization: Bearer <key>`: an A2A API key of the user the chat system acts for, or the
+        settings' `broker_dispatch_token` (unless `broker_open_dispatch`, for trusted networks only).
+        """
         ack = get_broker(connection).dispatch(task=body.task, target_agent=body.targetAgent, agent_id=body.agentId,
-                                             chat_id=body.chatId, mac_address=body.macAddress)
+                                             chat_id=body.chatId, owner=owner, mac_address=body.macAddress)
         return DispatchAck(**ack)
 
     @router.post("/a2a/tasks/cancel")
-    async def cancel(body: CancelRequest, connection: HTTPConnection) -> dict[str, int]:
-        """Cancel the chat's running tasks."""
-        return {"canceled": await get_broker(connection).cancel_chat(body.chatId)}
+    async def cancel(body: CancelRequest, owner: DispatchOwner, connection: HTTPConnection) -> dict[str, int]:
+        """Cancel the chat's running tasks that the same credential dispatched (others count 0)."""
+        return {"canceled": await get_broker(connection).cancel_chat(body.chatId, owner=owner)}
 
     @router.get("/a2a/health")
     async def health(connection: HTTPConnection) -> dict[str, Any]:

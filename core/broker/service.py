@@ -65,6 +65,15 @@ class TaskObserver(Protocol):
         ...
 
 
+OPEN_OWNER = "open"  # tasks dispatched in the seed's open mode (broker_open_dispatch: trusted networks only)
+DISPATCH_TOKEN_OWNER = "dispatch-token"  # tasks dispatched with the settings' broker_dispatch_token
+
+
+def user_owner(user_id: int) -> str:
+    """The owner of the tasks a user dispatches (with an API key, or from the app's own chat)."""
+    return f"user:{user_id}"
+
+
 @dataclass(slots=True)
 class BrokerTask:
     """One dispatched task, as the broker page and stats see it."""
@@ -74,6 +83,7 @@ class BrokerTask:
     chat_agent_id: Any
     chat_id: str
     text: str
+    owner: str = OPEN_OWNER  # who dispatched it: `user:<id>` (an API key or the app's chat), a token, open mode
     mac_address: str | None = None
     state: str = "submitted"
     last_text: str = ""
@@ -294,7 +304,7 @@ class Broker:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str,
+    def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str, owner: str = OPEN_OWNER,
                  mac_address: str | None = None, task_id: str | None = None,
                  observer: TaskObserver | None = None) -> dict[str, Any]:
         """Start a task on a connected agent; the answer is the ack, progress follows as injects.
@@ -307,16 +317,21 @@ class Broker:
             self.tasks_no_agent += 1
             return {"status": "no_agent"}
         record = BrokerTask(id=task_id or str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id,
-                            text=task, mac_address=mac_address, observer=observer)
+                            text=task, owner=owner, mac_address=mac_address, observer=observer)
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
         return {"taskId": record.id, "status": "accepted"}
 
-    async def cancel_chat(self, chat_id: str) -> int:
-        """Cancel the chat's running tasks (each agent gets `tasks/cancel`); how many there were."""
+    async def cancel_chat(self, chat_id: str, owner: str | None = None) -> int:
+        """Cancel the chat's running tasks (each agent gets `tasks/cancel`); how many there were.
+
+        With `owner`, only the tasks that owner dispatched: another owner's chat is left alone and
+        counts 0, exactly like a chat with nothing running.
+        """
         runners = []
-        for record in [t for t in self._tasks.values() if t.chat_id == chat_id and t.runner is not None]:
+        for record in [t for t in self._tasks.values() if t.chat_id == chat_id and t.runner is not None
+                       and (owner is None or t.owner == owner)]:
             record.cancel_requested = True
             runners.append(record.runner)
             record.runner.cancel()

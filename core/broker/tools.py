@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.agents import A2A_DISPATCH
 from core.broker.connection import AgentConnection
+from core.broker.service import user_owner
 from core.broker.wire import TOOL_NAME_PREFIX
 from core.tools import ToolContext, ToolResult
 
@@ -116,7 +117,8 @@ class BrokerDispatchTool:
         record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
         self.family.inbox.expect(record.task_id, ctx.session_id)
         ack = broker.dispatch(task=task.strip(), target_agent=self.a2a_id, agent_id=chat_agent_id,
-                              chat_id=ctx.session_id, task_id=record.task_id, observer=record)
+                              chat_id=ctx.session_id, owner=user_owner(ctx.user_id), task_id=record.task_id,
+                              observer=record)
         metadata.update(taskId=record.task_id, calleeAgentName=conn.name, background=True)
         if ack.get("status") != "accepted":
             self.family.inbox.forget(record.task_id)

@@ -23,7 +23,8 @@ from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory):
-    with app_process(tmp_path_factory.mktemp("bad-input") / "data", DEMO_MODEL_DELAY_MS="1") as running:
+    with app_process(tmp_path_factory.mktemp("bad-input") / "data", DEMO_MODEL_DELAY_MS="1",
+                     BROKER_DISPATCH_TOKEN="bad-input-token") as running:
         running.wait_until_serving()
         yield running
 
@@ -70,8 +71,8 @@ SURROGATE = "hi \ud800 there"
 def test_a_lone_surrogate_is_422_naming_the_field(app: AppProcess, path: str, body: dict, field: str) -> None:
     sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
     raw = json.dumps(body).encode()  # JSON's own escape (\ud800), as a client sends it
-    response = httpx.post(f"{app.base_url}{path.format(sid=sid)}", content=raw,
-                          headers={"content-type": "application/json"}, timeout=5)
+    response = httpx.post(f"{app.base_url}{path.format(sid=sid)}", content=raw, timeout=5,
+                          headers={"content-type": "application/json", "authorization": "Bearer bad-input-token"})
     assert response.status_code == 422, response.text
     [error] = response.json()["detail"]
     assert error["loc"][-1] == field and "unicode" in error["msg"].lower()

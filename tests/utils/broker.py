@@ -27,6 +27,10 @@ from tests.utils.live_server import services_app
 CARD_METHODS = {"agent/authenticatedExtendedCard", "GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"}
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
+# Every test app's settings carry this dispatch token (tests/conftest.py make_settings); a chat system sends it.
+DISPATCH_TOKEN = "test-dispatch-token"
+DISPATCH_HEADERS = {"Authorization": f"Bearer {DISPATCH_TOKEN}"}
+
 
 def travel_card(name: str = "出行助手") -> dict[str, Any]:
     """The seed's example agent."""
