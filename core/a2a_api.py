@@ -14,6 +14,7 @@ kept off the path to the first page.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import threading
 from datetime import datetime
@@ -115,6 +116,7 @@ class RemoteAgentOut(BaseModel):
     streaming: bool
     skills: list[dict[str, Any]]
     online: bool
+    yours: bool = Field(description="Whether you registered it (only its owner can remove it)")
 
 
 def a2a_api_router() -> APIRouter:
@@ -147,9 +149,9 @@ def a2a_api_router() -> APIRouter:
         return Response(status_code=204)
 
     @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
-    async def list_remote_agents(_: CurrentUser, services: ServicesDep) -> list[RemoteAgentOut]:
-        """Remote A2A agents registered by card URL."""
-        return [RemoteAgentOut.model_validate(v, from_attributes=True) for v in await services.remote_agents.list()]
+    async def list_remote_agents(user: CurrentUser, services: ServicesDep) -> list[RemoteAgentOut]:
+        """Remote A2A agents registered by card URL (every user may delegate to them; tokens are never shown)."""
+        return [_remote_out(v, user.id) for v in await services.remote_agents.list()]
 
     @router.post("/remote-agents", status_code=201, response_model=RemoteAgentOut, response_model_by_alias=True)
     async def register_remote_agent(
@@ -161,13 +163,24 @@ def a2a_api_router() -> APIRouter:
                 body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user.id)
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
-        return RemoteAgentOut.model_validate(view, from_attributes=True)
+        return _remote_out(view, user.id)
 
     @router.delete("/remote-agents/{agent_id}", status_code=204)
-    async def unregister_remote_agent(agent_id: AgentId, _: CurrentUser, services: ServicesDep) -> Response:
-        """Remove a registered remote agent."""
-        if not await services.remote_agents.unregister(agent_id):
+    async def unregister_remote_agent(agent_id: AgentId, user: CurrentUser, services: ServicesDep) -> Response:
+        """Remove a remote agent you registered (403 for another user's)."""
+        try:
+            removed = await services.remote_agents.unregister(agent_id, user_id=user.id)
+        except RegistrationError as exc:
+            raise HTTPException(exc.status_code, detail=str(exc)) from exc
+        if not removed:
             raise HTTPException(404, detail=f"There is no registered remote agent {agent_id!r}.")
         return Response(status_code=204)
 
     return router
+
+
+def _remote_out(view: Any, user_id: int) -> RemoteAgentOut:
+    """The API's view of a registration for `user_id` (its owner's id stays inside)."""
+    fields = dataclasses.asdict(view)
+    owner_id = fields.pop("owner_id")
+    return RemoteAgentOut(**fields, yours=owner_id in (None, user_id))

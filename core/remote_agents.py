@@ -67,6 +67,13 @@ class RemoteAgentView:
     streaming: bool
     skills: list[dict[str, Any]]
     online: bool
+    owner_id: int | None = None  # who registered it: only they change or remove it (None: registered before owners)
+
+
+class NotYourAgent(RegistrationError):
+    """A registration someone else made: every user may delegate to it, only its owner removes it."""
+
+    status_code = 403
 
 
 class RemoteAgentDirectory:
@@ -130,14 +137,20 @@ class RemoteAgentDirectory:
             await self._drop(agent_id, agent)
             raise
         log.info("registered remote A2A agent %s from %s", agent_id, outbound.shorten(card_url))
-        return _view(agent)
+        return _view(agent, user_id)
 
-    async def unregister(self, agent_id: str) -> bool:
-        """Remove a registration and its agent from the registry; False when there is none."""
+    async def unregister(self, agent_id: str, user_id: int | None = None) -> bool:
+        """Remove a registration and its agent from the registry; False when there is none.
+
+        Raises:
+            NotYourAgent: `user_id` is given and another user registered it.
+        """
         async with self.db.session() as s:
             row = await s.get(RemoteA2AAgent, agent_id)
             if row is None:
                 return False
+            if user_id is not None and row.created_by is not None and row.created_by != user_id:
+                raise NotYourAgent(f"@{agent_id} was registered by another user; only they can remove it.")
             await s.delete(row)
             await s.commit()
         agent = self.registry.remote(agent_id)
@@ -153,13 +166,14 @@ class RemoteAgentDirectory:
         for row in rows:
             agent = self.registry.remote(row.id)
             if agent is not None and getattr(agent, "kind", None) == "http":
-                views.append(_view(agent))
+                views.append(_view(agent, row.created_by))
             else:
                 summary = row.card or {}
                 views.append(RemoteAgentView(
                     id=row.id, name=str(summary.get("name") or row.id),
                     description=str(summary.get("description") or ""),
                     card_url=row.card_url, url=None, protocol_version=None, streaming=False, skills=[], online=False,
+                    owner_id=row.created_by,
                 ))
         return views
 
@@ -246,12 +260,12 @@ def slug_from_name(name: str) -> str:
     return slug or "remote-agent"
 
 
-def _view(agent: Any) -> RemoteAgentView:
+def _view(agent: Any, owner_id: int | None) -> RemoteAgentView:
     info = agent.card()
     return RemoteAgentView(
         id=agent.id, name=agent.name, description=agent.description, card_url=agent.card_url,
         url=info.get("url"), protocol_version=info.get("protocolVersion"), streaming=bool(info.get("streaming")),
-        skills=list(info.get("skills") or []), online=True,
+        skills=list(info.get("skills") or []), online=True, owner_id=owner_id,
     )
 
 

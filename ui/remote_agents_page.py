@@ -36,8 +36,11 @@ def register_remote_agents_page(services: Services) -> None:
                             ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}")
                             ui.badge("online" if agent.online else "not loaded",
                                      color="positive" if agent.online else "grey-7")
-                        ui.button("Remove", on_click=lambda a=agent: remove(a.id)).props(
-                            "flat color=negative dense").mark(f"remove-{agent.id}")
+                        if agent.owner_id in (None, current_user_id(services)):
+                            ui.button("Remove", on_click=lambda a=agent: remove(a.id)).props(
+                                "flat color=negative dense").mark(f"remove-{agent.id}")
+                        else:
+                            ui.label("registered by another user").classes("text-caption text-grey-7")
                     if agent.description:
                         ui.label(agent.description)
                     details = [f"card: {agent.card_url}"]
@@ -63,7 +66,11 @@ def register_remote_agents_page(services: Services) -> None:
             agent_list.refresh()
 
         async def remove(remote_id: str) -> None:
-            removed = await services.remote_agents.unregister(remote_id)
+            try:
+                removed = await services.remote_agents.unregister(remote_id, user_id=current_user_id(services))
+            except RegistrationError as exc:
+                ui.notify(str(exc), color="negative")
+                return
             ui.notify(f"Removed @{remote_id}." if removed else f"@{remote_id} was not registered.")
             agent_list.refresh()
 
