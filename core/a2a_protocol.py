@@ -91,6 +91,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
+from core.json_input import MAX_JSON_NESTING, json_nesting
 from core.registry import RemoteEvent
 
 __all__ = [
@@ -476,9 +477,6 @@ def invalid_request_body(message: str, request_id: str | int | None = None) -> d
     return build_error_response(request_id, _JsonRpcInvalidRequest(message=message))
 
 
-MAX_JSON_NESTING = 64  # no A2A request nests deeper; walking deeper structures recurses
-
-
 def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any] | None:
     """A JSON-RPC error body for a request the SDK's dispatcher would answer with -32603, or None.
 
@@ -499,7 +497,7 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
     except ValueError:
         return None  # the dispatcher answers -32700 with the position of the mistake
     else:
-        nested_too_deep = _nesting(obj) > MAX_JSON_NESTING
+        nested_too_deep = json_nesting(obj) > MAX_JSON_NESTING
     if nested_too_deep:
         return build_error_response(None, _JsonRpcParseError(
             message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep."))
@@ -516,19 +514,6 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
 def _serves(dispatcher: JsonRpcDispatcher, method: str) -> bool:
     compat = getattr(dispatcher, "_v03_adapter", None)  # the SDK's v0.3 adapter (enable_v0_3_compat)
     return method in dispatcher.METHOD_TO_MODEL or bool(compat is not None and compat.supports_method(method))
-
-
-def _nesting(value: Any) -> int:
-    """How deep lists and objects nest in `value` (without recursion); stops past `MAX_JSON_NESTING`."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth > MAX_JSON_NESTING:
-                return depth
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 # -- remote agents (client side) -----------------------------------------------------------

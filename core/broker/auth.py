@@ -59,8 +59,11 @@ def is_blacklisted(host: str | None, blacklist: list[str]) -> bool:
     except ValueError:
         return host in blacklist
     for entry in blacklist:
-        if address in ipaddress.ip_network(entry, strict=False):  # entries are checked by Settings
-            return True
+        try:
+            if address in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:  # Settings refuses such entries; one that got here matches nothing
+            continue
     return False
 
 

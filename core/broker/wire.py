@@ -19,6 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.json_input import MAX_JSON_NESTING as MAX_NESTING
+from core.json_input import json_nesting
+
 JSONRPC = "2.0"
 
 # Methods the broker sends. The first card method is the seed's; the others are
@@ -72,22 +75,6 @@ class Incoming:
     method: str | None = None
 
 
-MAX_NESTING = 64  # deeper structures are refused: no A2A message needs them, and walking them recurses
-
-
-def _nesting(value: Any) -> int:
-    """How deep lists and objects nest in `value` (without recursion)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth > MAX_NESTING:
-                return depth
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
 def decode(line: str) -> Incoming:
     """Parse one line.
 
@@ -100,7 +87,7 @@ def decode(line: str) -> Incoming:
         raise RpcLineError(PARSE_ERROR, f"not valid JSON: {exc}") from exc
     except RecursionError as exc:  # json's parser recurses per level: thousands of `[` exhaust the stack
         raise RpcLineError(PARSE_ERROR, f"not valid JSON: nested more than {MAX_NESTING} levels deep") from exc
-    if _nesting(obj) > MAX_NESTING:
+    if json_nesting(obj) > MAX_NESTING:
         raise RpcLineError(PARSE_ERROR, f"not valid JSON: nested more than {MAX_NESTING} levels deep")
     if not isinstance(obj, dict):
         raise RpcLineError(INVALID_REQUEST, "a JSON-RPC message must be a JSON object")
