@@ -373,7 +373,11 @@ def test_a_second_ctrl_c_only_says_it_is_stopping(tmp_path: Path) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_stop_signal_during_start_up_exits_0_without_a_traceback(tmp_path: Path, signum: int) -> None:
     with app_process(tmp_path / "data") as app:
-        time.sleep(0.5)  # importing, migrating: before the server handles signals itself
+        # Migrating: app.py runs (its handlers are in place), the server does not handle signals yet.
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "data" / "app.db").exists():
+            assert time.monotonic() < deadline and app.process.poll() is None, app.output
+            time.sleep(0.01)
         assert app.stop(signum) == 0
         assert "Traceback" not in app.output, app.output
 
