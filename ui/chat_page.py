@@ -196,8 +196,7 @@ class ChatPage:
                     ui.label("Stopped.").classes("text-grey-7 text-caption")
                 elif message.status == "interrupted":
                     ui.label("Interrupted by a server restart.").classes("text-grey-7 text-caption").props(
-                        "data-testid=turn-interrupted"
-                    )
+                        "data-testid=turn-interrupted").mark("turn-interrupted")
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
 
