@@ -91,7 +91,7 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
-from core.json_input import MAX_JSON_NESTING, json_nesting
+from core.input_limits import MAX_JSON_NESTING, json_nesting
 from core.registry import RemoteEvent
 
 __all__ = [

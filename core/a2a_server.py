@@ -58,6 +58,7 @@ from core.delegation import (
     task_stream_key,
 )
 from core.hub import StreamHub, SubscriberOverflow, UnknownStream
+from core.input_limits import read_capped
 from core.registry import AgentRegistry
 from core.settings import Settings
 from models import A2ATaskSession
@@ -138,16 +139,7 @@ class A2AServer:
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None as soon as it is known to exceed `limit` (Content-Length, or while reading)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await read_capped(request.stream(), limit, request.headers.get("content-length"))
 
 
 def _with_body(request: Request, body: bytes) -> Request:

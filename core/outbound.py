@@ -46,6 +46,8 @@ from typing import Any
 
 import httpx
 
+from core import input_limits
+
 log = logging.getLogger(__name__)
 
 MAX_CARD_BYTES = 1 << 20  # 1 MiB: real cards are a few KiB
@@ -316,17 +318,10 @@ async def read_capped(response: httpx.Response, max_bytes: int) -> bytes:
         OutboundError: the body is (or says it is) larger.
     """
     too_large = OutboundError(f"too large (over {_size(max_bytes)})")
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    body = await input_limits.read_capped(response.aiter_bytes(), max_bytes, response.headers.get("Content-Length"))
+    if body is None:
         raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > max_bytes:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return body
 
 
 def _size(n: int) -> str:

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core.json_input import MAX_JSON_NESTING as MAX_NESTING
-from core.json_input import json_nesting
+from core.input_limits import MAX_JSON_NESTING as MAX_NESTING
+from core.input_limits import json_nesting
 
 JSONRPC = "2.0"
 
