@@ -129,11 +129,11 @@ class A2AServer:
         return wire.coalesce_sse(await self.dispatcher.handle_requests(_with_body(request, body)))
 
     async def _authenticate(self, request: Request) -> int | None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = api_keys.bearer_token(request.headers.get("authorization"))
+        if token is None:
             return None
         async with self.db.session() as s:
-            key = await api_keys.authenticate_key(s, token.strip())
+            key = await api_keys.authenticate_key(s, token)
         return key.user_id if key is not None else None
 
 

@@ -20,8 +20,8 @@ from core import accounts
 from core import agents as agents_store
 from core import sessions as sessions_store
 from core.chat import ChatError
-from core.schemas import RequestBody
 from core.delegation import TaskView, task_stream_key
+from core.schemas import RequestBody
 from core.services import Services
 from core.sse import hub_sse_response, last_event_id
 from models import AgentMessage, AgentSession, User

@@ -80,6 +80,12 @@ async def revoke_key(session: AsyncSession, *, user_id: int, key_id: int) -> boo
     return True
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header value, or None (absent, another scheme, empty)."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
 async def authenticate_key(session: AsyncSession, key: str) -> ApiKey | None:
     """The live key row for a presented key, or None (unknown, malformed or revoked)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 200:

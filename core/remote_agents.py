@@ -84,7 +84,14 @@ class RemoteAgentDirectory:
         self.db = db
         self.registry = registry
         self.settings = settings
-        self.secrets = secrets or SecretBox.for_data_dir(settings.data_dir, settings.secret_key)
+        self._secrets = secrets
+
+    @property
+    def secrets(self) -> SecretBox:
+        """The box that seals bearer tokens (its key file is made on first use, not when the services are built)."""
+        if self._secrets is None:
+            self._secrets = SecretBox.for_data_dir(self.settings.data_dir, self.settings.secret_key)
+        return self._secrets
 
     def _allow(self) -> outbound.AllowList:
         return outbound.AllowList.parse(self.settings.outbound_allow_hosts)
@@ -178,12 +185,13 @@ class RemoteAgentDirectory:
         return views
 
     async def seal_stored_tokens(self) -> int:
-        """Encrypt the bearer tokens saved before they were encrypted; returns how many."""
+        """Encrypt the bearer tokens saved before they were encrypted; returns how many (at start: makes the key)."""
+        box = self.secrets
         async with self.db.session() as s:
             rows = list(await s.exec(select(RemoteA2AAgent).where(col(RemoteA2AAgent.bearer_token).is_not(None))))
-            plain = [row for row in rows if not self.secrets.is_sealed(row.bearer_token)]
+            plain = [row for row in rows if not box.is_sealed(row.bearer_token)]
             for row in plain:
-                row.bearer_token = self.secrets.seal(row.bearer_token)
+                row.bearer_token = box.seal(row.bearer_token)
                 s.add(row)
             await s.commit()
         return len(plain)

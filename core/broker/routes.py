@@ -46,9 +46,8 @@ async def dispatch_owner(request: Request) -> str:
     settings = services.settings
     if settings.broker_open_dispatch:
         return OPEN_OWNER
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() == "bearer" and token:
+    token = api_keys.bearer_token(request.headers.get("authorization"))
+    if token is not None:
         expected = settings.broker_dispatch_token
         if expected and hmac.compare_digest(token.encode(), expected.encode()):
             return DISPATCH_TOKEN_OWNER
