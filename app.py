@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from core.logtext import install_client_fault_filter
 from core.settings import load_settings
+from core.web.logtext import install_client_fault_filter
 
 ROOT = Path(__file__).resolve().parent
 TITLE = "A2A Delegation Chat"
@@ -36,15 +36,15 @@ def build(settings) -> object:
     from fastapi.exceptions import RequestValidationError
     from nicegui import app, ui
 
-    from core.a2a_api import a2a_api_router, a2a_router
-    from core.a2a_api import warm_up as warm_up_a2a
-    from core.api import api_router
-    from core.api_docs import add_api_docs
+    from core.a2a.routes import a2a_api_router, a2a_router
+    from core.a2a.routes import warm_up as warm_up_a2a
     from core.broker.routes import broker_router
-    from core.llm import warm_up
-    from core.request_guards import RequestGuardMiddleware
-    from core.schemas import validation_error_response
+    from core.chat.llm import warm_up
+    from core.routes import api_router
     from core.services import Services
+    from core.web.api_docs import add_api_docs
+    from core.web.request_guards import RequestGuardMiddleware
+    from core.web.schemas import validation_error_response
     from ui import register_pages
 
     services = Services.build(settings)
@@ -107,7 +107,7 @@ def serve(settings) -> None:
 
 def users_command(settings, args: argparse.Namespace) -> int:
     """`users add|passwd|list`."""
-    from core import accounts
+    from core.auth import accounts
     from core.db import Database
 
     db = Database(settings.database)

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 
 from bench._common import table  # noqa: E402
-from core.delegation import task_stream_key  # noqa: E402
-from core.hub import StreamHub  # noqa: E402
+from core.delegation.service import task_stream_key  # noqa: E402
 from core.services import Services  # noqa: E402
 from core.settings import Settings  # noqa: E402
+from core.streaming.hub import StreamHub  # noqa: E402
 
 CHUNKS = 10_000
 
@@ -107,7 +107,7 @@ async def sse_latency(tmp: Path) -> list[object]:
     import uvicorn
     from fastapi import FastAPI
 
-    from core.api import api_router
+    from core.routes import api_router
 
     services = build(tmp / "sse", delay_ms=1)
     app = FastAPI()

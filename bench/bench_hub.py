@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import table  # noqa: E402
 
-from core.hub import StreamHub, SubscriberOverflow  # noqa: E402
+from core.streaming.hub import StreamHub, SubscriberOverflow  # noqa: E402
 
 DELTA = {"id": "text-0", "delta": " lorem"}
 

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import cpu_seconds, http_json, running_server, table, wait_cpu_idle  # noqa: E402
 
-from core.demo_model import plan_reply  # noqa: E402
+from core.chat.demo_model import plan_reply  # noqa: E402
 
 CPU_BUDGET_S = 1.0
 BYTES_BUDGET = 1_000_000
@@ -230,8 +230,8 @@ def gateway_only(words: int) -> dict[str, float]:
     import asyncio
     import gc
 
-    import core.llm
-    from core.llm import LLMGateway, TextDelta, litellm_module
+    import core.chat.llm
+    from core.chat.llm import LLMGateway, TextDelta, litellm_module
 
     t = time.process_time()
     litellm_module()
@@ -239,7 +239,7 @@ def gateway_only(words: int) -> dict[str, float]:
     tracked = len(gc.get_objects())
 
     build_times: list[float] = []
-    original_build = core.llm._build_result
+    original_build = core.chat.llm._build_result
 
     def timed_build(*a, **k):
         t0 = time.perf_counter()
@@ -280,13 +280,13 @@ def gateway_only(words: int) -> dict[str, float]:
         await stream()  # warm
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0)
-        core.llm._build_result = timed_build
+        core.chat.llm._build_result = timed_build
         gc.callbacks.append(on_gc)
         try:
             chunks, cpu, wall = await stream()
         finally:
             gc.callbacks.remove(on_gc)
-            core.llm._build_result = original_build
+            core.chat.llm._build_result = original_build
         stop = True
         await tick
         gen2 = [d for g, d in gc_pauses if g == 2]

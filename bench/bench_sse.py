@@ -51,9 +51,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent  # noqa: E402
 
 
 def build_app():
-    from core.hub import StreamHub
-    from core.sse import SSEStream
-    from core.task_manager import TaskEvents
+    from core.streaming.hub import StreamHub
+    from core.streaming.sse import SSEStream
+    from core.streaming.task_manager import TaskEvents
 
     app = FastAPI()
     hub = StreamHub(max_events=1_000_000, subscriber_queue=1_000_000)

@@ -17,23 +17,23 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 
-from core import accounts
-from core import agents as agents_store
+from core.a2a.remote_agents import RemoteAgentDirectory
+from core.auth import accounts
 from core.broker import Broker
+from core.broker.inbox import ChatInbox
 from core.broker.tools import BrokerDispatchTools
-from core.chat import ChatEngine
+from core.chat import agents as agents_store
+from core.chat.engine import ChatEngine
+from core.chat.llm import DEMO_PROVIDER, LLMGateway
+from core.chat.tools import ToolRegistry
+from core.chat.workspace import Workspace
 from core.db import Database
-from core.delegation import AgentInvokeTool, DelegationService
-from core.hub import StreamHub
-from core.inbox import ChatInbox
-from core.llm import DEMO_PROVIDER, LLMGateway
-from core.registry import AgentRegistry
-from core.remote_agents import RemoteAgentDirectory
+from core.delegation.registry import AgentRegistry
+from core.delegation.service import AgentInvokeTool, DelegationService
 from core.secret_box import make_data_dir_private
 from core.settings import Settings
-from core.tasks import BackgroundTasks
-from core.tools import ToolRegistry
-from core.workspace import Workspace
+from core.streaming.background import BackgroundTasks
+from core.streaming.hub import StreamHub
 
 log = logging.getLogger(__name__)
 

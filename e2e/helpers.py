@@ -9,7 +9,7 @@ import uuid
 import httpx
 from playwright.sync_api import Page, expect
 
-from core.demo_model import plan_reply
+from core.chat.demo_model import plan_reply
 
 SESSION_URL = re.compile(r"/chat/(as_[A-Za-z0-9_]+)$")
 TURN_TIMEOUT_MS = 20_000

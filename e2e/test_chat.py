@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from core.demo_model import _echo
+from core.chat.demo_model import _echo
 from e2e.helpers import (
     as_rendered,
     assistant_text,

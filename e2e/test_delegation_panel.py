@@ -13,8 +13,18 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from core.demo_model import _echo
-from e2e.helpers import TURN_TIMEOUT_MS, as_rendered, lorem, open_chat, send, session_id_of, unique, wait_for_turn_end, words
+from core.chat.demo_model import _echo
+from e2e.helpers import (
+    TURN_TIMEOUT_MS,
+    as_rendered,
+    lorem,
+    open_chat,
+    send,
+    session_id_of,
+    unique,
+    wait_for_turn_end,
+    words,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Browser, Page
 
-from core.hub import StreamHub
-from core.sse import SSEStream
-from core.task_manager import TaskEvents
+from core.streaming.hub import StreamHub
+from core.streaming.sse import SSEStream
+from core.streaming.task_manager import TaskEvents
 from tests.test_sse_harness import SSEServer, sse_server
 
 # The seed's client example, recording what arrives instead of logging it.

@@ -8,7 +8,8 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from core import accounts, api_keys
+from core.a2a import api_keys
+from core.auth import accounts
 from core.db import alembic_config, sync_url
 from core.services import Services
 from models import ApiKey

@@ -13,7 +13,7 @@ from nicegui.testing import User
 from nicegui.testing.general_fixtures import get_path_to_main_file
 from nicegui.testing.user_simulation import user_simulation
 
-from core import api_keys
+from core.a2a import api_keys
 from core.services import Services
 from tests.test_a2a_client import echo_server
 

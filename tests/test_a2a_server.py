@@ -24,7 +24,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
-from core.demo_model import plan_reply
+from core.chat.demo_model import plan_reply
 from tests.utils.a2a_live import LiveApp, live_a2a_app, rpc, sdk_client, user_message
 
 

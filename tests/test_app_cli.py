@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core import accounts
-from core import sessions as sessions_store
+from core.auth import accounts
+from core.chat import sessions as sessions_store
+from core.chat.demo_model import plan_reply
 from core.db import Database
-from core.demo_model import plan_reply
 from core.services import Services, StartupRefused, describe_database, describe_redis
 from tests.conftest import make_settings
 from tests.utils.app_process import ROOT, app_process, child_env, free_port

@@ -20,12 +20,12 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from core import agents as agents_store
-from core import sessions as sessions_store
 from core.broker.tools import BrokerDispatchTools
-from core.delegation import task_stream_key
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.tools import ToolContext
+from core.delegation.service import task_stream_key
 from core.services import Services
-from core.tools import ToolContext
 from models import A2ATaskSession, AgentMessage, AgentSession
 from tests.test_broker import (
     dispatch,

@@ -8,10 +8,10 @@ import time
 import pytest
 from sqlmodel import select
 
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.chat import InvalidMessage, SessionNotFound, TurnInProgress
-from core.llm import litellm_module
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.engine import InvalidMessage, SessionNotFound, TurnInProgress
+from core.chat.llm import litellm_module
 from core.services import Services
 from core.settings import Settings
 from models import A2ATaskSession, AgentMessage, User
@@ -317,7 +317,7 @@ async def test_list_sessions_is_newest_first_and_per_user(services: Services) ->
 def test_tool_families_expand_per_agent_and_never_replace_plain_tools() -> None:
     from dataclasses import dataclass
 
-    from core.tools import ToolRegistry
+    from core.chat.tools import ToolRegistry
 
     @dataclass
     class Named:

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import make_settings
 
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.hub import BufferState, StreamEvent
-from core.llm import litellm_module
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.llm import litellm_module
+from core.chat.tools import ToolContext, ToolResult
 from core.services import Services
 from core.settings import Settings
-from core.tools import ToolContext, ToolResult
+from core.streaming.hub import BufferState, StreamEvent
 from models import AgentMessage
+from tests.conftest import make_settings
 from tests.utils.openai_server import (
     OpenAIServer,
     broken,

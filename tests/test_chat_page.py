@@ -25,7 +25,7 @@ from nicegui.testing.general_fixtures import get_path_to_main_file
 from nicegui.testing.user_interaction import UserInteraction
 from nicegui.testing.user_simulation import user_simulation
 
-from core import accounts
+from core.auth import accounts
 from core.db import Database
 from core.services import Services
 from core.settings import load_settings
@@ -50,7 +50,7 @@ def echo_of(text: str, words: int) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def litellm_imported() -> None:
     """Import LiteLLM (3-5 s, once per process) before the first test, not inside its time limits."""
-    from core.llm import litellm_module
+    from core.chat.llm import litellm_module
 
     litellm_module()
 
@@ -185,7 +185,7 @@ async def navigated(user: User, previous) -> None:
 
 
 async def saved_messages(session_id: str) -> list:
-    from core import sessions as sessions_store
+    from core.chat import sessions as sessions_store
 
     async with services().db.session() as s:
         return await sessions_store.list_messages(s, session_id=session_id)
@@ -330,7 +330,7 @@ async def test_stop_cancels_a_long_reply_and_keeps_what_it_said(user: User) -> N
 
 @pytest.mark.parametrize("app_env", [SLOW_DEMO], indirect=True)
 async def test_an_answer_cut_off_by_a_crash_shows_what_it_said_as_interrupted(user: User) -> None:
-    from core import sessions as sessions_store
+    from core.chat import sessions as sessions_store
 
     await user.open("/")
     agent = await services().workspace.default_agent()

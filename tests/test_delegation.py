@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
-from core.delegation import parse_invoke_arguments, task_stream_key
-from core.demo_model import _echo, find_mentions
-from core.hub import StreamEvent
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
+from core.chat.demo_model import _echo, find_mentions
+from core.chat.tools import ToolContext
+from core.delegation.service import parse_invoke_arguments, task_stream_key
 from core.services import Services
-from core.tools import ToolContext
+from core.streaming.hub import StreamEvent
 from models import A2ATaskSession, AgentMessage, AgentTool
 from tests.conftest import make_settings
 
@@ -339,7 +339,7 @@ class ScriptedRemoteAgent:
 
 
 async def test_a_remote_agent_in_the_registry_is_delegated_to_like_a_local_one(services: Services) -> None:
-    from core.registry import RemoteEvent
+    from core.delegation.registry import RemoteEvent
 
     remote = ScriptedRemoteAgent("weather", [
         RemoteEvent(state="working"), RemoteEvent(text="Sunny, "), RemoteEvent(text="22 °C."),
@@ -369,7 +369,7 @@ async def test_a_remote_agent_in_the_registry_is_delegated_to_like_a_local_one(s
     ],
 )
 async def test_a_remote_agent_that_fails_or_just_stops_fails_the_task(services: Services, script, says) -> None:
-    from core.registry import RemoteEvent
+    from core.delegation.registry import RemoteEvent
 
     events = [RemoteEvent(text="partial")]
     if script == "failed":
@@ -386,7 +386,7 @@ async def test_a_remote_agent_that_fails_or_just_stops_fails_the_task(services: 
 
 
 async def test_stopping_the_caller_cancels_the_remote_stream(services: Services) -> None:
-    from core.registry import RemoteEvent
+    from core.delegation.registry import RemoteEvent
 
     remote = ScriptedRemoteAgent("slow", [RemoteEvent(text="tick ")] * 1000, pause_s=0.01)
     await services.registry.claim(remote)
@@ -406,7 +406,7 @@ async def test_stopping_the_caller_cancels_the_remote_stream(services: Services)
 
 
 async def test_the_registry_refuses_ids_that_are_taken(services: Services) -> None:
-    from core.registry import IdTaken
+    from core.delegation.registry import IdTaken
 
     with pytest.raises(IdTaken, match="local agent"):
         await services.registry.claim(ScriptedRemoteAgent("coding-assistant", []))

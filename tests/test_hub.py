@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from core.hub import BufferState, StreamBusy, StreamClosed, StreamHub, SubscriberOverflow, UnknownStream
+from core.streaming.hub import BufferState, StreamBusy, StreamClosed, StreamHub, SubscriberOverflow, UnknownStream
 
 
 class FakeClock:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
+from core.broker.inbox import ChatInbox
 from core.broker.inject import AUTO, DELAY, Inject, InjectBus
-from core.chat import SessionNotFound, TurnInProgress
-from core.inbox import ChatInbox
+from core.chat.engine import SessionNotFound, TurnInProgress
 from tests.utils.broker import wait_for
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.llm import LLMError, LLMEvent, LLMGateway, LLMTimeout, ModelResult, TextDelta, ToolCall, litellm_module
+from core.chat.llm import LLMError, LLMEvent, LLMGateway, LLMTimeout, ModelResult, TextDelta, ToolCall, litellm_module
 from tests.utils.openai_server import (
     OpenAIServer,
     auth_error,

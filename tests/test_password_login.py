@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core import accounts
-from core.api import api_router
+from core.auth import accounts
 from core.db import Database
+from core.routes import api_router
 from core.services import Services
 from tests.conftest import make_settings
 from tests.utils.live_server import live_server, services_app

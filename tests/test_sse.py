@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from core.sse import SSEDataError, SSEStream
+from core.streaming.sse import SSEDataError, SSEStream
 from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 

@@ -33,9 +33,9 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from core.hub import StreamHub
-from core.sse import SSEStream, hub_sse_response, last_event_id, stream_not_found
-from core.task_manager import TaskEvents
+from core.streaming.hub import StreamHub
+from core.streaming.sse import SSEStream, hub_sse_response, last_event_id, stream_not_found
+from core.streaming.task_manager import TaskEvents
 from tests.utils.live_server import live_server
 
 T = TypeVar("T")

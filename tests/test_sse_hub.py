@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from core.hub import StreamHub
+from core.streaming.hub import StreamHub
 from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 

@@ -20,10 +20,9 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.hub import StreamHub
-from core.sse import SEED_EVENT_TYPES, SSEStream
+from core.streaming.hub import StreamHub
+from core.streaming.sse import SEED_EVENT_TYPES, SSEStream
 from tests.test_sse_harness import Event, RawReader, parse_sse
-
 
 #: More examples for a thorough run: SSE_RESUME_EXAMPLES=500 .venv/bin/python -m pytest tests/test_sse_resume.py
 EXAMPLES = int(os.environ.get("SSE_RESUME_EXAMPLES", "30"))

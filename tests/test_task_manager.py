@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from core.hub import StreamBusy, StreamClosed, StreamHub, UnknownStream
-from core.sse import SSEDataError
-from core.task_manager import TaskEvents
+from core.streaming.hub import StreamBusy, StreamClosed, StreamHub, UnknownStream
+from core.streaming.sse import SSEDataError
+from core.streaming.task_manager import TaskEvents
 from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from nicegui import ui
 
-from core import api_keys
+from core.a2a import api_keys
 from core.services import Services
 from ui.auth import current_user_id
 

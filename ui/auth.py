@@ -13,8 +13,8 @@ from fastapi.responses import RedirectResponse
 from nicegui import app, ui
 from starlette.middleware.base import BaseHTTPMiddleware
 
-from core import accounts
-from core.api import USER_ID_KEY
+from core.auth import accounts
+from core.auth.deps import USER_ID_KEY
 from core.services import Services
 
 # Paths that work without a browser login: NiceGUI's own assets and socket, the login page,

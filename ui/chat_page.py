@@ -18,9 +18,9 @@ from typing import Any
 from nicegui import Client, background_tasks, ui
 
 from core.broker.tools import TOOL_NAME_PREFIX
-from core.chat import ChatError, SessionChange
-from core.hub import StreamEvent, SubscriberOverflow, UnknownStream
+from core.chat.engine import ChatError, SessionChange
 from core.services import Services
+from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from models import AgentMessage, AgentSession
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.auth import current_user_id

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from nicegui import ui
 
-from core.remote_agents import RegistrationError
+from core.a2a.remote_agents import RegistrationError
 from core.services import Services
 from ui.api_keys_page import a2a_header
 from ui.auth import current_user_id

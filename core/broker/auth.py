@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.broker.wire import A2A_ID_PATTERN
-from core.logtext import loggable
 from core.settings import AuthSettings
+from core.web.logtext import loggable
 
 log = logging.getLogger(__name__)
 

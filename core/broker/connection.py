@@ -28,10 +28,10 @@ from typing import Any
 
 from core.broker import wire
 from core.broker.auth import Identity
-from core.delegation import RemoteAgentError
-from core.logtext import loggable
-from core.registry import RemoteEvent
+from core.delegation.registry import RemoteEvent
+from core.delegation.service import RemoteAgentError
 from core.settings import Settings
+from core.web.logtext import loggable
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from pydantic import BaseModel, Field, StrictInt, StringConstraints
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
-from core import api_keys
+from core.a2a import api_keys
 from core.broker.auth import Refused
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
-from core.schemas import RequestBody
+from core.web.schemas import RequestBody
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,11 @@ from core.broker.auth import Identity, Refused, identify, is_blacklisted
 from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.reload import ConfigReloader
-from core.delegation import RemoteAgentError
-from core.logtext import loggable
-from core.registry import AgentRegistry, IdTaken
+from core.delegation.registry import AgentRegistry, IdTaken
+from core.delegation.service import RemoteAgentError
 from core.settings import Settings
-from core.tasks import BackgroundTasks
+from core.streaming.background import BackgroundTasks
+from core.web.logtext import loggable
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Broker:
         if self.registry.remote(a2a_id) is not None:
             return f"{a2a_id!r} is already registered as a remote agent"
         async with self.registry.db.session() as s:
-            from core import agents as agents_store
+            from core.chat import agents as agents_store
 
             if await agents_store.get_agent_by_slug(s, a2a_id) is not None:
                 return f"{a2a_id!r} is the id of a local agent; choose another id"
@@ -263,7 +263,7 @@ class Broker:
     async def _card(self, conn: AgentConnection) -> wire.AgentCard:
         timeout_s = self.settings.request_timeout / 1000
         if conn.card_url:
-            from core import outbound  # only for agents that name a card URL
+            from core.a2a import outbound  # only for agents that name a card URL
 
             allow = outbound.AllowList.parse(self.settings.outbound_allow_hosts)
             try:

@@ -19,16 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from core.agents import A2A_DISPATCH
 from core.broker.connection import AgentConnection
 from core.broker.service import user_owner
 from core.broker.wire import TOOL_NAME_PREFIX
-from core.tools import ToolContext, ToolResult
+from core.chat.agents import A2A_DISPATCH
+from core.chat.tools import ToolContext, ToolResult
 
 if TYPE_CHECKING:
+    from core.broker.inbox import ChatInbox
     from core.broker.service import Broker
-    from core.delegation import DelegationService
-    from core.inbox import ChatInbox
+    from core.delegation.service import DelegationService
 
 MAX_TASK_CHARS = 20_000
 

@@ -19,8 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core.input_limits import MAX_JSON_NESTING as MAX_NESTING
-from core.input_limits import json_nesting
+from core.chat.prompts import DISPATCH_TOOL_PREFIX as TOOL_NAME_PREFIX
+from core.web.input_limits import MAX_JSON_NESTING as MAX_NESTING
+from core.web.input_limits import json_nesting
 
 JSONRPC = "2.0"
 
@@ -331,9 +332,6 @@ def parse_card(obj: Any) -> AgentCard:
     v1 = any(v.startswith("1") for v in versions) and not any(v.startswith("0.") for v in versions)
     return AgentCard(name=name.strip(), description=description.strip(), skills=tuple(parsed),
                      version=_str(obj.get("version")), v1=v1, raw=obj)
-
-
-TOOL_NAME_PREFIX = "a2a_"
 
 
 def tool_definition(a2a_id: str, card: AgentCard) -> dict[str, Any]:

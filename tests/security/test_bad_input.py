@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.broker import wire
-from core.logtext import loggable
 from core.services import Services
-from core.sse import _parse_resume
+from core.streaming.sse import _parse_resume
+from core.web.logtext import loggable
 from tests.conftest import make_settings
 from tests.utils.app_process import AppProcess, app_process
 from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for

@@ -7,7 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core import accounts, api_keys
+from core.a2a import api_keys
+from core.auth import accounts
 from core.services import Services
 from tests.conftest import make_settings
 from tests.utils.broker import DISPATCH_TOKEN, FakeAgent, broker_app, serve_app

@@ -25,9 +25,10 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 
-from core import a2a_client, outbound
-from core.delegation import RemoteAgentError
-from core.remote_agents import RegistrationError
+from core.a2a import client as a2a_client
+from core.a2a import outbound
+from core.a2a.remote_agents import RegistrationError
+from core.delegation.service import RemoteAgentError
 from core.services import Services
 from tests.conftest import make_settings
 from tests.utils.a2a_live import live_a2a_app

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from core import accounts
+from core.auth import accounts
 from core.services import Services
 from tests.conftest import make_settings
 from tests.test_a2a_client import echo_server

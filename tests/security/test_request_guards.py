@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.request_guards import host_name
+from core.web.request_guards import host_name
 from tests.utils.app_process import AppProcess, app_process
 
 EVIL_ORIGIN = "http://evil.example"

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-import core.a2a_client as a2a_client
+import core.a2a.client as a2a_client
 from core.secret_box import SecretBox, SecretUnreadable
 from core.services import Services
 from models import RemoteA2AAgent

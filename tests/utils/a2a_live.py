@@ -13,8 +13,8 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest
 from fastapi import FastAPI
 
-from core.a2a_api import a2a_api_router, a2a_router
-from core.api import api_router
+from core.a2a.routes import a2a_api_router, a2a_router
+from core.routes import api_router
 from core.services import Services
 from tests.conftest import make_settings
 from tests.utils.app_process import free_port

@@ -45,7 +45,7 @@ def travel_card(name: str = "出行助手") -> dict[str, Any]:
 def broker_app(services: Services, *, with_api: bool = False) -> FastAPI:
     """A FastAPI app with the broker routes (and the chat API when asked), services started by its lifespan."""
     if with_api:
-        from core.api import api_router
+        from core.routes import api_router
 
         return services_app(services, broker_router(), api_router())
     return services_app(services, broker_router())

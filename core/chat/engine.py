@@ -41,24 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import agents as agents_store
-from core import sessions as sessions_store
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
+from core.chat.prompts import INJECT_LABELS
+from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolRegistry, ToolResult
 from core.db import Database
-from core.hub import StreamBusy, StreamHub
-from core.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
-from core.tasks import BackgroundTasks
-from core.tools import BoundTool, CallTurnstile, ToolContext, ToolRegistry, ToolResult
+from core.streaming.background import BackgroundTasks
+from core.streaming.hub import StreamBusy, StreamHub
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
-
-# How a background task's inject (a system message of the session) reads to the model. The demo
-# model announces a trailing "Background task result" (core/demo_model.py, rule 1).
-INJECT_LABELS = {
-    "delay": "Background task progress (kept for later; no reply needed)",
-    "auto": "Background task result (tell the user now)",
-}
-
 
 class ChatError(Exception):
     """A request the engine cannot carry out; `code` is stable, `message` is for people."""

@@ -41,8 +41,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.hub import BufferInfo, BufferState, StreamHub, Subscription
-from core.sse import (
+from core.streaming.hub import BufferInfo, BufferState, StreamHub, Subscription
+from core.streaming.sse import (
     SEED_EVENT_TYPES,
     artifact_payload,
     hub_sse_response,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.chat import ChatEngine, SessionNotFound
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.engine import ChatEngine, SessionNotFound
 from core.db import Database
-from core.hub import BufferState, StreamHub
+from core.streaming.hub import BufferState, StreamHub
 from models import Agent, AgentMessage, AgentSession
 
 

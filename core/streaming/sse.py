@@ -70,7 +70,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
-from core.hub import BufferState, StreamEvent, StreamHub, SubscriberOverflow, Subscription, UnknownStream
+from core.streaming.hub import BufferState, StreamEvent, StreamHub, SubscriberOverflow, Subscription, UnknownStream
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

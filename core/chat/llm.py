@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import demo_model
+from core.chat import demo_model
 
 log = logging.getLogger(__name__)
 

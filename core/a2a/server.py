@@ -44,12 +44,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from sqlmodel import col, select
 
-from core import a2a_protocol as wire
-from core import agents as agents_store
-from core import api_keys
-from core import sessions as sessions_store
-from core.agents import AGENT_INVOKE
-from core.delegation import (
+from core.a2a import api_keys
+from core.a2a import protocol as wire
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.agents import AGENT_INVOKE
+from core.delegation.registry import AgentRegistry
+from core.delegation.service import (
     MAX_INPUT_CHARS,
     TERMINAL_STATES,
     WORKING,
@@ -57,10 +58,9 @@ from core.delegation import (
     DelegationService,
     task_stream_key,
 )
-from core.hub import StreamHub, SubscriberOverflow, UnknownStream
-from core.input_limits import read_capped
-from core.registry import AgentRegistry
 from core.settings import Settings
+from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
+from core.web.input_limits import read_capped
 from models import A2ATaskSession
 
 log = logging.getLogger(__name__)

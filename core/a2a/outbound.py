@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from core import input_limits
+from core.web import input_limits
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ Behaviour (documented in the README, relied on by the tests):
    that step, quoting each callee's output (or its error); a background
    dispatch's result is answered with "working on it in the background".
    The conversation ends with background task results (system messages that
-   start with "Background task result", see `core.chat.INJECT_LABELS`): the
+   start with the `auto` label of `core.chat.prompts.INJECT_LABELS`): the
    model announces each of them.
 2. The last user message contains `@<agent-id> <text>` and the request offers
    the `agent_invoke` tool: it says which agents it delegates to, then calls
@@ -38,10 +38,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-AGENT_INVOKE_TOOL = "agent_invoke"
-DISPATCH_TOOL_PREFIX = "a2a_"  # the broker's tools (core/broker/tools.py)
+from core.chat.prompts import AGENT_INVOKE_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
+
 BACKGROUND_COMMAND = "/background"
-BACKGROUND_RESULT = "Background task result"  # how core.chat labels an `auto` inject for the model
+BACKGROUND_RESULT = INJECT_LABELS["auto"]  # how the engine labels a result (an `auto` inject) for the model
 _INJECT_TEXT = re.compile(r"^[^:]*:\s*\[([^\]]+)\]\s*(.*)$", re.DOTALL)
 LOREM_MAX_WORDS = 100_000
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core import agents as agents_store
+from core.chat import agents as agents_store
 from core.db import Database
 
 

@@ -1,94 +1,28 @@
-"""The REST API of the chat, for scripts and tests: `/api/...` (OpenAPI at `/docs`).
+"""The chat over HTTP (included under `/api` by `core.routes`): agents, sessions, messages, turns and their streams.
 
-Who is asking: in single-user mode every request is the `local` user. With
-accounts, a request carries either the browser's session (after logging in on
-`/login`) or HTTP Basic credentials. A session that is not the caller's is
-answered exactly like one that does not exist (404), so ids cannot be probed.
+A session that is not the caller's is answered exactly like one that does not exist (404),
+so ids cannot be probed. Who the caller is: `core.auth.deps`.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, Field
 
-from core import accounts
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.chat import ChatError
-from core.delegation import TaskView, task_stream_key
-from core.schemas import RequestBody
-from core.services import Services
-from core.sse import hub_sse_response, last_event_id
+from core.auth.deps import CurrentUser, ServicesDep
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.engine import ChatError
+from core.streaming.sse import hub_sse_response, last_event_id
+from core.web.schemas import RequestBody
 from models import AgentMessage, AgentSession, User
 
-USER_ID_KEY = "user_id"  # in app.storage.user, set by the login page
-
-_basic = HTTPBasic(auto_error=False)
-
-
-def get_services(request: Request) -> Services:
-    """The app's services (set on `app.state` by `app.py`)."""
-    return request.app.state.services
-
-
-ServicesDep = Annotated[Services, Depends(get_services)]
-
-
-async def get_current_user(
-    request: Request,
-    services: ServicesDep,
-    credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)],
-) -> User:
-    """The user making the request, or 401."""
-    async with services.db.session() as s:
-        if not services.auth.multi_user:
-            user = await accounts.get_user(s, services.auth.local_user_id or 0)
-            if user is not None:
-                return user
-        user_id = _browser_user_id(request)
-        if user_id is not None:
-            user = await accounts.get_user(s, user_id)
-            if user is not None:
-                return user
-    if credentials is not None:
-        try:
-            user = await services.logins.authenticate(credentials.username, credentials.password,
-                                                      address=client_address(request))
-        except accounts.TooManyFailedLogins as exc:
-            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc),
-                                headers={"Retry-After": str(exc.retry_after_s)}) from exc
-        if user is not None:
-            return user
-    raise HTTPException(
-        status_code=status.HTTP_401_UNAUTHORIZED,
-        detail="Log in first: use the browser session from /login, or HTTP Basic credentials.",
-        headers={"WWW-Authenticate": "Basic"},
-    )
-
-
-def client_address(request: Request) -> str:
-    """The address of the peer that sent the request (a proxy's, behind one)."""
-    return request.client.host if request.client is not None else ""
-
-
-def _browser_user_id(request: Request) -> int | None:
-    if "session" not in request.scope:  # no SessionMiddleware (no storage secret)
-        return None
-    from nicegui import app  # the browser session lives in NiceGUI's per-user storage
-
-    try:
-        value = app.storage.user.get(USER_ID_KEY)
-    except (RuntimeError, AssertionError, KeyError):
-        return None
-    return value if isinstance(value, int) else None
-
-
-CurrentUser = Annotated[User, Depends(get_current_user)]
+if TYPE_CHECKING:
+    from core.services import Services
 
 
 class AgentOut(BaseModel):
@@ -171,35 +105,6 @@ class MessageOut(BaseModel):
     created_at: datetime = Field(serialization_alias="createdAt")
 
 
-class TaskOut(BaseModel):
-    """A delegated task (the audit view's row)."""
-
-    id: str
-    session_id: str = Field(serialization_alias="sessionId")
-    parent_task_id: str | None = Field(serialization_alias="parentTaskId")
-    caller_session_id: str | None = Field(serialization_alias="callerSessionId")
-    caller_agent_id: str | None = Field(serialization_alias="callerAgentId", description="registry id (slug)")
-    callee_agent_id: str = Field(serialization_alias="calleeAgentId", description="registry id (slug)")
-    callee_agent_name: str = Field(serialization_alias="calleeAgentName")
-    tool_call_id: str | None = Field(serialization_alias="toolCallId")
-    input: str
-    state: str
-    error: str | None
-    recursion_depth: int = Field(serialization_alias="recursionDepth")
-    input_tokens: int = Field(serialization_alias="inputTokens")
-    output_tokens: int = Field(serialization_alias="outputTokens")
-    duration_ms: int | None = Field(serialization_alias="durationMs")
-    created_at: datetime = Field(serialization_alias="createdAt")
-    finished_at: datetime | None = Field(serialization_alias="finishedAt")
-
-
-class TaskDetailOut(TaskOut):
-    """A task with the callee's messages and its direct child tasks."""
-
-    messages: list[MessageOut]
-    children: list[TaskOut]
-
-
 class TurnOut(BaseModel):
     """A started turn: subscribe to `streamUrl` to follow it."""
 
@@ -209,14 +114,9 @@ class TurnOut(BaseModel):
     after_event_id: int = Field(serialization_alias="afterEventId")
 
 
-def api_router() -> APIRouter:
-    """The `/api` routes."""
-    router = APIRouter(prefix="/api", tags=["chat"])
-
-    @router.get("/me")
-    async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
-        """Who is logged in."""
-        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user}
+def chat_router() -> APIRouter:
+    """The chat routes: agents, sessions, messages, turns and their streams."""
+    router = APIRouter()
 
     @router.get("/agents", response_model=list[AgentOut])
     async def list_agents(_: CurrentUser, services: ServicesDep) -> list[AgentOut]:
@@ -294,7 +194,7 @@ def api_router() -> APIRouter:
         async with services.db.session() as s:
             await _owned_session(s, session_id, user)
             rows = await sessions_store.list_messages(s, session_id=session_id)
-        return [_message_out(m) for m in rows]
+        return [message_out(m) for m in rows]
 
     @router.post("/sessions/{session_id}/messages", status_code=202, response_model=TurnOut,
                  response_model_by_alias=True)
@@ -329,44 +229,6 @@ def api_router() -> APIRouter:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(services.hub, session_id, last_event_id(request))
 
-    @router.get("/agents/a2a/stream", response_model=None, tags=["delegation"])
-    async def task_stream(
-        request: Request,
-        user: CurrentUser,
-        services: ServicesDep,
-        task_id: Annotated[str | None, Query(alias="taskId", max_length=64)] = None,
-    ):
-        """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
-
-        `{"active": false, "reason": "no-buffer"}` when nothing is buffered for the task
-        (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
-        """
-        if not task_id:
-            raise HTTPException(400, detail="Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
-        key = task_stream_key(task_id)
-        # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if await services.delegation.owned_task(user.id, task_id) is None or services.hub.get(key) is None:
-            return JSONResponse({"active": False, "reason": "no-buffer"})
-        return hub_sse_response(services.hub, key, last_event_id(request))
-
-    @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
-    async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
-        """Your delegated tasks, newest first (what the audit view lists)."""
-        return [_task_out(t) for t in await services.delegation.list_tasks(user.id)]
-
-    @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True,
-                tags=["delegation"])
-    async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
-        """One delegated task with the callee's messages and its nested delegations."""
-        detail = await services.delegation.task_detail(user.id, task_id)
-        if detail is None:
-            raise HTTPException(404, detail="There is no such task among your conversations.")
-        return {
-            **_task_out(detail.task),
-            "messages": [_message_out(m) for m in detail.messages],
-            "children": [_task_out(c) for c in detail.children],
-        }
-
     return router
 
 
@@ -388,21 +250,11 @@ def _session_out(row: AgentSession, slugs: dict[int, str], services: Services) -
     )
 
 
-def _message_out(m: AgentMessage) -> MessageOut:
+def message_out(m: AgentMessage) -> MessageOut:
+    """A saved message as the API shows it (also inside a task's detail)."""
     return MessageOut(
         id=m.id, role=m.role, content=m.content, sort_order=m.sort_order, status=m.status, error=m.error,
         model_id=m.model_id, input_tokens=m.input_tokens, output_tokens=m.output_tokens, tool_calls=m.tool_calls,
         tool_results=m.tool_results, source=m.source, a2a_task_id=m.a2a_task_id, caller_agent_id=m.caller_agent_id,
         caller_session_id=m.caller_session_id, inject_mode=m.inject_mode, created_at=m.created_at,
     )
-
-
-def _task_out(t: TaskView) -> dict[str, Any]:
-    return dict(
-        id=t.id, session_id=t.session_id, parent_task_id=t.parent_task_id, caller_session_id=t.caller_session_id,
-        caller_agent_id=t.caller_agent_slug, callee_agent_id=t.callee_agent_slug,
-        callee_agent_name=t.callee_agent_name, tool_call_id=t.tool_call_id, input=t.input, state=t.state,
-        error=t.error, recursion_depth=t.recursion_depth, input_tokens=t.input_tokens,
-        output_tokens=t.output_tokens, duration_ms=t.duration_ms, created_at=t.created_at, finished_at=t.finished_at,
-    )
-

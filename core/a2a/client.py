@@ -26,10 +26,10 @@ from typing import Any
 
 import httpx
 
-from core import a2a_protocol as wire
-from core import outbound
-from core.delegation import RemoteAgentError
-from core.registry import RemoteEvent
+from core.a2a import outbound
+from core.a2a import protocol as wire
+from core.delegation.registry import RemoteEvent
+from core.delegation.service import RemoteAgentError
 
 log = logging.getLogger(__name__)
 

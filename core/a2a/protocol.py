@@ -91,8 +91,8 @@ from a2a.utils.proto_utils import validate_proto_required_fields
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
-from core.input_limits import MAX_JSON_NESTING, json_nesting
-from core.registry import RemoteEvent
+from core.delegation.registry import RemoteEvent
+from core.web.input_limits import MAX_JSON_NESTING, json_nesting
 
 __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
@@ -423,7 +423,7 @@ def coalesce_sse(response: Any) -> Any:
     keep-alive, write timeout and disconnect handling; events that are ready together are written
     together (Divergence #3). Other responses pass through."""
     if isinstance(response, EventSourceResponse):
-        from core.sse import SSEResponse
+        from core.streaming.sse import SSEResponse
 
         headers = {k: v for k, v in response.headers.items() if k.lower() not in _HOP_HEADERS}
         return SSEResponse(_coalesced(response.body_iterator, response.sep), headers=headers)

@@ -27,8 +27,8 @@ import logging
 from collections import deque
 
 from core.broker.inject import AUTO, Inject, InjectBus
-from core.chat import ChatEngine, ChatError, TurnInProgress
-from core.tasks import BackgroundTasks
+from core.chat.engine import ChatEngine, ChatError, TurnInProgress
+from core.streaming.background import BackgroundTasks
 
 log = logging.getLogger(__name__)
 

@@ -33,15 +33,16 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from core import agents as agents_store
-from core import sessions as sessions_store
-from core.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
-from core.chat import AgentRun, ChatEngine, build_model_messages
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
+from core.chat.engine import AgentRun, ChatEngine, build_model_messages
+from core.chat.prompts import AGENT_INVOKE_TOOL
+from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import Database
-from core.hub import StreamHub
-from core.registry import AgentRegistry, RemoteAgent
-from core.tasks import BackgroundTasks
-from core.tools import ToolContext, ToolRegistry, ToolResult
+from core.delegation.registry import AgentRegistry, RemoteAgent
+from core.streaming.background import BackgroundTasks
+from core.streaming.hub import StreamHub
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
 log = logging.getLogger(__name__)
@@ -671,7 +672,7 @@ class AgentInvokeTool:
     """The `agent_invoke` tool (seed 000 §3.2.4): delegate a request to another agent and wait for its answer."""
 
     tool_type = AGENT_INVOKE
-    name = "agent_invoke"
+    name = AGENT_INVOKE_TOOL
     description = (
         "Delegate a request to another agent and get its answer. Use it when another agent is better "
         "suited (for example coding-assistant for code). The other agent's reply is shown to the user live."

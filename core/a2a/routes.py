@@ -23,10 +23,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
-from core import api_keys
-from core.api import CurrentUser, ServicesDep
-from core.remote_agents import RegistrationError
-from core.schemas import RequestBody
+from core.a2a import api_keys
+from core.a2a.remote_agents import RegistrationError
+from core.auth.deps import CurrentUser, ServicesDep
+from core.web.schemas import RequestBody
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from GET /api/a2a/keys)")]
@@ -55,7 +55,7 @@ _server_lock = threading.Lock()
 async def a2a_server(services: Any) -> Any:
     """The A2A server of these services, built on first use (For internal use only.)."""
     if services.a2a_server is None:
-        module = await asyncio.to_thread(importlib.import_module, "core.a2a_server")
+        module = await asyncio.to_thread(importlib.import_module, "core.a2a.server")
         with _server_lock:
             if services.a2a_server is None:
                 services.a2a_server = module.A2AServer(services)
@@ -64,7 +64,7 @@ async def a2a_server(services: Any) -> Any:
 
 def warm_up() -> None:
     """Import the A2A server in a thread, so the first A2A request does not pay for it."""
-    threading.Thread(target=importlib.import_module, args=("core.a2a_server",), name="a2a warm-up",
+    threading.Thread(target=importlib.import_module, args=("core.a2a.server",), name="a2a warm-up",
                      daemon=True).start()
 
 

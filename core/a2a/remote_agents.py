@@ -31,10 +31,10 @@ import httpx
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
-from core import outbound
-from core.agents import SLUG_PATTERN
+from core.a2a import outbound
+from core.chat.agents import SLUG_PATTERN
 from core.db import Database
-from core.registry import AgentRegistry, IdTaken
+from core.delegation.registry import AgentRegistry, IdTaken
 from core.secret_box import SecretBox, SecretUnreadable
 from core.settings import Settings
 from models import RemoteA2AAgent
@@ -279,4 +279,4 @@ def _view(agent: Any, owner_id: int | None) -> RemoteAgentView:
 
 async def _client_module() -> ModuleType:
     # The SDK import takes ~0.2 s: keep it off the event loop.
-    return await asyncio.to_thread(importlib.import_module, "core.a2a_client")
+    return await asyncio.to_thread(importlib.import_module, "core.a2a.client")

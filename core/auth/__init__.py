@@ -1,0 +1,25 @@
+"""People and who is asking: accounts, password logins, and the routers' `CurrentUser`/`ServicesDep`.
+
+Owns: the `users` table's rules (`accounts.py`: create, change a password, single-user mode's
+`local` user, `PasswordLogin` with its throttle, argon2 off the event loop); the FastAPI
+dependencies every router uses (`deps.py`); `GET /api/me` (`routes.py`). API keys for A2A
+callers are the A2A layer's (`core.a2a.api_keys`); the broker's JWTs are the broker's.
+
+May import: `core.web`, `core.streaming`, the ground floor (settings, db) and `models`. `deps.py`
+names `core.services.Services` for type checkers only: the composition sits above every router.
+"""
+
+from core.auth.accounts import AccountError, PasswordLogin, TooManyFailedLogins
+from core.auth.deps import USER_ID_KEY, CurrentUser, ServicesDep, client_address, get_current_user, get_services
+
+__all__ = [
+    "USER_ID_KEY",
+    "AccountError",
+    "CurrentUser",
+    "PasswordLogin",
+    "ServicesDep",
+    "TooManyFailedLogins",
+    "client_address",
+    "get_current_user",
+    "get_services",
+]

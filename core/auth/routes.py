@@ -1,0 +1,21 @@
+"""`/api/me`: who is logged in (included under `/api` by `core.routes`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from core.auth.deps import CurrentUser, ServicesDep
+
+
+def me_router() -> APIRouter:
+    """`GET /me`."""
+    router = APIRouter()
+
+    @router.get("/me")
+    async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+        """Who is logged in."""
+        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user}
+
+    return router

@@ -1,0 +1,107 @@
+"""The delegated tasks over HTTP (included under `/api` by `core.routes`): the task stream and the audit reads.
+
+    GET /api/agents/a2a/stream?taskId=   SSE of one delegated task (seed 000 §3.2.5), for its owner only
+    GET /api/tasks                       your delegated tasks, newest first
+    GET /api/tasks/{id}                  one task with the callee's messages and its nested delegations
+
+Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from core.auth.deps import CurrentUser, ServicesDep
+from core.chat.routes import MessageOut, message_out
+from core.delegation.service import TaskView, task_stream_key
+from core.streaming.sse import hub_sse_response, last_event_id
+
+
+class TaskOut(BaseModel):
+    """A delegated task (the audit view's row)."""
+
+    id: str
+    session_id: str = Field(serialization_alias="sessionId")
+    parent_task_id: str | None = Field(serialization_alias="parentTaskId")
+    caller_session_id: str | None = Field(serialization_alias="callerSessionId")
+    caller_agent_id: str | None = Field(serialization_alias="callerAgentId", description="registry id (slug)")
+    callee_agent_id: str = Field(serialization_alias="calleeAgentId", description="registry id (slug)")
+    callee_agent_name: str = Field(serialization_alias="calleeAgentName")
+    tool_call_id: str | None = Field(serialization_alias="toolCallId")
+    input: str
+    state: str
+    error: str | None
+    recursion_depth: int = Field(serialization_alias="recursionDepth")
+    input_tokens: int = Field(serialization_alias="inputTokens")
+    output_tokens: int = Field(serialization_alias="outputTokens")
+    duration_ms: int | None = Field(serialization_alias="durationMs")
+    created_at: datetime = Field(serialization_alias="createdAt")
+    finished_at: datetime | None = Field(serialization_alias="finishedAt")
+
+
+class TaskDetailOut(TaskOut):
+    """A task with the callee's messages and its direct child tasks."""
+
+    messages: list[MessageOut]
+    children: list[TaskOut]
+
+
+def tasks_router() -> APIRouter:
+    """The delegation routes (tag `delegation`)."""
+    router = APIRouter()
+
+    @router.get("/agents/a2a/stream", response_model=None, tags=["delegation"])
+    async def task_stream(
+        request: Request,
+        user: CurrentUser,
+        services: ServicesDep,
+        task_id: Annotated[str | None, Query(alias="taskId", max_length=64)] = None,
+    ):
+        """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
+
+        `{"active": false, "reason": "no-buffer"}` when nothing is buffered for the task
+        (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
+        """
+        if not task_id:
+            raise HTTPException(400, detail="Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
+        key = task_stream_key(task_id)
+        # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
+        if await services.delegation.owned_task(user.id, task_id) is None or services.hub.get(key) is None:
+            return JSONResponse({"active": False, "reason": "no-buffer"})
+        return hub_sse_response(services.hub, key, last_event_id(request))
+
+    @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
+    async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
+        """Your delegated tasks, newest first (what the audit view lists)."""
+        return [_task_out(t) for t in await services.delegation.list_tasks(user.id)]
+
+    @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True,
+                tags=["delegation"])
+    async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+        """One delegated task with the callee's messages and its nested delegations."""
+        detail = await services.delegation.task_detail(user.id, task_id)
+        if detail is None:
+            raise HTTPException(404, detail="There is no such task among your conversations.")
+        return {
+            **_task_out(detail.task),
+            "messages": [message_out(m) for m in detail.messages],
+            "children": [_task_out(c) for c in detail.children],
+        }
+
+    return router
+
+
+def _task_out(t: TaskView) -> dict[str, Any]:
+    return dict(
+        id=t.id, session_id=t.session_id, parent_task_id=t.parent_task_id, caller_session_id=t.caller_session_id,
+        caller_agent_id=t.caller_agent_slug, callee_agent_id=t.callee_agent_slug,
+        callee_agent_name=t.callee_agent_name, tool_call_id=t.tool_call_id, input=t.input, state=t.state,
+        error=t.error, recursion_depth=t.recursion_depth, input_tokens=t.input_tokens,
+        output_tokens=t.output_tokens, duration_ms=t.duration_ms, created_at=t.created_at, finished_at=t.finished_at,
+    )
+

@@ -1,0 +1,28 @@
+"""The HTTP edge that every router shares: what comes in from outside, before any package sees it.
+
+Owns: request bodies (`RequestBody`: unknown fields are 422, text is valid Unicode) and the 422
+answer (`schemas.py`); limits on what is read from outside, body sizes and JSON nesting
+(`input_limits.py`); the names the server answers to and no changes from other sites
+(`request_guards.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
+external text in log lines (`logtext.py`).
+
+May import: the standard library, starlette, FastAPI, pydantic; nothing else of `core`.
+"""
+
+from core.web.api_docs import add_api_docs
+from core.web.input_limits import MAX_JSON_NESTING, json_nesting, read_capped
+from core.web.logtext import install_client_fault_filter, loggable
+from core.web.request_guards import RequestGuardMiddleware
+from core.web.schemas import RequestBody, validation_error_response
+
+__all__ = [
+    "MAX_JSON_NESTING",
+    "RequestBody",
+    "RequestGuardMiddleware",
+    "add_api_docs",
+    "install_client_fault_filter",
+    "json_nesting",
+    "loggable",
+    "read_capped",
+    "validation_error_response",
+]
