@@ -9,7 +9,6 @@ import contextlib
 import http.client
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,6 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks share the tests' free-port helper (tests/utils/ports.py)
+    sys.path.insert(0, str(ROOT))
+
+from tests.utils.ports import free_port  # noqa: E402
+
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -34,13 +38,6 @@ _APP_ENV_VARS = [
     "ENV_FILE",
 ]
 _APP_ENV_PREFIXES = ("REDIS_", "AUTH_")
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:

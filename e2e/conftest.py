@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Error as PlaywrightError, Page, Playwright, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
+
+from tests.utils.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 E2E_DIR = Path(__file__).resolve().parent
@@ -61,12 +63,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # -- the server -----------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_env(tmp: Path, port: int) -> dict[str, str]:
@@ -107,7 +103,7 @@ def _wait_until_ready(base_url: str, process: subprocess.Popen, log_path: Path) 
 def serve_app(**env: str) -> Iterator[str]:
     """Run a fresh `python app.py` (its own data dir, a free port) until the block ends; yields its URL."""
     tmp = Path(tempfile.mkdtemp(prefix="e2e-server-"))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp / "server.log"
     with log_path.open("wb") as log:

@@ -15,8 +15,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from e2e.conftest import REPO_ROOT, _free_port
+from e2e.conftest import REPO_ROOT
 from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
+from tests.utils.ports import free_port as _free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ from core.a2a.routes import a2a_api_router, a2a_router
 from core.routes import api_router
 from core.services import Services
 from tests.conftest import make_settings
-from tests.utils.app_process import free_port
 from tests.utils.live_server import live_server, services_app
+from tests.utils.ports import free_port
 
 
 def build_a2a_app(services: Services) -> FastAPI:

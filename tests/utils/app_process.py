@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.utils.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
@@ -23,13 +24,6 @@ STOP_TIMEOUT_S = 20.0
 # nor inherit the parent's NiceGUI storage path, a password or where to listen.
 DROPPED_ENV = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
                "HOST", "PORT"}
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
