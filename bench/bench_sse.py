@@ -52,7 +52,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent  # noqa: E402
 
 def build_app():
     from core.streaming.hub import StreamHub
-    from core.streaming.sse import SSEStream
+    from core.streaming.sse_stream import SSEStream
     from core.streaming.task_manager import TaskEvents
 
     app = FastAPI()

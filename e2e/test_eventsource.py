@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from core.streaming.hub import StreamHub
-from core.streaming.sse import SSEStream
+from core.streaming.sse_stream import SSEStream
 from core.streaming.task_manager import TaskEvents
 from tests.test_sse_harness import SSEServer, sse_server
 

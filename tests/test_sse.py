@@ -10,7 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from core.streaming.sse import SSEDataError, SSEStream
+from core.streaming.sse import SSEDataError
+from core.streaming.sse_stream import SSEStream
 from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
 
 

@@ -34,7 +34,8 @@ from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from core.streaming.hub import StreamHub
-from core.streaming.sse import SSEStream, hub_sse_response, last_event_id, stream_not_found
+from core.streaming.sse import hub_sse_response, last_event_id, stream_not_found
+from core.streaming.sse_stream import SSEStream
 from core.streaming.task_manager import TaskEvents
 from tests.utils.live_server import live_server
 

@@ -21,7 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.streaming.hub import StreamHub
-from core.streaming.sse import SEED_EVENT_TYPES, SSEStream
+from core.streaming.sse import SEED_EVENT_TYPES
+from core.streaming.sse_stream import SSEStream
 from tests.test_sse_harness import Event, RawReader, parse_sse
 
 #: More examples for a thorough run: SSE_RESUME_EXAMPLES=500 .venv/bin/python -m pytest tests/test_sse_resume.py

@@ -21,14 +21,17 @@ from core.streaming.hub import (
     Subscription,
     UnknownStream,
 )
-from core.streaming.sse import SSEResponse, hub_sse_response, last_event_id
+from core.streaming.sse import SSEDataError, SSEResponse, hub_sse_response, last_event_id
+from core.streaming.sse_stream import SSEStream
 from core.streaming.task_manager import TaskEvents, TaskSnapshot
 
 __all__ = [
     "BackgroundTasks",
     "BufferInfo",
     "BufferState",
+    "SSEDataError",
     "SSEResponse",
+    "SSEStream",
     "StreamBusy",
     "StreamClosed",
     "StreamEvent",

@@ -42,16 +42,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from core.streaming.hub import BufferInfo, BufferState, StreamHub, Subscription
-from core.streaming.sse import (
-    SEED_EVENT_TYPES,
-    artifact_payload,
-    hub_sse_response,
-    iso_now,
-    last_event_id,
-    progress_payload,
-    state_payload,
-    to_json,
-)
+from core.streaming.sse import SEED_EVENT_TYPES, hub_sse_response, last_event_id, to_json
+from core.streaming.sse_stream import artifact_payload, iso_now, progress_payload, state_payload
 
 KEY_PREFIX = "a2a_"
 
