@@ -1,7 +1,8 @@
 """A chat turn and what it needs: the engine, the model gateway, the demo model, tools, the stores.
 
-Owns: `ChatEngine` (one turn per session: save, stream events into the hub, run tools in a
-bounded loop, save; `engine.py`), the model gateway over LiteLLM (`llm.py`, the only module that
+Owns: `ChatEngine` (one turn per session: claim, save, run, save; `engine.py`), one run of
+an agent, the model/tool loop a turn and a delegated task share (`run.py`), the draft that keeps
+a running answer through a crash (`drafts.py`), the model gateway over LiteLLM (`llm.py`, the only module that
 imports litellm, lazily) and the offline demo model (`demo_model.py`), the words the model reads
 that others must agree on (`prompts.py`), the tool registry and `ToolContext` (`tools.py`), the
 `agents` and `agent_sessions`/`agent_messages` stores (`agents.py`, `sessions.py`), the pages'
@@ -14,23 +15,23 @@ delegation runs the callee with `ChatEngine.run_agent`), not the other way round
 
 from core.chat.engine import (
     AgentNotFound,
-    AgentRun,
     ChatEngine,
     ChatError,
     InvalidMessage,
     SessionChange,
     SessionNotFound,
     TurnInProgress,
-    TurnOutcome,
     TurnStarted,
 )
 from core.chat.llm import LLMError, LLMGateway
+from core.chat.run import AgentRun, AgentRunner, TurnOutcome
 from core.chat.tools import Tool, ToolContext, ToolFamily, ToolRegistry, ToolResult
 from core.chat.workspace import SessionView, Workspace
 
 __all__ = [
     "AgentNotFound",
     "AgentRun",
+    "AgentRunner",
     "ChatEngine",
     "ChatError",
     "InvalidMessage",

@@ -1,11 +1,11 @@
-"""The chat engine: runs one turn of a session, streaming UI events into the hub.
+"""The chat engine: the turns of a session, one at a time, streaming UI events into the hub.
 
-A turn saves the user's message, then loops: call the model (streaming
-`text-delta` events), run the tools it asked for (`tool-input-available`,
-`tool-output-available`), feed the results back, until the model answers
-without tools or `max_steps` is reached. It ends with `finish` (after `error`
-when something failed), and the assistant messages of the turn are saved in one
-transaction before `finish` is sent.
+A turn saves the user's message, then runs the agent (`core.chat.run.AgentRunner`:
+call the model, streaming `text-delta` events, run the tools it asked for
+(`tool-input-available`, `tool-output-available`), feed the results back, until
+the model answers without tools or `max_steps` is reached). It ends with `finish`
+(after `error` when something failed), and the assistant messages of the turn are
+saved in one transaction before `finish` is sent.
 
 A turn runs as a background task owned by the engine, not by a page: closing
 the page does not stop it, and a page that comes back reattaches to the hub
@@ -18,7 +18,7 @@ so a refused send saves nothing. The claim is released when the turn ends, or
 when starting it fails.
 
 A crash must not lose the answer: the turn's start saves a draft assistant row
-(status `streaming`, see `core.sessions`), `DraftSaver` writes the text so far
+(status `streaming`, see `core.chat.sessions`), `DraftSaver` (`core.chat.drafts`) writes the text so far
 into it about once a second while the model streams, and the turn's end replaces
 it with the saved answer. A draft left by a kill is marked `interrupted` at the
 next start (`fail_interrupted`, called by `Services.prepare`).
@@ -33,25 +33,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
-from core.chat.prompts import INJECT_LABELS
-from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolRegistry, ToolResult
+from core.chat.drafts import DraftSaver, draft_fields
+from core.chat.llm import LLMGateway
+from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
+from core.chat.tools import BoundTool, ToolContext, ToolRegistry
 from core.db import Database
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamBusy, StreamHub
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "AgentNotFound", "AgentRun", "ChatEngine", "ChatError", "InvalidMessage", "SessionChange", "SessionNotFound",
+    "TurnInProgress", "TurnOutcome", "TurnStarted",
+]
+
 
 class ChatError(Exception):
     """A request the engine cannot carry out; `code` is stable, `message` is for people."""
@@ -132,19 +136,6 @@ class _TurnClaim:
     task: asyncio.Task[Any] | None = None  # set once the turn runs
 
 
-@dataclass(slots=True)
-class TurnOutcome:
-    """How a run of an agent ended, and the assistant messages to save."""
-
-    text: str
-    status: str  # 'complete' | 'canceled' | 'error'
-    error: str | None
-    finish_reason: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
-
-
 class ChatEngine:
     """Runs turns. Built once in `app.py`; pages and routes call it.
 
@@ -179,6 +170,7 @@ class ChatEngine:
         self.turn_timeout_s = turn_timeout_s
         self.max_message_chars = max_message_chars
         self.draft_interval_s = draft_interval_s
+        self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
         self._tasks = BackgroundTasks()
         self._turns: dict[str, _TurnClaim] = {}
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
@@ -216,7 +208,7 @@ class ChatEngine:
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 user_row, draft = await sessions_store.add_messages(s, session_id=session_id, messages=[
-                    {"role": "user", "content": text, "source": "user"}, _draft_fields(agent)])
+                    {"role": "user", "content": text, "source": "user"}, draft_fields(agent)])
             return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
             self._release_unlaunched(session_id, claim)
@@ -242,7 +234,7 @@ class ChatEngine:
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
                     raise SessionNotFound("The chat has nothing to announce.")
-                [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[_draft_fields(agent)])
+                [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
             return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
         finally:
             self._release_unlaunched(session_id, claim)
@@ -414,307 +406,9 @@ class ChatEngine:
         ctx: ToolContext,
         max_output_tokens: int | None = None,
     ) -> TurnOutcome:
-        """Run the model/tool loop of `run`, streaming into `stream_key`.
-
-        Model failures, timeouts and tool errors end the run with an `error` event; they
-        do not raise. `run.outcome` is set however the run ends, cancellation included
-        (the CancelledError is re-raised after it is recorded), so the caller can save it.
-        """
-        await self._emit(stream_key, "start", {"messageId": f"msg_{secrets.token_hex(8)}"})
-        try:
-            async with asyncio.timeout(self.turn_timeout_s):
-                await self._loop(stream_key, run, tools, ctx, max_output_tokens)
-        except asyncio.CancelledError:
-            run.close_step(status="canceled")
-            run.finish("canceled", status="canceled")
-            raise
-        except TimeoutError:
-            await self._fail(stream_key, run, f"The answer took longer than {self.turn_timeout_s:g} s and was stopped.")
-        except LLMError as exc:
-            await self._fail(stream_key, run, exc.message)
-        except Exception:
-            log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
-            await self._fail(stream_key, run, "Something went wrong on the server while answering; try again.")
-        return run.outcome
-
-    async def _fail(self, stream_key: str, run: AgentRun, message: str) -> None:
-        run.close_step(status="error", error=message)
-        run.finish("error", status="error", error=message)
-        await self._emit(stream_key, "error", {"errorText": message})
-
-    async def _loop(
-        self, stream_key: str, run: AgentRun, tools: dict[str, BoundTool], ctx: ToolContext, max_tokens: int | None
-    ) -> None:
-        definitions = [t.definition() for t in tools.values()] or None
-        for step in range(self.max_steps):
-            run.open_step()
-            text_id = f"text-{step}"
-            result: ModelResult | None = None
-            async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, max_tokens=max_tokens):
-                if isinstance(event, TextDelta):
-                    run.step_text.append(event.text)
-                    if run.on_text is not None:
-                        run.on_text()
-                    await self._emit(stream_key, "text-delta", {"id": text_id, "delta": event.text})
-                else:
-                    result = event
-            assert result is not None  # the gateway always ends with a ModelResult
-            run.add_usage(result)
-            if not result.tool_calls:
-                run.close_step(text=result.text or "".join(run.step_text))
-                run.finish(result.finish_reason or "stop")
-                return
-            run.step_calls = result.tool_calls
-            run.messages.append(_assistant_message(result.text or "".join(run.step_text), result.tool_calls))
-            for call in result.tool_calls:
-                await self._emit(
-                    stream_key, "tool-input-available",
-                    {"toolCallId": call.id, "toolName": call.name, "input": _input_for_display(call)},
-                )
-            gates = CallTurnstile.chain(len(result.tool_calls))
-            outputs = await asyncio.gather(
-                *(self._call_tool(stream_key, call, tools, ctx, gate) for call, gate in zip(
-                    result.tool_calls, gates, strict=True))
-            )
-            run.step_results = [
-                {"toolCallId": call.id, "toolName": call.name, **output}
-                for call, output in zip(result.tool_calls, outputs, strict=True)
-            ]
-            for call, output in zip(result.tool_calls, outputs, strict=True):
-                run.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "name": call.name,
-                     "content": json.dumps(output["output"], ensure_ascii=False)}
-                )
-            run.close_step(text=result.text or "".join(run.step_text))
-        await self._fail(stream_key, run, f"Stopped after {self.max_steps} model calls without a final answer.")
-
-    async def _call_tool(
-        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
-        gate: CallTurnstile | None = None,
-    ) -> dict[str, Any]:
-        try:
-            return await self._run_tool(stream_key, call, tools, ctx, gate)
-        finally:
-            if gate is not None:
-                gate.release()
-
-    async def _run_tool(
-        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
-        gate: CallTurnstile | None,
-    ) -> dict[str, Any]:
-        started = time.monotonic()
-        bound = tools.get(call.name)
-        if bound is None:
-            result = ToolResult(False, error=f"There is no tool named {call.name!r}; available: {sorted(tools) or 'none'}.")
-        else:
-            try:
-                arguments = call.parsed_arguments()
-            except ValueError as exc:
-                result = ToolResult(False, error=f"Invalid arguments for {call.name}: {exc}.")
-            else:
-                call_ctx = ToolContext(
-                    user_id=ctx.user_id, agent_id=ctx.agent_id, agent_slug=ctx.agent_slug, session_id=ctx.session_id,
-                    recursion_depth=ctx.recursion_depth, tool_call_id=call.id, task_id=ctx.task_id, chain=ctx.chain,
-                    emit=lambda type, data: self._emit(stream_key, type, data), turnstile=gate,
-                )
-                try:
-                    result = await bound.tool.execute(arguments, bound.config, call_ctx)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("tool %s failed", call.name)
-                    result = ToolResult(False, error=f"The tool {call.name} failed unexpectedly.")
-        result.metadata.setdefault("durationMs", int((time.monotonic() - started) * 1000))
-        output = result.for_model()
-        await self._emit(
-            stream_key, "tool-output-available",
-            {"toolCallId": call.id, "output": output, "metadata": result.metadata, "isError": not result.success},
-        )
-        return {"output": output, "metadata": result.metadata, "isError": not result.success}
+        """Run the model/tool loop of `run`, streaming into `stream_key` (see `AgentRunner.run`)."""
+        return await self.runner.run(stream_key=stream_key, run=run, tools=tools, ctx=ctx,
+                                     max_output_tokens=max_output_tokens)
 
     async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
         await self.hub.append(key, type, data)
-
-
-@dataclass(slots=True)
-class AgentRun:
-    """The record of one agent run: its messages so far, and its steps as assistant rows.
-
-    Attributes:
-        agent: who answers.
-        messages: the chat-completion messages (grows with tool calls and results).
-        fields: extra columns for every saved row (`source`, `a2a_task_id`, ...).
-        outcome: set when the run ends, however it ends.
-        on_text: called after each streamed chunk (a chat turn's `DraftSaver.touch`); must not block.
-    """
-
-    agent: Agent
-    messages: list[dict[str, Any]]
-    fields: dict[str, Any]
-    step_text: list[str] = field(default_factory=list)
-    step_calls: list[ToolCall] = field(default_factory=list)
-    step_results: list[dict[str, Any]] | None = None
-    step_open: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    step_input_tokens: int = 0
-    step_output_tokens: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    outcome: TurnOutcome | None = None
-    on_text: Callable[[], None] | None = None
-
-    def text_so_far(self) -> str:
-        """What the agent has said in this run: the closed steps, then the open one."""
-        parts = [r["content"] for r in self.rows if r["content"]]
-        if self.step_open:
-            parts.extend(self.step_text)
-        return "".join(parts)
-
-    def open_step(self) -> None:
-        self.step_text, self.step_calls, self.step_results = [], [], None
-        self.step_input_tokens = self.step_output_tokens = 0
-        self.step_open = True
-
-    def add_usage(self, result: ModelResult) -> None:
-        self.step_input_tokens, self.step_output_tokens = result.usage.input_tokens, result.usage.output_tokens
-        self.input_tokens += result.usage.input_tokens
-        self.output_tokens += result.usage.output_tokens
-
-    def close_step(self, *, text: str | None = None, status: str = "complete", error: str | None = None) -> None:
-        if not self.step_open:
-            return
-        self.step_open = False
-        content = text if text is not None else "".join(self.step_text)
-        calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.step_calls] or None
-        results = self.step_results
-        if calls and results is None:  # stopped while the tools ran
-            results = [{"toolCallId": c["id"], "toolName": c["name"], "isError": True,
-                        "output": {"ok": False, "error": f"the call was {status}"}, "metadata": {}} for c in calls]
-        if not content and not calls and status == "complete":
-            return
-        self.rows.append({
-            "role": "assistant",
-            "content": content,
-            "model_id": self.agent.model,
-            "input_tokens": self.step_input_tokens or None,
-            "output_tokens": self.step_output_tokens or None,
-            "tool_calls": calls,
-            "tool_results": results,
-            "status": status,
-            "error": error,
-            **self.fields,
-        })
-
-    def finish(self, finish_reason: str, *, status: str = "complete", error: str | None = None) -> None:
-        text = "".join(r["content"] for r in self.rows if r["content"])
-        self.outcome = TurnOutcome(
-            text=text, status=status, error=error, finish_reason=finish_reason,
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens, rows=self.rows,
-        )
-
-
-class DraftSaver:
-    """Keeps a running turn's text so far in its draft row, about once per `interval_s`, never per chunk.
-
-    `touch` runs on every streamed chunk and only reads the clock. When `interval_s` has passed
-    since the last save and no save is in flight, it starts one (one UPDATE of the one row) in a
-    task of its own: streaming never waits on the database, and one save at most is in flight.
-    A failed save is logged and retried at the next interval. `settle` waits for a save in flight,
-    so the turn's final save comes after it.
-
-    Args:
-        db: the database.
-        message_id: the draft row (status `streaming`).
-        text: the run's text so far (`AgentRun.text_so_far`), read only when saving.
-        interval_s: the least time between two saves.
-    """
-
-    def __init__(self, db: Database, message_id: int, text: Callable[[], str], *, interval_s: float = 1.0) -> None:
-        self.db = db
-        self.message_id = message_id
-        self.text = text
-        self.interval_s = interval_s
-        self.saves = 0
-        self._last = time.monotonic()
-        self._saved_chars = 0
-        self._in_flight: asyncio.Task[None] | None = None
-
-    def touch(self) -> None:
-        """A chunk arrived: start a save if one is due."""
-        now = time.monotonic()
-        if self._in_flight is not None or now - self._last < self.interval_s:
-            return
-        self._last = now
-        text = self.text()
-        if len(text) == self._saved_chars:  # the text only grows; nothing new
-            return
-        self._in_flight = asyncio.get_running_loop().create_task(
-            self._save(text), name=f"save draft {self.message_id}")
-
-    async def _save(self, text: str) -> None:
-        try:
-            async with self.db.session() as s:
-                await sessions_store.save_draft(s, message_id=self.message_id, content=text)
-            self.saves += 1
-            self._saved_chars = len(text)
-        except Exception:
-            log.warning("could not save the draft answer %s; trying again in %g s", self.message_id,
-                        self.interval_s, exc_info=True)
-        finally:
-            self._in_flight = None
-
-    async def settle(self) -> None:
-        """Wait for the save in flight, if any (without cancelling it when the caller is cancelled)."""
-        if self._in_flight is not None:
-            await asyncio.wait([self._in_flight])
-
-
-def _draft_fields(agent: Agent) -> dict[str, Any]:
-    """The row a session turn's answer is streamed into until the turn saves it (`core.sessions.STREAMING`)."""
-    return {"role": "assistant", "content": "", "model_id": agent.model, "status": sessions_store.STREAMING,
-            "source": "user"}
-
-
-def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict[str, Any]]:
-    """The chat-completion messages for `agent` from a session's saved messages."""
-    messages: list[dict[str, Any]] = []
-    if agent.system_prompt:
-        messages.append({"role": "system", "content": agent.system_prompt})
-    for row in history:
-        if row.role == "user":
-            messages.append({"role": "user", "content": row.content})
-        elif row.role == "assistant":
-            calls = row.tool_calls or []
-            if calls:
-                messages.append(_assistant_message(
-                    row.content, [ToolCall(c["id"], c["name"], c.get("arguments") or "{}") for c in calls]
-                ))
-                for result in row.tool_results or []:
-                    messages.append({
-                        "role": "tool", "tool_call_id": result["toolCallId"], "name": result.get("toolName", ""),
-                        "content": json.dumps(result.get("output"), ensure_ascii=False),
-                    })
-            elif row.content:
-                messages.append({"role": "assistant", "content": row.content})
-        elif row.role == "system" and row.content:
-            label = INJECT_LABELS.get(row.inject_mode or "")
-            messages.append({"role": "system", "content": f"{label}: {row.content}" if label else row.content})
-    return messages
-
-
-def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": text or None,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
-            for c in calls
-        ],
-    }
-
-
-def _input_for_display(call: ToolCall) -> Any:
-    try:
-        return call.parsed_arguments()
-    except ValueError:
-        return call.arguments

@@ -36,8 +36,9 @@ from sqlmodel import col, select
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
-from core.chat.engine import AgentRun, ChatEngine, build_model_messages
+from core.chat.engine import ChatEngine
 from core.chat.prompts import AGENT_INVOKE_TOOL
+from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import Database
 from core.delegation.registry import AgentRegistry, RemoteAgent
