@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 
 from bench._common import table  # noqa: E402
-from core.delegation.service import task_stream_key  # noqa: E402
+from core.delegation import task_stream_key  # noqa: E402
 from core.services import Services  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from core.streaming.hub import StreamHub  # noqa: E402

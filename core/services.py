@@ -29,7 +29,8 @@ from core.chat.tools import ToolRegistry
 from core.chat.workspace import Workspace
 from core.db import Database
 from core.delegation.registry import AgentRegistry
-from core.delegation.service import AgentInvokeTool, DelegationService
+from core.delegation.service import DelegationService
+from core.delegation.tool import AgentInvokeTool
 from core.secret_box import make_data_dir_private
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks

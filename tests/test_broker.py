@@ -497,7 +497,7 @@ async def test_health_reports_redis_and_counts(tmp_path: Path) -> None:
 async def test_a_chat_mention_delegates_to_the_connected_ws_agent(tmp_path: Path) -> None:
     from core.chat import agents as agents_store
     from core.chat import sessions as sessions_store
-    from core.delegation.service import task_stream_key
+    from core.delegation import task_stream_key
 
     async with running(tmp_path) as (host, services, broker, http):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)

@@ -24,7 +24,7 @@ from core.broker.tools import BrokerDispatchTools
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
-from core.delegation.service import task_stream_key
+from core.delegation import task_stream_key
 from core.services import Services
 from models import A2ATaskSession, AgentMessage, AgentSession
 from tests.test_broker import (

@@ -13,7 +13,7 @@ from core.chat import sessions as sessions_store
 from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat.demo_model import _echo, find_mentions
 from core.chat.tools import ToolContext
-from core.delegation.service import parse_invoke_arguments, task_stream_key
+from core.delegation import parse_invoke_arguments, task_stream_key
 from core.services import Services
 from core.streaming.hub import StreamEvent
 from models import A2ATaskSession, AgentMessage, AgentTool

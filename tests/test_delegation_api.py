@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from core.auth import accounts
-from core.delegation.service import task_stream_key
+from core.delegation import task_stream_key
 from core.services import Services
 from tests.conftest import make_settings
 from tests.test_api import build_api_app, stream_events

@@ -20,7 +20,7 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
-from core.delegation.service import COMPLETED, TERMINAL_STATES, TaskView, task_stream_key
+from core.delegation import COMPLETED, TERMINAL_STATES, TaskView, task_stream_key
 from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from ui.streaming import StreamingMarkdown

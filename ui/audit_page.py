@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from nicegui import ui
 
-from core.delegation.service import TaskView
+from core.delegation import TaskView
 from core.services import Services
 from ui.agent_invoke_panel import STATUS_COLORS, STATUS_LABELS
 from ui.auth import current_user_id

@@ -28,8 +28,7 @@ import httpx
 
 from core.a2a import outbound
 from core.a2a import protocol as wire
-from core.delegation.registry import RemoteEvent
-from core.delegation.service import RemoteAgentError
+from core.delegation.registry import RemoteAgentError, RemoteEvent
 
 log = logging.getLogger(__name__)
 

@@ -50,14 +50,9 @@ from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.agents import AGENT_INVOKE
 from core.delegation.registry import AgentRegistry
-from core.delegation.service import (
-    MAX_INPUT_CHARS,
-    TERMINAL_STATES,
-    WORKING,
-    DelegationRefused,
-    DelegationService,
-    task_stream_key,
-)
+from core.delegation.service import DelegationRefused, DelegationService
+from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
+from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
 from core.web.input_limits import read_capped

@@ -28,8 +28,7 @@ from typing import Any
 
 from core.broker import wire
 from core.broker.auth import Identity
-from core.delegation.registry import RemoteEvent
-from core.delegation.service import RemoteAgentError
+from core.delegation.registry import RemoteAgentError, RemoteEvent
 from core.settings import Settings
 from core.web.logtext import loggable
 

@@ -31,8 +31,7 @@ from core.broker.auth import Identity, Refused, identify, is_blacklisted
 from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.reload import ConfigReloader
-from core.delegation.registry import AgentRegistry, IdTaken
-from core.delegation.service import RemoteAgentError
+from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgentError
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.web.logtext import loggable

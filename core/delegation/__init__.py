@@ -1,32 +1,33 @@
 """Delegation (seed 000 §3.2): the `agent_invoke` tool, the tasks behind it, and the one agent registry.
 
-Owns: `DelegationService` (creates a task, runs the callee, local through the chat engine or
-remote through its `RemoteAgent` adapter, cancels down the chain), the task records
-(`a2a_task_sessions`) and their reads for the panel, the audit view and the API, the
-`agent_invoke` tool, the registry of every agent by id (`registry.py`: local ones in the database,
-remote ones behind adapters) and the task routes under `/api` (`routes.py`).
+Owns: `DelegationService` (`service.py`: creates a task, runs the callee, local through the
+chat engine or remote through its `RemoteAgent` adapter, cancels down the chain; `runs.py`: the
+record of a callee's run), the task records (`tasks.py`: `a2a_task_sessions`, and their reads for
+the panel, the audit view and the API), the `agent_invoke` tool (`tool.py`), the registry of
+every agent by id (`registry.py`: local ones in the database, remote ones behind adapters) and
+the task routes under `/api` (`routes.py`).
 
 May import: `core.chat`, `core.streaming`, `core.auth`, `core.web`, the ground floor and
 `models`. The adapters for remote agents live with their protocols (`core.a2a.client`,
 `core.broker.connection`) and implement `registry.RemoteAgent`; this package never imports them.
 """
 
-from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgent, RemoteEvent
-from core.delegation.service import (
+from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgent, RemoteAgentError, RemoteEvent
+from core.delegation.runs import BackgroundTask
+from core.delegation.service import DelegationRefused, DelegationService
+from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
     FAILED,
     SUBMITTED,
     TERMINAL_STATES,
     WORKING,
-    AgentInvokeTool,
-    DelegationRefused,
-    DelegationService,
-    RemoteAgentError,
     TaskDetail,
+    TaskRecords,
     TaskView,
     task_stream_key,
 )
+from core.delegation.tool import AgentInvokeTool, InvokeLimits, parse_invoke_arguments
 
 __all__ = [
     "CANCELED",
@@ -37,13 +38,17 @@ __all__ = [
     "WORKING",
     "AgentInvokeTool",
     "AgentRegistry",
+    "BackgroundTask",
     "DelegationRefused",
     "DelegationService",
     "IdTaken",
+    "InvokeLimits",
     "RemoteAgent",
     "RemoteAgentError",
     "RemoteEvent",
     "TaskDetail",
+    "TaskRecords",
     "TaskView",
+    "parse_invoke_arguments",
     "task_stream_key",
 ]

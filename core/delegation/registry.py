@@ -63,6 +63,10 @@ class RemoteAgent(Protocol):
         ...
 
 
+class RemoteAgentError(RuntimeError):
+    """A remote agent failed at the protocol level (raised by `RemoteAgent.stream` adapters)."""
+
+
 class IdTaken(ValueError):
     """The id is a local agent's or another remote agent's; the message says which."""
 

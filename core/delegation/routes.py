@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from core.auth.deps import CurrentUser, ServicesDep
 from core.chat.routes import MessageOut, message_out
-from core.delegation.service import TaskView, task_stream_key
+from core.delegation.tasks import TaskView, task_stream_key
 from core.streaming.sse import hub_sse_response, last_event_id
 
 

@@ -1,4 +1,4 @@
-"""Agent delegation (seed 000 §3.2): the `agent_invoke` tool and the tasks behind it.
+"""Agent delegation (seed 000 §3.2): running the tasks behind `agent_invoke`, for callers in and outside the app.
 
 A delegation is a task: the callee gets a hidden session of its own (an
 `agent_sessions` row plus an `a2a_task_sessions` row with `visible_in_sidebar=0`),
@@ -20,6 +20,9 @@ Refusals (bad arguments, unknown callee, not allowed, too deep, a cycle) are
 tool errors the caller's model reads; no task is created and no panel opens.
 The callee runs inside the caller's tool call, so stopping the caller's turn
 cancels the delegation, and its own delegations, down the chain.
+
+The task rows are written and read by `core.delegation.tasks.TaskRecords`; the
+tool's arguments and limits are `core.delegation.tool`'s.
 """
 
 from __future__ import annotations
@@ -27,123 +30,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from sqlmodel import col, select
-
 from core.chat import agents as agents_store
-from core.chat import sessions as sessions_store
-from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat.engine import ChatEngine
-from core.chat.prompts import AGENT_INVOKE_TOOL
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import Database
-from core.delegation.registry import AgentRegistry, RemoteAgent
+from core.delegation.registry import AgentRegistry, RemoteAgent, RemoteAgentError
+from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
+from core.delegation.tasks import (
+    CANCELED,
+    COMPLETED,
+    FAILED,
+    SUBMITTED,
+    TERMINAL_STATES,
+    WORKING,
+    TaskDetail,
+    TaskRecords,
+    TaskView,
+    task_stream_key,
+)
+from core.delegation.tool import InvokeLimits, parse_invoke_arguments
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
-from models import A2ATaskSession, Agent, AgentMessage, utcnow
+from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
 
-SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
-TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
-MAX_INPUT_CHARS = 20_000
-
-
-def task_stream_key(task_id: str) -> str:
-    """The hub key of a task's events (seed 000: `a2a_${taskId}`)."""
-    return f"a2a_{task_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class InvokeLimits:
-    """An agent's `agent-invoke` config, validated (seed 000 §3.2.4)."""
-
-    max_recursion_depth: int
-    timeout_s: float
-    max_output_tokens: int | None
-    allowed_agents: frozenset[str] | None
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> InvokeLimits:
-        """Limits from a tool config; missing or unusable values take the defaults."""
-        merged = {**DEFAULT_AGENT_INVOKE_CONFIG, **{k: v for k, v in (config or {}).items() if v is not None}}
-        allowed = merged.get("allowedAgents")
-        return cls(
-            max_recursion_depth=_positive_int(merged.get("maxRecursionDepth"), DEFAULT_AGENT_INVOKE_CONFIG["maxRecursionDepth"]),
-            timeout_s=_positive_int(merged.get("timeoutMs"), DEFAULT_AGENT_INVOKE_CONFIG["timeoutMs"]) / 1000,
-            max_output_tokens=_positive_int(merged.get("maxOutputTokens"), 0) or None,
-            allowed_agents=frozenset(str(a) for a in allowed) if isinstance(allowed, list) else None,
-        )
-
-
-def _positive_int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
-    """`(agentSlug, input)` from the model's arguments.
-
-    Raises:
-        ValueError: what is wrong, worded for the model to correct its call.
-    """
-    if not isinstance(arguments, dict):
-        raise ValueError('arguments must be a JSON object like {"agentSlug": "coding-assistant", "input": "..."}')
-    slug, text = arguments.get("agentSlug"), arguments.get("input")
-    if not isinstance(slug, str) or not slug.strip():
-        raise ValueError('"agentSlug" is required: the id of the agent to delegate to, as a string')
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError('"input" is required: the request for that agent, as a non-empty string')
-    if len(text) > MAX_INPUT_CHARS:
-        raise ValueError(f'"input" is {len(text):,} characters long; the limit is {MAX_INPUT_CHARS:,}')
-    return slug.strip(), text.strip()
-
-
-@dataclass(slots=True)
-class TaskView:
-    """A delegated task as pages and the API show it."""
-
-    id: str
-    session_id: str
-    parent_task_id: str | None
-    caller_session_id: str | None
-    caller_agent_slug: str | None
-    caller_agent_name: str | None
-    callee_agent_slug: str
-    callee_agent_name: str
-    tool_call_id: str | None
-    input: str
-    state: str
-    error: str | None
-    recursion_depth: int
-    input_tokens: int
-    output_tokens: int
-    created_at: datetime
-    finished_at: datetime | None
-    live: bool = False  # its buffer is still in the hub (running, or finished recently)
-
-    @property
-    def duration_ms(self) -> int | None:
-        """Wall time from creation to the terminal state (None while running)."""
-        if self.finished_at is None:
-            return None
-        return int((self.finished_at - self.created_at).total_seconds() * 1000)
-
-
-@dataclass(slots=True)
-class TaskDetail:
-    """One task with the callee's messages and its child tasks."""
-
-    task: TaskView
-    messages: list[AgentMessage]
-    children: list[TaskView] = field(default_factory=list)
+__all__ = ["DelegationRefused", "DelegationService"]
 
 
 class DelegationService:
-    """Creates and runs delegated tasks; reads them back for the panel and the audit view."""
+    """Creates and runs delegated tasks: local callees through the chat engine, remote ones through their adapter.
+
+    The task rows are `TaskRecords`' (`self.records`); the reads at the end of this class
+    hand over to it, so pages and routes keep one entry point.
+    """
 
     def __init__(
         self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry,
@@ -154,6 +77,7 @@ class DelegationService:
         self.engine = engine
         self.tools = tools
         self.registry = registry
+        self.records = TaskRecords(db, hub, registry)
         self.tasks_started = 0
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
@@ -204,22 +128,22 @@ class DelegationService:
                 )
             tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
             callee_name = callee.name if callee is not None else remote.name
-            task, user_row = await self._create_task(
+            task, user_row = await self.records.create_task(
                 s, slug, callee.id if callee is not None else None, text, depth, ctx
             )
         await self._announce(task.id, slug, callee_name, depth, ctx)
         key = task_stream_key(task.id)
-        fields = _message_fields(task.id, ctx)
+        fields = message_fields(task.id, ctx)
         if callee is not None:
-            record: _RunRecord = _LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, [user_row]),
+            record: RunRecord = LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, [user_row]),
                                                     fields=fields))
         else:
-            record = _RemoteRun(slug, fields)
+            record = RemoteRun(slug, fields)
         state, error = FAILED, None
         try:
-            await self._set_state(task.id, WORKING, SUBMITTED)
+            await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
-                if isinstance(record, _LocalRun):
+                if isinstance(record, LocalRun):
                     callee_ctx = ToolContext(
                         user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
                         recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
@@ -260,7 +184,7 @@ class DelegationService:
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
 
-    async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: _RemoteRun) -> None:
+    async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: RemoteRun) -> None:
         """Relay a remote agent's events into the task buffer until it reports a terminal state."""
         try:
             async for event in remote.stream(text, task_id=task_id):
@@ -326,69 +250,20 @@ class DelegationService:
         """
         depth = ctx.recursion_depth + 1
         async with self.db.session() as s:
-            task, _ = await self._create_task(s, agent_id, None, text, depth, ctx)
+            task, _ = await self.records.create_task(s, agent_id, None, text, depth, ctx)
         await self._announce(task.id, agent_id, agent_name, depth, ctx)
-        await self._set_state(task.id, WORKING, SUBMITTED)
-        return BackgroundTask(self, task.id, _RemoteRun(agent_id, _message_fields(task.id, ctx)))
+        await self.records.set_state(task.id, WORKING, SUBMITTED)
+        return BackgroundTask(self, task.id, RemoteRun(agent_id, message_fields(task.id, ctx)))
 
-    async def _create_task(
-        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
-    ) -> tuple[A2ATaskSession, AgentMessage]:
-        # A remote callee has no local agent row: its hidden session belongs to the caller's agent
-        # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
-        owner_id = callee_id if callee_id is not None else ctx.agent_id
-        if owner_id is None:
-            owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
-        hidden = await sessions_store.create_session(
-            s, user_id=ctx.user_id, agent_id=owner_id,
-            title=sessions_store.make_title(f"Task: {text}"),
-        )
-        task = A2ATaskSession(
-            session_id=hidden.id, callee_agent_id=callee_id, callee_agent_slug=slug,
-            caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
-            parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
-            input=text, tool_call_id=ctx.tool_call_id or None,
-        )
-        s.add(task)
-        await s.commit()
-        await s.refresh(task)
-        [user_row] = await sessions_store.add_messages(s, session_id=hidden.id, messages=[{
-            "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
-            "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
-        }])
-        return task, user_row
-
-    async def _set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task_id)
-            if row is not None:
-                row.state, row.error, row.updated_at = state, error, utcnow()
-                if state in TERMINAL_STATES:
-                    row.finished_at = row.updated_at
-                s.add(row)
-                await s.commit()
-        data = {"state": state, "previous": previous}
-        if error:
-            data["error"] = error
-        await self.hub.append(task_stream_key(task_id), "state", data)
-
-    async def _finish(self, task_id: str, record: _RunRecord, state: str, error: str | None, started: float) -> None:
+    async def _finish(self, task_id: str, record: RunRecord, state: str, error: str | None, started: float) -> None:
         """Save the callee's answer and totals, then end the task's stream (runs once per task)."""
         key = task_stream_key(task_id)
         try:
-            rows = record.rows()
-            async with self.db.session() as s:
-                row = await s.get(A2ATaskSession, task_id)
-                if rows and row is not None:
-                    await sessions_store.add_messages(s, session_id=row.session_id, messages=rows)
-                    row = await s.get(A2ATaskSession, task_id)
-                if row is not None:
-                    row.input_tokens, row.output_tokens = record.input_tokens, record.output_tokens
-                    s.add(row)
-                    await s.commit()
+            await self.records.save_answer(task_id, record.rows(), input_tokens=record.input_tokens,
+                                           output_tokens=record.output_tokens)
             if state == CANCELED:
                 await self.hub.append(key, "error", {"errorText": error})
-            await self._set_state(task_id, state, WORKING, error)
+            await self.records.set_state(task_id, state, WORKING, error)
         except Exception:
             log.exception("could not record the end of task %s", task_id)
         finally:
@@ -456,241 +331,28 @@ class DelegationService:
         """Cancel every task started by `start_external_task` (each records itself as canceled)."""
         await self._external.shutdown()
 
-    # -- reading -------------------------------------------------------------------------
+    # -- reading (the records') ----------------------------------------------------------
 
     async def owned_task(self, user_id: int, task_id: str) -> A2ATaskSession | None:
         """The task if `user_id` owns the conversation it belongs to, else None."""
-        async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task_id)
-        return row if row is not None and row.caller_user_id == user_id else None
+        return await self.records.owned_task(user_id, task_id)
 
     async def fail_interrupted(self) -> int:
         """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
-        reason = "The server stopped while this task was running."
-        async with self.db.session() as s:
-            rows = list((await s.exec(select(A2ATaskSession).where(
-                col(A2ATaskSession.state).in_([SUBMITTED, WORKING])
-            ))).all())
-            now = utcnow()
-            for row in rows:
-                row.state, row.error, row.updated_at, row.finished_at = FAILED, reason, now, now
-                s.add(row)
-            await s.commit()
-        return len(rows)
+        return await self.records.fail_interrupted()
 
     async def tasks_of_session(self, user_id: int, session_id: str) -> list[TaskView]:
         """Every task started from a session, nested ones included, parents before children."""
-        async with self.db.session() as s:
-            names = await _agent_names(s)
-            found: list[A2ATaskSession] = []
-            frontier = [session_id]
-            seen: set[str] = set()
-            while frontier:
-                query = select(A2ATaskSession).where(
-                    col(A2ATaskSession.caller_session_id).in_(frontier), A2ATaskSession.caller_user_id == user_id
-                ).order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
-                rows = [r for r in (await s.exec(query)).all() if r.id not in seen]
-                seen.update(r.id for r in rows)
-                found.extend(rows)
-                frontier = [r.session_id for r in rows]
-        return [self._view(r, names) for r in found]
+        return await self.records.tasks_of_session(user_id, session_id)
 
     async def list_tasks(self, user_id: int, *, limit: int = 200) -> list[TaskView]:
         """A user's delegated tasks, newest first (the audit view)."""
-        async with self.db.session() as s:
-            names = await _agent_names(s)
-            query = (
-                select(A2ATaskSession).where(A2ATaskSession.caller_user_id == user_id)
-                .order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).limit(limit)
-            )
-            rows = list((await s.exec(query)).all())
-        return [self._view(r, names) for r in rows]
+        return await self.records.list_tasks(user_id, limit=limit)
 
     async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
         """One of the user's tasks with the callee's saved messages and its direct children."""
-        async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task_id)
-            if row is None or row.caller_user_id != user_id:
-                return None
-            names = await _agent_names(s)
-            messages = await sessions_store.list_messages(s, session_id=row.session_id)
-            query = select(A2ATaskSession).where(A2ATaskSession.parent_task_id == task_id).order_by(
-                col(A2ATaskSession.created_at), col(A2ATaskSession.id)
-            )
-            children = list((await s.exec(query)).all())
-        return TaskDetail(self._view(row, names), messages, [self._view(c, names) for c in children])
-
-    def _view(self, row: A2ATaskSession, names: dict[int, tuple[str, str]]) -> TaskView:
-        caller = names.get(row.caller_agent_id or -1)
-        callee = names.get(row.callee_agent_id or -1)
-        remote = self.registry.remote(row.callee_agent_slug) if self.registry and callee is None else None
-        if remote is not None:
-            callee = (remote.id, remote.name)
-        return TaskView(
-            id=row.id, session_id=row.session_id, parent_task_id=row.parent_task_id,
-            caller_session_id=row.caller_session_id,
-            caller_agent_slug=caller[0] if caller else None, caller_agent_name=caller[1] if caller else None,
-            callee_agent_slug=row.callee_agent_slug, callee_agent_name=callee[1] if callee else row.callee_agent_slug,
-            tool_call_id=row.tool_call_id, input=row.input, state=row.state, error=row.error,
-            recursion_depth=row.recursion_depth, input_tokens=row.input_tokens, output_tokens=row.output_tokens,
-            created_at=row.created_at, finished_at=row.finished_at,
-            live=self.hub.get(task_stream_key(row.id)) is not None,
-        )
-
-
-async def _agent_names(s) -> dict[int, tuple[str, str]]:
-    return {a.id: (a.slug, a.name) for a in await agents_store.list_agents(s)}
-
-
-class RemoteAgentError(RuntimeError):
-    """A remote agent failed at the protocol level (raised by `RemoteAgent.stream` adapters)."""
+        return await self.records.task_detail(user_id, task_id)
 
 
 class DelegationRefused(ValueError):
     """A delegation that was not started (unknown agent, bad input, limits); the message says why."""
-
-
-class _LocalRun:
-    """The record of a local callee's run (the chat engine's `AgentRun`)."""
-
-    def __init__(self, run: AgentRun) -> None:
-        self.run = run
-
-    @property
-    def input_tokens(self) -> int:
-        return self.run.input_tokens
-
-    @property
-    def output_tokens(self) -> int:
-        return self.run.output_tokens
-
-    def result(self) -> tuple[str, str | None]:
-        outcome = self.run.outcome
-        return (COMPLETED, None) if outcome is not None and outcome.status == "complete" else (
-            FAILED, outcome.error if outcome else "the agent did not answer")
-
-    def mark_stopped(self, *, status: str, error: str | None) -> None:
-        outcome = self.run.outcome
-        if outcome is None or status == "canceled":
-            return
-        outcome.status, outcome.error = status, error
-        for row in outcome.rows:
-            if row.get("status") == "canceled":
-                row["status"], row["error"] = status, error
-
-    def rows(self) -> list[dict[str, Any]]:
-        return self.run.outcome.rows if self.run.outcome else []
-
-    def text(self) -> str:
-        return self.run.outcome.text if self.run.outcome else ""
-
-
-@dataclass(slots=True)
-class _RemoteRun:
-    """The record of a remote callee's answer, relayed chunk by chunk."""
-
-    agent_id: str
-    fields: dict[str, Any]
-    chunks: list[str] = field(default_factory=list)
-    state: str | None = None
-    error: str | None = None
-    status: str = "complete"
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def result(self) -> tuple[str, str | None]:
-        if self.state == COMPLETED:
-            return COMPLETED, None
-        if self.state == CANCELED:
-            return CANCELED, self.error or "the remote agent canceled the task"
-        self.status = "error"
-        return FAILED, self.error or "the remote agent failed"
-
-    def mark_stopped(self, *, status: str, error: str | None) -> None:
-        self.status, self.error = status, error
-
-    def rows(self) -> list[dict[str, Any]]:
-        if not self.chunks and self.status == "complete":
-            return []
-        return [{"role": "assistant", "content": self.text(), "model_id": f"a2a/{self.agent_id}",
-                 "status": self.status, "error": self.error, **self.fields}]
-
-    def text(self) -> str:
-        return "".join(self.chunks)
-
-
-_RunRecord = _LocalRun | _RemoteRun
-
-
-def _message_fields(task_id: str, ctx: ToolContext) -> dict[str, Any]:
-    """The columns every message of a delegated task carries (seed 000 §3.1)."""
-    return {"source": "a2a", "a2a_task_id": task_id, "caller_agent_id": ctx.agent_id,
-            "caller_session_id": ctx.session_id}
-
-
-class BackgroundTask:
-    """The record of a task that runs elsewhere (see `DelegationService.open_background_task`).
-
-    `on_text` appends to the task's stream and saved answer; `on_end` records how it ended
-    (once). Both are what the broker's relay calls (`core.broker.service.TaskObserver`).
-    """
-
-    # The broker's end states, as task states: a timeout is a failure, an agent that needs
-    # more input has ended its turn (its text says what it needs).
-    _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED,
-               "auth-required": COMPLETED}
-
-    def __init__(self, service: DelegationService, task_id: str, record: _RemoteRun) -> None:
-        self.service = service
-        self.task_id = task_id
-        self.record = record
-        self.ended = False
-        self._started = time.monotonic()
-
-    async def on_text(self, text: str) -> None:
-        """A piece of the agent's answer."""
-        if self.ended or not text:
-            return
-        self.record.chunks.append(text)
-        await self.service.hub.append(task_stream_key(self.task_id), "text-delta", {"id": "text-0", "delta": text})
-
-    async def on_end(self, state: str, text: str) -> None:
-        """The work is over: `state` as the broker names it, `text` its closing words."""
-        if self.ended:
-            return
-        self.ended = True
-        final = self._STATES.get(state, FAILED)
-        error = None if final == COMPLETED else text or f"the task ended as {state}"
-        self.record.state = final
-        if final != COMPLETED:
-            self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
-            if final == FAILED:
-                await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
-        await self.service._finish(self.task_id, self.record, final, error, self._started)
-
-
-class AgentInvokeTool:
-    """The `agent_invoke` tool (seed 000 §3.2.4): delegate a request to another agent and wait for its answer."""
-
-    tool_type = AGENT_INVOKE
-    name = AGENT_INVOKE_TOOL
-    description = (
-        "Delegate a request to another agent and get its answer. Use it when another agent is better "
-        "suited (for example coding-assistant for code). The other agent's reply is shown to the user live."
-    )
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "agentSlug": {"type": "string", "description": "Id of the agent to delegate to, e.g. coding-assistant"},
-            "input": {"type": "string", "description": "The complete request for that agent"},
-        },
-        "required": ["agentSlug", "input"],
-        "additionalProperties": False,
-    }
-
-    def __init__(self, service: DelegationService) -> None:
-        self.service = service
-
-    async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Run the delegation (see `DelegationService.invoke`)."""
-        return await self.service.invoke(arguments, config, ctx)

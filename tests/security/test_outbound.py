@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from core.a2a import client as a2a_client
 from core.a2a import outbound
 from core.a2a.remote_agents import RegistrationError
-from core.delegation.service import RemoteAgentError
+from core.delegation import RemoteAgentError
 from core.services import Services
 from tests.conftest import make_settings
 from tests.utils.a2a_live import live_a2a_app

@@ -1,0 +1,152 @@
+"""The record of one callee's run, local or remote, as `DelegationService` saves it; and `BackgroundTask`.
+
+`LocalRun` wraps the chat engine's `AgentRun` of a local callee; `RemoteRun` collects
+a remote callee's relayed chunks. Both tell the service how the run ended (`result`),
+take a stop (`mark_stopped`), and give the rows to save in the task's hidden session
+(`rows`, each with `message_fields`: `source='a2a'` and the caller's context).
+`BackgroundTask` is a `RemoteRun` fed from elsewhere: the broker's relay.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from core.chat.run import AgentRun
+from core.chat.tools import ToolContext
+from core.delegation.tasks import CANCELED, COMPLETED, FAILED, task_stream_key
+
+if TYPE_CHECKING:
+    from core.delegation.service import DelegationService
+
+__all__ = ["BackgroundTask", "LocalRun", "RemoteRun", "RunRecord", "message_fields"]
+
+
+class LocalRun:
+    """The record of a local callee's run (the chat engine's `AgentRun`)."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+
+    @property
+    def input_tokens(self) -> int:
+        """Prompt tokens over the run."""
+        return self.run.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        """Completion tokens over the run."""
+        return self.run.output_tokens
+
+    def result(self) -> tuple[str, str | None]:
+        """(the task's end state, its error) from how the run ended."""
+        outcome = self.run.outcome
+        return (COMPLETED, None) if outcome is not None and outcome.status == "complete" else (
+            FAILED, outcome.error if outcome else "the agent did not answer")
+
+    def mark_stopped(self, *, status: str, error: str | None) -> None:
+        """The task was stopped (timeout: `error`; cancel: kept as the engine saved it)."""
+        outcome = self.run.outcome
+        if outcome is None or status == "canceled":
+            return
+        outcome.status, outcome.error = status, error
+        for row in outcome.rows:
+            if row.get("status") == "canceled":
+                row["status"], row["error"] = status, error
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The assistant rows to save in the task's hidden session."""
+        return self.run.outcome.rows if self.run.outcome else []
+
+    def text(self) -> str:
+        """What the callee said."""
+        return self.run.outcome.text if self.run.outcome else ""
+
+
+@dataclass(slots=True)
+class RemoteRun:
+    """The record of a remote callee's answer, relayed chunk by chunk."""
+
+    agent_id: str
+    fields: dict[str, Any]
+    chunks: list[str] = field(default_factory=list)
+    state: str | None = None
+    error: str | None = None
+    status: str = "complete"
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def result(self) -> tuple[str, str | None]:
+        """(the task's end state, its error) from what the remote agent reported."""
+        if self.state == COMPLETED:
+            return COMPLETED, None
+        if self.state == CANCELED:
+            return CANCELED, self.error or "the remote agent canceled the task"
+        self.status = "error"
+        return FAILED, self.error or "the remote agent failed"
+
+    def mark_stopped(self, *, status: str, error: str | None) -> None:
+        """The task was stopped: its saved answer carries `status` and `error`."""
+        self.status, self.error = status, error
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The assistant row to save in the task's hidden session (none for an empty, complete answer)."""
+        if not self.chunks and self.status == "complete":
+            return []
+        return [{"role": "assistant", "content": self.text(), "model_id": f"a2a/{self.agent_id}",
+                 "status": self.status, "error": self.error, **self.fields}]
+
+    def text(self) -> str:
+        """What the remote agent said."""
+        return "".join(self.chunks)
+
+
+RunRecord = LocalRun | RemoteRun
+
+
+def message_fields(task_id: str, ctx: ToolContext) -> dict[str, Any]:
+    """The columns every message of a delegated task carries (seed 000 §3.1)."""
+    return {"source": "a2a", "a2a_task_id": task_id, "caller_agent_id": ctx.agent_id,
+            "caller_session_id": ctx.session_id}
+
+
+class BackgroundTask:
+    """The record of a task that runs elsewhere (see `DelegationService.open_background_task`).
+
+    `on_text` appends to the task's stream and saved answer; `on_end` records how it ended
+    (once). Both are what the broker's relay calls (`core.broker.service.TaskObserver`).
+    """
+
+    # The broker's end states, as task states: a timeout is a failure, an agent that needs
+    # more input has ended its turn (its text says what it needs).
+    _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED,
+               "auth-required": COMPLETED}
+
+    def __init__(self, service: DelegationService, task_id: str, record: RemoteRun) -> None:
+        self.service = service
+        self.task_id = task_id
+        self.record = record
+        self.ended = False
+        self._started = time.monotonic()
+
+    async def on_text(self, text: str) -> None:
+        """A piece of the agent's answer."""
+        if self.ended or not text:
+            return
+        self.record.chunks.append(text)
+        await self.service.hub.append(task_stream_key(self.task_id), "text-delta", {"id": "text-0", "delta": text})
+
+    async def on_end(self, state: str, text: str) -> None:
+        """The work is over: `state` as the broker names it, `text` its closing words."""
+        if self.ended:
+            return
+        self.ended = True
+        final = self._STATES.get(state, FAILED)
+        error = None if final == COMPLETED else text or f"the task ended as {state}"
+        self.record.state = final
+        if final != COMPLETED:
+            self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
+            if final == FAILED:
+                await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
+        await self.service._finish(self.task_id, self.record, final, error, self._started)

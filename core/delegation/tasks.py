@@ -1,0 +1,235 @@
+"""The records of delegated tasks (seed 000 §3.1.4, `a2a_task_sessions`) and their reads.
+
+A task row says who called whom (caller user, agent, session and task; callee id),
+at which recursion depth, with what input, in which state (`submitted`, `working`,
+then `completed`, `failed` or `canceled`), with which error and token totals, and
+which hidden session (`visible_in_sidebar=0`) holds the callee's messages. Its events
+go to the hub buffer `task_stream_key(task_id)` = `a2a_<taskId>`.
+
+`TaskRecords` writes the rows as `DelegationService` runs a task and reads them back
+for the side panel, the audit view and the API (`TaskView`, `TaskDetail`). Only the
+task's owner (the caller's user) can read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import col, select
+
+from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
+from core.chat.tools import ToolContext
+from core.db import Database
+from core.delegation.registry import AgentRegistry
+from core.streaming.hub import StreamHub
+from models import A2ATaskSession, Agent, AgentMessage, utcnow
+
+SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
+TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
+
+
+def task_stream_key(task_id: str) -> str:
+    """The hub key of a task's events (seed 000: `a2a_${taskId}`)."""
+    return f"a2a_{task_id}"
+
+
+@dataclass(slots=True)
+class TaskView:
+    """A delegated task as pages and the API show it."""
+
+    id: str
+    session_id: str
+    parent_task_id: str | None
+    caller_session_id: str | None
+    caller_agent_slug: str | None
+    caller_agent_name: str | None
+    callee_agent_slug: str
+    callee_agent_name: str
+    tool_call_id: str | None
+    input: str
+    state: str
+    error: str | None
+    recursion_depth: int
+    input_tokens: int
+    output_tokens: int
+    created_at: datetime
+    finished_at: datetime | None
+    live: bool = False  # its buffer is still in the hub (running, or finished recently)
+
+    @property
+    def duration_ms(self) -> int | None:
+        """Wall time from creation to the terminal state (None while running)."""
+        if self.finished_at is None:
+            return None
+        return int((self.finished_at - self.created_at).total_seconds() * 1000)
+
+
+@dataclass(slots=True)
+class TaskDetail:
+    """One task with the callee's messages and its child tasks."""
+
+    task: TaskView
+    messages: list[AgentMessage]
+    children: list[TaskView] = field(default_factory=list)
+
+
+class TaskRecords:
+    """The rows of delegated tasks: created, moved through their states, ended, and read back.
+
+    Args:
+        db: the database.
+        hub: the stream hub (a state change is also a `state` event of the task's stream;
+            a task view is `live` while its buffer is in the hub).
+        registry: names remote callees in task views.
+    """
+
+    def __init__(self, db: Database, hub: StreamHub, registry: AgentRegistry | None = None) -> None:
+        self.db = db
+        self.hub = hub
+        self.registry = registry
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def create_task(
+        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
+    ) -> tuple[A2ATaskSession, AgentMessage]:
+        """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`."""
+        # A remote callee has no local agent row: its hidden session belongs to the caller's agent
+        # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
+        owner_id = callee_id if callee_id is not None else ctx.agent_id
+        if owner_id is None:
+            owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
+        hidden = await sessions_store.create_session(
+            s, user_id=ctx.user_id, agent_id=owner_id,
+            title=sessions_store.make_title(f"Task: {text}"),
+        )
+        task = A2ATaskSession(
+            session_id=hidden.id, callee_agent_id=callee_id, callee_agent_slug=slug,
+            caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
+            parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
+            input=text, tool_call_id=ctx.tool_call_id or None,
+        )
+        s.add(task)
+        await s.commit()
+        await s.refresh(task)
+        [user_row] = await sessions_store.add_messages(s, session_id=hidden.id, messages=[{
+            "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
+            "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
+        }])
+        return task, user_row
+
+    async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
+        """Record the task's new state, then tell its stream (`state` {state, previous, error})."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is not None:
+                row.state, row.error, row.updated_at = state, error, utcnow()
+                if state in TERMINAL_STATES:
+                    row.finished_at = row.updated_at
+                s.add(row)
+                await s.commit()
+        data = {"state": state, "previous": previous}
+        if error:
+            data["error"] = error
+        await self.hub.append(task_stream_key(task_id), "state", data)
+
+    async def save_answer(self, task_id: str, rows: list[dict[str, Any]], *, input_tokens: int,
+                          output_tokens: int) -> None:
+        """Save the callee's answer into the task's hidden session, and the task's token totals."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if rows and row is not None:
+                await sessions_store.add_messages(s, session_id=row.session_id, messages=rows)
+                row = await s.get(A2ATaskSession, task_id)
+            if row is not None:
+                row.input_tokens, row.output_tokens = input_tokens, output_tokens
+                s.add(row)
+                await s.commit()
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def owned_task(self, user_id: int, task_id: str) -> A2ATaskSession | None:
+        """The task if `user_id` owns the conversation it belongs to, else None."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+        return row if row is not None and row.caller_user_id == user_id else None
+
+    async def fail_interrupted(self) -> int:
+        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
+        reason = "The server stopped while this task was running."
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(A2ATaskSession).where(
+                col(A2ATaskSession.state).in_([SUBMITTED, WORKING])
+            ))).all())
+            now = utcnow()
+            for row in rows:
+                row.state, row.error, row.updated_at, row.finished_at = FAILED, reason, now, now
+                s.add(row)
+            await s.commit()
+        return len(rows)
+
+    async def tasks_of_session(self, user_id: int, session_id: str) -> list[TaskView]:
+        """Every task started from a session, nested ones included, parents before children."""
+        async with self.db.session() as s:
+            names = await _agent_names(s)
+            found: list[A2ATaskSession] = []
+            frontier = [session_id]
+            seen: set[str] = set()
+            while frontier:
+                query = select(A2ATaskSession).where(
+                    col(A2ATaskSession.caller_session_id).in_(frontier), A2ATaskSession.caller_user_id == user_id
+                ).order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
+                rows = [r for r in (await s.exec(query)).all() if r.id not in seen]
+                seen.update(r.id for r in rows)
+                found.extend(rows)
+                frontier = [r.session_id for r in rows]
+        return [self._view(r, names) for r in found]
+
+    async def list_tasks(self, user_id: int, *, limit: int = 200) -> list[TaskView]:
+        """A user's delegated tasks, newest first (the audit view)."""
+        async with self.db.session() as s:
+            names = await _agent_names(s)
+            query = (
+                select(A2ATaskSession).where(A2ATaskSession.caller_user_id == user_id)
+                .order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).limit(limit)
+            )
+            rows = list((await s.exec(query)).all())
+        return [self._view(r, names) for r in rows]
+
+    async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
+        """One of the user's tasks with the callee's saved messages and its direct children."""
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is None or row.caller_user_id != user_id:
+                return None
+            names = await _agent_names(s)
+            messages = await sessions_store.list_messages(s, session_id=row.session_id)
+            query = select(A2ATaskSession).where(A2ATaskSession.parent_task_id == task_id).order_by(
+                col(A2ATaskSession.created_at), col(A2ATaskSession.id)
+            )
+            children = list((await s.exec(query)).all())
+        return TaskDetail(self._view(row, names), messages, [self._view(c, names) for c in children])
+
+    def _view(self, row: A2ATaskSession, names: dict[int, tuple[str, str]]) -> TaskView:
+        caller = names.get(row.caller_agent_id or -1)
+        callee = names.get(row.callee_agent_id or -1)
+        remote = self.registry.remote(row.callee_agent_slug) if self.registry and callee is None else None
+        if remote is not None:
+            callee = (remote.id, remote.name)
+        return TaskView(
+            id=row.id, session_id=row.session_id, parent_task_id=row.parent_task_id,
+            caller_session_id=row.caller_session_id,
+            caller_agent_slug=caller[0] if caller else None, caller_agent_name=caller[1] if caller else None,
+            callee_agent_slug=row.callee_agent_slug, callee_agent_name=callee[1] if callee else row.callee_agent_slug,
+            tool_call_id=row.tool_call_id, input=row.input, state=row.state, error=row.error,
+            recursion_depth=row.recursion_depth, input_tokens=row.input_tokens, output_tokens=row.output_tokens,
+            created_at=row.created_at, finished_at=row.finished_at,
+            live=self.hub.get(task_stream_key(row.id)) is not None,
+        )
+
+
+async def _agent_names(s) -> dict[int, tuple[str, str]]:
+    return {a.id: (a.slug, a.name) for a in await agents_store.list_agents(s)}
