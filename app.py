@@ -90,7 +90,7 @@ def serve(settings) -> None:
         reload=False,
         show=False,
         storage_secret=settings.ensure_storage_secret(),
-        # Another site's requests carry no login (core/request_guards.py refuses their changes besides).
+        # Another site's requests carry no login (core/web/request_guards.py refuses their changes besides).
         session_middleware_kwargs={"same_site": "lax", "https_only": settings.base_url.startswith("https://")},
         show_welcome_message=False,
         # X-Forwarded-For is believed only from the configured proxies (uvicorn trusts 127.0.0.1 by default).

@@ -170,13 +170,14 @@ async def memory(n_buffers: int, events_per_buffer: int) -> tuple[list[list[obje
 
 
 def _residual_sites(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, top: int = 3) -> list[str]:
-    """Where the memory still held after the sweep was allocated (innermost frame in core/hub.py)."""
+    """Where the memory still held after the sweep was allocated (innermost frame in core/streaming/hub.py)."""
     lines = []
     for stat in after.compare_to(before, "traceback")[:top]:
         if stat.size_diff <= 0:
             continue
-        frames = [f for f in stat.traceback if f.filename.endswith(("core/hub.py", "core\\hub.py"))]
-        where = f"core/hub.py:{frames[-1].lineno}" if frames else f"{stat.traceback[-1].filename}:{stat.traceback[-1].lineno}"
+        frames = [f for f in stat.traceback
+                  if f.filename.endswith(("core/streaming/hub.py", "core\\streaming\\hub.py"))]
+        where = f"core/streaming/hub.py:{frames[-1].lineno}" if frames else f"{stat.traceback[-1].filename}:{stat.traceback[-1].lineno}"
         line = linecache.getline(frames[-1].filename, frames[-1].lineno).strip() if frames else ""
         lines.append(f"{stat.size_diff / 1024:+,.1f} KiB in {stat.count_diff:+,} blocks at {where}  {line}")
     return lines
@@ -205,7 +206,7 @@ async def main() -> None:
                  "append µs/event"], rows))
     print("\nµs/event = total / events (all subscribers served); µs/delivery = total / (events × subs);")
     print("append µs/event = producer time only (burst: push into every queue; interleaved: incl. the handover).")
-    print("Budget (DESIGN.md): the hub adds well under 1 ms per event.")
+    print("Budget (docs/ARCHITECTURE.md): the hub adds well under 1 ms per event.")
     worst = max(float(r[5].replace(",", "")) for r in rows if r[0] in {"1", "10"})
     print(f"Worst µs/event for 1 and 10 subscribers: {worst:.2f} µs = {worst / 1000:.4f} ms "
           f"({1000 / worst:,.0f}× under 1 ms)")

@@ -27,7 +27,7 @@ Then the naive baseline, in this process without a browser: `markdown2.markdown(
 tables) of every prefix of the same N-token text, i.e. one `set_content` per
 chunk; its CPU and total HTML bytes, against the browser turn.
 
-Budget (DESIGN.md): a long streamed reply under 1 s server CPU and under 1 MB sent.
+Budget (docs/ARCHITECTURE.md): a long streamed reply under 1 s server CPU and under 1 MB sent.
 """
 
 from __future__ import annotations

@@ -391,7 +391,7 @@ def main() -> None:
           f"asyncio.Queue: {inter:.2f} (aim: at least 0.80).")
     print("burst: the producer sends all N without awaiting (queued events leave in one write, up to 512 / 64 KiB);")
     print("interleaved: `await asyncio.sleep(0)` after every event, so each one is handed over and written alone.")
-    print("Budget (DESIGN.md): tens of thousands of events/s on one connection, well under 1 ms per event.")
+    print("Budget (docs/ARCHITECTURE.md): tens of thousands of events/s on one connection, well under 1 ms per event.")
 
     print(f"\nMemory: {idle_count:,} idle open streams of each kind, each kind on a fresh server with tracemalloc on")
     rows = [idle_memory(kind, idle_count) for kind in ("sse", "hub", "bare")]

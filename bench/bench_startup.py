@@ -19,7 +19,7 @@ and that import competes with requests for the GIL.
 Last, one run under `python -X importtime` lists the imports that sit on the
 path to the first page.
 
-Budget (DESIGN.md): start to first page under 2 s.
+Budget (docs/ARCHITECTURE.md): start to first page under 2 s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The long-lived services of one app process, built once by `app.py`.
 
 Pages and routes reach them through `app.state.services` (routes: the
-`ServicesDep` dependency in `core/api.py`; pages: the argument of
+`ServicesDep` dependency in `core/auth/deps.py`; pages: the argument of
 `ui.register_pages`). Nothing in `core` reads a global.
 """
 

@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     broker_open_dispatch: bool = Field(
         False, description="Seed 003's open mode: dispatch and cancel without credentials (trusted network only)")
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
-    # Outbound fetches (agent cards, remote agents' endpoints; core/outbound.py): non-public addresses are refused
+    # Outbound fetches (agent cards, remote agents' endpoints; core/a2a/outbound.py): non-public addresses are refused
     # unless their host name, address or network is listed here.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Host names, IPs or networks that card fetches and remote calls may reach "

@@ -1,6 +1,6 @@
 """The chat page in a real Chromium against the real server and the offline demo model.
 
-What the demo model says is deterministic (`core/demo_model.py`), so every test
+What the demo model says is deterministic (`core/chat/demo_model.py`), so every test
 checks the exact answer, both as rendered and as saved (`GET /api/sessions/{id}/messages`).
 All tests share one server and, in single-user mode, one user: each test sends
 its own unique text and only looks at the sessions it made.

@@ -2,7 +2,7 @@
 
 The seeded `general-assistant` (with `agent-invoke`) and `coding-assistant` run on
 the demo model, so what the callee says is known exactly: an echo of the input
-with a code block (`core/demo_model.py`), or lorem ipsum for `/lorem N`.
+with a code block (`core/chat/demo_model.py`), or lorem ipsum for `/lorem N`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SQLModel tables. Names follow seed 000 §3.1 and DESIGN.md ("Data model").
+"""SQLModel tables. Names follow seed 000 §3.1 and docs/ARCHITECTURE.md ("The data model").
 
 Only what a table needs lives here: columns, keys, indexes and defaults.
 Schema changes go through the Alembic scripts in `models/migrations/`.
@@ -128,7 +128,7 @@ class AgentMessage(SQLModel, table=True):
     tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     tool_results: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     # 'complete', or why the text stopped early: 'canceled', 'error', 'interrupted' (the server stopped or
-    # crashed while it was written). 'streaming' while a turn writes it (core/sessions.py: drafts).
+    # crashed while it was written). 'streaming' while a turn writes it (core/chat/sessions.py: drafts).
     status: str = Field(default="complete", sa_column=Column(String(16), nullable=False, server_default="complete"))
     error: str | None = Field(default=None, sa_type=Text)
     source: str = Field(default="user", sa_column=Column(String(10), nullable=False, server_default="user"))

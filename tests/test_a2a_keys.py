@@ -1,4 +1,4 @@
-"""API keys for A2A callers (`core/api_keys.py`) and migration 0003, on a real database."""
+"""API keys for A2A callers (`core/a2a/api_keys.py`) and migration 0003, on a real database."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Standard A2A served by the app, driven over real HTTP by the official a2a-sdk client (issue 6).
 
 Local agents run on the demo model, so what they answer is known exactly:
-`/lorem N` is N words of lorem ipsum (`core/demo_model.py`).
+`/lorem N` is N words of lorem ipsum (`core/chat/demo_model.py`).
 """
 
 from __future__ import annotations

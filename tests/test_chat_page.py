@@ -40,7 +40,7 @@ GUIDE = (
 
 
 def echo_of(text: str, words: int) -> str:
-    """The demo model's exact answer to a plain one-line message (core/demo_model.py, rule 5)."""
+    """The demo model's exact answer to a plain one-line message (core/chat/demo_model.py, rule 5)."""
     return f"You wrote {words} word{'s' if words != 1 else ''}:\n\n> {text}\n\n{GUIDE}"
 
 

@@ -1,4 +1,4 @@
-"""The LLM gateway (core/llm.py): the offline demo model, and the real provider path.
+"""The LLM gateway (core/chat/llm.py): the offline demo model, and the real provider path.
 
 The real path goes through LiteLLM and the openai SDK to a scripted OpenAI-compatible
 server on 127.0.0.1 (tests/utils/openai_server.py), so chunk parsing, tool-call

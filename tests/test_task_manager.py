@@ -29,7 +29,7 @@ def strip_time(payload: dict) -> dict:
 async def test_progress_state_and_artifacts_reach_every_open_stream(server, client) -> None:
     prefix, events = new_manager(server)
     await server.run(lambda: events.open("t1", {"callee": "coding-assistant"}))
-    assert events.hub.get("a2a_t1") is not None  # the delegated-task key of DESIGN.md
+    assert events.hub.get("a2a_t1") is not None  # the delegated-task key of docs/ARCHITECTURE.md
 
     async with client.stream("GET", f"{prefix}/t1") as r1, client.stream("GET", f"{prefix}/t1") as r2:
         readers = [RawReader(r1), RawReader(r2)]

@@ -1,7 +1,7 @@
 """API keys: how A2A clients outside the app authenticate on `POST /a2a/agents/{id}`.
 
 A key is shown once, when it is created; the database keeps only its SHA-256.
-A plain hash is enough here, unlike passwords (argon2 in `core/accounts.py`):
+A plain hash is enough here, unlike passwords (argon2 in `core/auth/accounts.py`):
 a key is 32 random bytes, so there is nothing to guess that a slow hash would
 protect, and every JSON-RPC request verifies one, which argon2 would make cost
 tens of milliseconds.

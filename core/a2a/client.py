@@ -3,7 +3,7 @@
 A remote agent is known by its card. `stream` sends the request as a new task
 with the SDK client (v1.0 when the card offers it, else v0.3 through the
 SDK's compat transport), streaming when the card says it can, and turns what
-comes back into `RemoteEvent`s (`core.a2a_protocol.RemoteStreamReader`).
+comes back into `RemoteEvent`s (`core.a2a.protocol.RemoteStreamReader`).
 Stopping the iteration (the delegation is cancelled) sends `CancelTask` for the
 remote task, best effort.
 
@@ -11,7 +11,7 @@ Every failure of the remote side (unreachable, HTTP errors, JSON-RPC errors,
 a timeout) comes out as `RemoteAgentError` with the remote's own words, which
 the delegation reports as the task's error.
 
-All HTTP goes through `core.outbound` (issue 12): only to addresses the policy
+All HTTP goes through `core.a2a.outbound` (issue 12): only to addresses the policy
 allows, no redirects, bodies of cards capped, and the bearer token only to the
 card's origin (scheme, host, port), never to another one the card names.
 """

@@ -1,16 +1,21 @@
 """The A2A wire, in one module: everything that knows a2a-sdk 1.3.0's types and helpers.
 
+Why one file of about 740 lines: it is the only module that imports the a2a-sdk, which
+is pinned exactly because of divergence 2 below, so an SDK upgrade is read and tested in
+one place. Its sections follow the SDK's own split: task states, agent cards and tasks
+(server side), the JSON-RPC endpoint (server side), remote agents (client side).
+
 The rest of `core` talks to A2A through plain values: `CardSpec` and
 `TaskSnapshot` in, protobuf objects handed straight back to the SDK out
-(server side, `core/a2a_server.py`), and `RemoteEvent`s out of a remote
-agent's stream (client side, `core/a2a_client.py`). v1.0 ProtoJSON, the v0.3
+(server side, `core/a2a/server.py`), and `RemoteEvent`s out of a remote
+agent's stream (client side, `core/a2a/client.py`). v1.0 ProtoJSON, the v0.3
 `kind` objects and the JSON-RPC framing stay inside the SDK, which this module
 wraps; v0.3 is served by the SDK's compat adapter on the same URL
 (`enable_v0_3_compat=True`) and chosen by its client factory when a card
 offers only 0.3.
 
 Importing this module costs about 0.2 s (protobuf, google-api-core), so the
-app imports it lazily, never on the path to the first page (`core/a2a_api.py`).
+app imports it lazily, never on the path to the first page (`core/a2a/routes.py`).
 
 Divergences from the SDK's usual shape (don't "fix" these):
 
@@ -419,9 +424,11 @@ _HOP_HEADERS = {"content-type", "content-length", "transfer-encoding", "cache-co
 
 
 def coalesce_sse(response: Any) -> Any:
-    """Serve the SDK's SSE stream through the app's SSE module (`core.sse.SSEResponse`): its headers,
-    keep-alive, write timeout and disconnect handling; events that are ready together are written
-    together (Divergence #3). Other responses pass through."""
+    """Serve the SDK's SSE stream through the app's SSE module (`core.streaming.sse.SSEResponse`).
+
+    It brings its headers, keep-alive, write timeout and disconnect handling; events that are ready
+    together are written together (Divergence #3). Other responses pass through.
+    """
     if isinstance(response, EventSourceResponse):
         from core.streaming.sse import SSEResponse
 

@@ -7,13 +7,13 @@ start, `restore` puts every saved registration back into the registry from
 its stored card, without calling the remote agent (it may be down; a call
 then fails with its reason, as a delegation error).
 
-Cards and calls go through the outbound policy (`core/outbound.py`): only
+Cards and calls go through the outbound policy (`core/a2a/outbound.py`): only
 public addresses, or those in `OUTBOUND_ALLOW_HOSTS`. A bearer token goes
 only to the card's origin, so a card whose endpoint is on another origin is
 refused when a token is given (the calls would go without it, or the token
 would follow the card to wherever it points).
 
-The SDK-based adapter (`core/a2a_client.py`) is imported on first use, off
+The SDK-based adapter (`core/a2a/client.py`) is imported on first use, off
 the path to the first page.
 """
 

@@ -6,7 +6,7 @@
     GET    /api/a2a/remote-agents   POST /api/a2a/remote-agents   DELETE /api/a2a/remote-agents/{id}
 
 `GET /a2a/agents` itself (no id) belongs to the broker's discovery and is not
-touched here. The A2A server (`core/a2a_server.py`, on the a2a-sdk) is built
+touched here. The A2A server (`core/a2a/server.py`, on the a2a-sdk) is built
 on the first A2A request, or by `warm_up` shortly after start: its import is
 kept off the path to the first page.
 """

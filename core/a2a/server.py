@@ -1,5 +1,10 @@
 """Standard A2A for every agent in the registry: cards and JSON-RPC at `/a2a/agents/{id}`.
 
+Why one file of about 470 lines: `A2AServer` (the endpoint), `AgentCards`, `TaskSessionStore`
+and `AgentRequestHandler` are the a2a-sdk server interfaces of one endpoint over one table
+(`a2a_task_sessions`); they change together when the SDK does, and the wire itself is in
+`core/a2a/protocol.py`.
+
     GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0, with the v0.3 fields)
     POST /a2a/agents/{id}                                JSON-RPC: v1.0 (A2A-Version: 1.0) and v0.3
 
@@ -18,7 +23,7 @@ buffer and turns its events into A2A events:
     state {completed}         → artifact `result` with the full saved answer, then status COMPLETED
     state {failed|canceled}   → status FAILED / CANCELED with the error as its message
 
-Who may call: every JSON-RPC request needs an API key (`core/api_keys.py`, also
+Who may call: every JSON-RPC request needs an API key (`core/a2a/api_keys.py`, also
 in single-user mode); without one the answer is HTTP 401. A key sees only its
 user's tasks; another user's task id is answered as unknown (-32001), so ids
 cannot be probed. Only tasks started over A2A can be canceled over A2A; a

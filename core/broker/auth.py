@@ -10,7 +10,7 @@ Both checks run before the WebSocket upgrade completes, so a refused peer costs
 one HTTP response and holds no connection.
 
 `?cardUrl=` is only checked for its scheme here; the broker fetches it under the
-outbound policy (`core/outbound.py`: public addresses only unless allow-listed,
+outbound policy (`core/a2a/outbound.py`: public addresses only unless allow-listed,
 redirects re-checked, 1 MiB at most), since in mode `none` anyone may name one.
 """
 

@@ -11,7 +11,7 @@ A call returns at once (the model says the work is under way and the turn
 ends). The task goes through `Broker.dispatch` like one from outside (throttled
 `delay` progress, `auto` result, idle timeout), and is recorded as a delegation
 too, so its stream shows in the side panel and in the audit view. Its injects
-come back into the chat through `core.inbox.ChatInbox`.
+come back into the chat through `core.broker.inbox.ChatInbox`.
 """
 
 from __future__ import annotations

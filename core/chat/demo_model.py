@@ -1,6 +1,6 @@
 """The offline demo model: deterministic replies, token by token, with tool calls.
 
-This module decides *what* the demo model says; `core/llm.py` registers it with
+This module decides *what* the demo model says; `core/chat/llm.py` registers it with
 LiteLLM as the `local/` provider and streams it with a configurable delay, so
 a demo turn goes through exactly the same LiteLLM path as a real provider.
 

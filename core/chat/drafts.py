@@ -78,6 +78,6 @@ class DraftSaver:
 
 
 def draft_fields(agent: Agent) -> dict[str, Any]:
-    """The row a session turn's answer is streamed into until the turn saves it (`core.sessions.STREAMING`)."""
+    """The row a session turn's answer is streamed into until the turn saves it (`core.chat.sessions.STREAMING`)."""
     return {"role": "assistant", "content": "", "model_id": agent.model, "status": sessions_store.STREAMING,
             "source": "user"}

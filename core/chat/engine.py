@@ -217,7 +217,7 @@ class ChatEngine:
         """Start a turn without a user message: the agent speaks about what the history ends with.
 
         Used for the results of background tasks (seed 003 `auto` injects, saved as system
-        messages by `core.inbox`): the agent announces them as soon as no turn is running.
+        messages by `core.broker.inbox`): the agent announces them as soon as no turn is running.
 
         Raises:
             SessionNotFound: no such session, or it has no messages to speak about.

@@ -5,7 +5,7 @@ imported on first use (or by `warm_up()` in a worker thread after start-up),
 never on the path to the first page.
 
 The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
-prefix (`local/demo`); what it says is decided in `core/demo_model.py`. Any
+prefix (`local/demo`); what it says is decided in `core/chat/demo_model.py`. Any
 other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
 `anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
 any OpenAI-compatible server.

@@ -1,4 +1,4 @@
-"""The app's one agent registry (DESIGN.md "One registry, one id per agent").
+"""The app's one agent registry (docs/ARCHITECTURE.md, "The one registry").
 
 Local agents live in the database (`agents`, slug = id). Remote agents (dialed
 in over the `/a2a` WebSocket, or registered by the URL of an A2A agent card)

@@ -1,7 +1,7 @@
 """Task events: a task's progress, state changes and artifacts, to every open stream of that task.
 
 The seed-002 TaskManager integration, built on the stream hub: each task has one
-hub buffer (`a2a_<taskId>` by default, the delegated-task key of DESIGN.md), so
+hub buffer (`a2a_<taskId>` by default, the delegated-task key of docs/ARCHITECTURE.md), so
 every subscriber (an SSE client through `response()`, the UI in-process through
 `subscribe()`) gets replay of what happened so far, then live events, and can
 resume after the last id it saw. A late subscriber needs no "current status"
