@@ -10,7 +10,7 @@ facade (`workspace.py`) and the chat's routes under `/api` (`routes.py`).
 
 May import: `core.streaming`, `core.auth`, `core.web`, the ground floor (settings, db) and
 `models`. Never `core.delegation`, `core.a2a` or `core.broker`: they build on the chat (a
-delegation runs the callee with `ChatEngine.run_agent`), not the other way round.
+delegation runs the callee with the engine's `AgentRunner`), not the other way round.
 """
 
 from core.chat.engine import (

@@ -360,7 +360,7 @@ class ChatEngine:
         draft = DraftSaver(self.db, draft_id, run.text_so_far, interval_s=self.draft_interval_s)
         run.on_text = draft.touch
         try:
-            await self.run_agent(stream_key=session_id, run=run, tools=tools, ctx=ctx)
+            await self.runner.run(stream_key=session_id, run=run, tools=tools, ctx=ctx)
         finally:
             # Runs on cancel too: what was said so far is kept, then the stream ends.
             await draft.settle()
@@ -394,21 +394,6 @@ class ChatEngine:
             claim = self._turns.get(session_id)
             if claim is not None and claim.task is asyncio.current_task():
                 self._release(session_id, claim)
-
-    # -- one agent run, reused by delegations ------------------------------------------
-
-    async def run_agent(
-        self,
-        *,
-        stream_key: str,
-        run: AgentRun,
-        tools: dict[str, BoundTool],
-        ctx: ToolContext,
-        max_output_tokens: int | None = None,
-    ) -> TurnOutcome:
-        """Run the model/tool loop of `run`, streaming into `stream_key` (see `AgentRunner.run`)."""
-        return await self.runner.run(stream_key=stream_key, run=run, tools=tools, ctx=ctx,
-                                     max_output_tokens=max_output_tokens)
 
     async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
         await self.hub.append(key, type, data)

@@ -149,7 +149,7 @@ class DelegationService:
                         recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
                     )
                     tools = self.tools.bind(tool_rows, agent_id=callee.id, agent_slug=callee.slug)
-                    await self.engine.run_agent(
+                    await self.engine.runner.run(
                         stream_key=key, run=record.run, tools=tools, ctx=callee_ctx,
                         max_output_tokens=limits.max_output_tokens,
                     )
