@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,7 +64,7 @@ def build(settings) -> object:
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
     register_pages(services)
     app.on_startup(services.start)
-    app.on_startup(stop_gracefully_on_stop_signals)
+    app.on_startup(lambda: stop_gracefully_on_stop_signals(services.stopping))
     app.on_startup(lambda: print(f"{TITLE}: {services.describe()}\nOpen {settings.base_url}", flush=True))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
@@ -195,8 +196,11 @@ def leave_stop_signals_to_the_server() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def stop_gracefully_on_stop_signals() -> None:
+def stop_gracefully_on_stop_signals(on_first_signal: Callable[[], None] = lambda: None) -> None:
     """While serving (called at start-up, on the server's loop): every stop signal asks for one graceful stop.
+
+    `on_first_signal` runs at once, before the server closes its connections (the services then
+    know that a closing socket means the app is stopping, not that a peer went away).
 
     uvicorn's own handler turns a second Ctrl+C into a forced exit that skips the shutdown of
     the services (running turns are not saved) and prints the tracebacks of the requests it
@@ -214,6 +218,7 @@ def stop_gracefully_on_stop_signals() -> None:
         nonlocal received
         received += 1
         if received == 1:
+            on_first_signal()
             server.handle_exit(signal.SIGTERM, None)  # graceful, whichever signal it was
         elif received == 2:
             print("Stopping: saving running turns and closing open streams. "

@@ -109,7 +109,7 @@ class Services:
         tools.register(AgentInvokeTool(delegation))
         broker = Broker(settings, registry)
         inbox = ChatInbox(chat, broker.injects.bus)
-        tools.register_family(BrokerDispatchTools(broker, delegation, inbox))
+        tools.register_family(BrokerDispatchTools(broker, delegation))
         workspace = Workspace(db, hub, chat, settings.default_agent)
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
                    registry=registry, workspace=workspace, broker=broker, inbox=inbox)
@@ -150,6 +150,11 @@ class Services:
             interrupted = await self.delegation.fail_interrupted()
             if interrupted:
                 log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)
+            if self.broker is not None:
+                ended = await self.broker.recover()
+                if ended:
+                    log.warning("%d broker tasks were running when the server stopped; their chats are told "
+                                "they were interrupted", ended)
             cut_off = await self.chat.fail_interrupted()
             if cut_off:
                 log.warning("%d chat answers were being written when the server stopped; kept what they had "
@@ -172,6 +177,11 @@ class Services:
             await self.inbox.start()
         if self.broker is not None:
             await self.broker.start()
+
+    def stopping(self) -> None:
+        """A stop signal came: what ends from now on ends because the app stops (then `stop` runs)."""
+        if self.broker is not None:
+            self.broker.stopping()
 
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""

@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     broker_open_dispatch: bool = Field(
         False, description="Seed 003's open mode: dispatch and cancel without credentials (trusted network only)")
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
+    instance_id: str = Field(
+        "main", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$",
+        description="Names this process among app processes sharing one database: at start it ends only "
+                    "the broker tasks that it left running")
     # Outbound fetches (agent cards, remote agents' endpoints; core/a2a/outbound.py): non-public addresses are refused
     # unless their host name, address or network is listed here.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(

@@ -221,6 +221,56 @@ class RemoteA2AAgent(SQLModel, table=True):
     updated_at: datetime = _ts(default_factory=utcnow)
 
 
+
+# -- The broker's durable return path (issue 12) ---------------------------------------------
+
+
+class BrokerTaskRecord(SQLModel, table=True):
+    """A task dispatched through the broker (seed 003), kept so a restart can finish what it cut off.
+
+    `finished_at` is empty while the task runs; at start, this instance's running tasks get their
+    terminal inject ("interrupted by a server restart"). `session_id` is set when the app's own chat
+    dispatched the task: its result note belongs in that chat session.
+    """
+
+    __tablename__ = "broker_tasks"
+    __table_args__ = (Index("idx_broker_tasks_running", "instance", "finished_at"),)
+
+    id: str = Field(sa_column=Column(String(64), primary_key=True))
+    instance: str = Field(sa_type=String(255))  # the app process that relays it (host:port)
+    owner: str = Field(sa_type=String(64))  # `user:<id>`, `dispatch-token` or `open`
+    target_agent: str = Field(sa_type=String(256))
+    agent_name: str = Field(sa_type=String(200))
+    chat_agent_id: Any = Field(sa_type=JSON)  # seed 003 `agentId`: 123 stays a number, "abc" a string
+    chat_id: str = Field(sa_type=String(256))
+    session_id: str | None = Field(default=None, sa_type=String(64))
+    task: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    state: str = Field(default="submitted", sa_type=String(24))
+    created_at: datetime = _ts(default_factory=utcnow)
+    finished_at: datetime | None = _ts(nullable=True, default=None)
+
+
+class BrokerOutboxInject(SQLModel, table=True):
+    """A task's result (`auto` inject), saved with the task's end; `sent_at` is set once Redis has it.
+
+    Rows that stay unsent (Redis was down, the process stopped) are sent at the next start. Sent rows
+    are kept a week: the app's own chat reads a result back from here when a restart cut off its delivery.
+    """
+
+    __tablename__ = "broker_outbox"
+    __table_args__ = (Index("idx_broker_outbox_sent", "sent_at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str = Field(sa_column=Column(String(64), ForeignKey("broker_tasks.id", ondelete="CASCADE"),
+                                          nullable=False, index=True))
+    chat_agent_id: Any = Field(sa_type=JSON)
+    chat_id: str = Field(sa_type=String(256))
+    text: str = Field(sa_type=Text)
+    mode: str = Field(sa_type=String(8))
+    created_at: datetime = _ts(default_factory=utcnow)
+    sent_at: datetime | None = _ts(nullable=True, default=None)
+
+
 __all__ = [
     "A2ATaskSession",
     "Agent",
@@ -228,6 +278,8 @@ __all__ = [
     "AgentSession",
     "AgentTool",
     "ApiKey",
+    "BrokerOutboxInject",
+    "BrokerTaskRecord",
     "RemoteA2AAgent",
     "User",
     "new_session_id",

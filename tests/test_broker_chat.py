@@ -141,7 +141,7 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
             callee_rows = await sessions_store.list_messages(s, session_id=task.session_id)
         assert (task.state, task.caller_session_id, task.callee_agent_slug) == ("completed", chat.id, "travel")
         assert [(m.role, m.source) for m in callee_rows] == [("user", "a2a"), ("assistant", "a2a")]
-        assert services.inbox.expected == 0
+        assert services.broker.running_tasks() == []
 
 
 async def test_a_result_that_arrives_during_a_turn_waits_for_its_end(tmp_path: Path) -> None:

@@ -16,8 +16,11 @@ until its turn ends and are then saved in the order they came, and the
 announcement is a turn that starts only when none runs. Several results that
 arrive together get one announcement.
 
-Injects of tasks that this process did not dispatch for one of its sessions are
-ignored here: an outside chat system reads them from Redis.
+An inject of such a task carries the session's id (`Inject.session_id`, set by
+the broker for the app's own dispatches, never from outside); injects without
+it are ignored here: an outside chat system reads them from Redis. After a
+restart the broker hands over again every result whose note is not in its
+session yet (`core.broker.store`), so a result is saved and announced once.
 """
 
 from __future__ import annotations
@@ -44,24 +47,10 @@ class ChatInbox:
         self.bus = bus
         self.delivered = 0
         self.announced = 0
-        self._expected: dict[str, str] = {}  # task id -> session id, until the task's `auto` inject
         self._pending: dict[str, deque[Inject]] = {}
         self._announce: set[str] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._tasks = BackgroundTasks()
-
-    def expect(self, task_id: str, session_id: str) -> None:
-        """The injects of `task_id` belong to that session (called when the app dispatches the task)."""
-        self._expected[task_id] = session_id
-
-    def forget(self, task_id: str) -> None:
-        """The task will send nothing (its dispatch was refused)."""
-        self._expected.pop(task_id, None)
-
-    @property
-    def expected(self) -> int:
-        """Tasks whose result has not come back yet."""
-        return len(self._expected)
 
     async def start(self) -> None:
         """Listen to the broker's bus."""
@@ -86,11 +75,9 @@ class ChatInbox:
 
     def receive(self, inject: Inject) -> None:
         """Queue an inject for its session (ignored when it is not one of this app's background tasks)."""
-        session_id = self._expected.get(inject.task_id or "")
+        session_id = inject.session_id
         if session_id is None:
             return
-        if inject.mode == AUTO:
-            del self._expected[inject.task_id]  # terminal: nothing else comes for this task
         self._pending.setdefault(session_id, deque()).append(inject)
         worker = self._workers.get(session_id)
         if worker is None or worker.done():

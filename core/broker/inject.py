@@ -14,6 +14,9 @@ Redis configured the bus is the only transport. With Redis configured but
 unreachable, injects wait in a bounded outbox and are sent when Redis is back;
 when the outbox is full, progress (`delay`) is dropped before results
 (`auto`), and results are sent first, so what the user must hear survives.
+Results are also saved in the database (`core.broker.store`) before they are
+queued here, and marked sent once Redis has them: what a stop or a full outbox
+loses here is sent again at the next start.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,7 +52,10 @@ class Inject:
     chat_id: str
     text: str
     mode: Literal["delay", "auto"]
-    task_id: str | None = None  # not on the wire; for local consumers and the outbox
+    # Not on the wire: for local consumers and the outbox.
+    task_id: str | None = None
+    session_id: str | None = None  # the app's own chat session that dispatched the task (core/inbox.py)
+    outbox_id: int | None = None  # a result saved in the database's outbox (core/broker/store.py)
 
     def payload(self) -> dict[str, Any]:
         """The JSON object on the wire."""
@@ -93,8 +99,10 @@ class InjectPublisher:
     half-way is sent again whole.
     """
 
-    def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000, batch: int = 500) -> None:
+    def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000, batch: int = 500,
+                 on_sent: Callable[[list[int]], Awaitable[None]] | None = None) -> None:
         self.redis_url = redis_url
+        self.on_sent = on_sent  # told the outbox ids of the saved results that Redis now has
         self.outbox_max = outbox_max
         self.batch = batch
         self.bus = InjectBus()
@@ -165,11 +173,16 @@ class InjectPublisher:
         """Wait until everything queued so far is written (or raise TimeoutError)."""
         await asyncio.wait_for(self._idle.wait(), timeout_s)
 
-    async def publish(self, inject: Inject) -> None:
-        """Queue one inject for Redis and deliver it in-process; never waits for Redis, never raises for it."""
+    async def publish(self, inject: Inject, *, to_redis: bool = True) -> None:
+        """Queue one inject for Redis and deliver it in-process; never waits for Redis, never raises for it.
+
+        `to_redis=False` delivers in-process only (a result Redis already has, sent again to the app's chat).
+        """
         self.bus.publish(inject)
         if not self.configured:
             self.sent += 1
+            return
+        if not to_redis:
             return
         self._seq += 1
         (self._auto if inject.mode == AUTO else self._delay).append((self._seq, inject))
@@ -244,6 +257,14 @@ class InjectPublisher:
             self._went_down(exc)
             return
         self.sent += len(batch)
+        saved = [inject.outbox_id for _, inject in batch if inject.outbox_id is not None]
+        if saved and self.on_sent is not None:
+            try:
+                await self.on_sent(saved)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # they stay unsent in the database: sent again (at least once) at the next start
+                log.warning("could not mark %d sent results in the database", len(saved), exc_info=True)
 
     def _put_back(self, batch: list[tuple[int, Inject]]) -> None:
         for item in reversed(batch):

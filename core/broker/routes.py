@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StrictInt, StringConstraints
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
@@ -31,8 +32,10 @@ from core.web.schemas import RequestBody
 log = logging.getLogger(__name__)
 
 MAX_TASK_CHARS = 20_000
+MAX_ID_CHARS = 256  # chat ids, agent ids: what `broker_tasks` stores
 
-NonEmpty = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1)]
+NonEmpty = Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=MAX_ID_CHARS)]
+ChatAgentNumber = Annotated[StrictInt, Field(ge=-(2**63), lt=2**63)]  # a 64-bit id, as chat systems store them
 
 
 def get_broker(connection: HTTPConnection) -> Broker:
@@ -70,7 +73,7 @@ class DispatchRequest(RequestBody):
                                            max_length=MAX_TASK_CHARS)] = Field(
         description="The whole task, as the user said it")
     targetAgent: NonEmpty = Field(description="a2a_id of a connected agent")  # noqa: N815 - wire name
-    agentId: StrictInt | NonEmpty = Field(description="The chat agent's id; injects go to agent:events:<agentId>")  # noqa: N815
+    agentId: ChatAgentNumber | NonEmpty = Field(description="The chat agent's id; injects go to agent:events:<agentId>")  # noqa: N815
     chatId: NonEmpty = Field(description="The chat the injects are for")  # noqa: N815
     macAddress: str | None = Field(None, description="The device, passed through")  # noqa: N815
 
@@ -137,8 +140,14 @@ def broker_router() -> APIRouter:
         Needs `Authorization: Bearer <key>`: an A2A API key of the user the chat system acts for, or the
         settings' `broker_dispatch_token` (unless `broker_open_dispatch`, for trusted networks only).
         """
-        ack = get_broker(connection).dispatch(task=body.task, target_agent=body.targetAgent, agent_id=body.agentId,
-                                             chat_id=body.chatId, owner=owner, mac_address=body.macAddress)
+        try:
+            ack = await get_broker(connection).dispatch(task=body.task, target_agent=body.targetAgent,
+                                                        agent_id=body.agentId, chat_id=body.chatId, owner=owner,
+                                                        mac_address=body.macAddress)
+        except SQLAlchemyError:
+            log.exception("could not save a dispatched task")
+            raise HTTPException(503, "The broker could not save the task (its database is unavailable); nothing "
+                                "was started. Try again shortly.") from None
         return DispatchAck(**ack)
 
     @router.post("/a2a/tasks/cancel")

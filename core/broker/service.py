@@ -10,6 +10,11 @@ agents stream over WebSocket (`serve`), and progress goes back over Redis
 - no event for `task_idle_timeout` -> `tasks/cancel` to the agent and an
   `auto` "timed out" inject; an agent that disconnects fails its tasks the same way.
 
+A task is saved when it is accepted and its end is saved with its result
+(`core.broker.store`), so a stop or a crash loses no `auto` inject: at the
+next start the tasks cut off end with "interrupted by a server restart", and
+results that never reached Redis are sent.
+
 Agents join the app's one registry (`AgentRegistry.claim`), so the chat's
 `@<id>` delegation reaches them too, through `AgentConnection.stream`.
 """
@@ -23,7 +28,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from core.broker import wire
@@ -31,6 +36,7 @@ from core.broker.auth import Identity, Refused, identify, is_blacklisted
 from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.reload import ConfigReloader
+from core.broker.store import BrokerStore
 from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgentError
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
@@ -44,6 +50,7 @@ RECENT_TASKS = 100
 CLOSE_BAD_CARD, CLOSE_ID_TAKEN, CLOSE_NO_CARD, CLOSE_GOING_AWAY = 4400, 4409, 4408, 1001
 
 TIMEOUT = "timeout"  # a task state of the broker's own, next to A2A's
+STOPPED = "The task was stopped: the broker is shutting down."
 
 
 def _close_reason(text: str) -> str:
@@ -83,6 +90,7 @@ class BrokerTask:
     chat_id: str
     text: str
     owner: str = OPEN_OWNER  # who dispatched it: `user:<id>` (an API key or the app's chat), a token, open mode
+    session_id: str | None = None  # the app's own chat session that dispatched it
     mac_address: str | None = None
     state: str = "submitted"
     last_text: str = ""
@@ -134,7 +142,9 @@ class Broker:
     def __init__(self, settings: Settings, registry: AgentRegistry) -> None:
         self.settings = settings
         self.registry = registry
-        self.injects = InjectPublisher(settings.redis.dsn, outbox_max=settings.broker_outbox_max)
+        self.store = BrokerStore(registry.db, settings.instance_id)
+        self.injects = InjectPublisher(settings.redis.dsn, outbox_max=settings.broker_outbox_max,
+                                       on_sent=self.store.mark_sent)
         self.reloader = ConfigReloader(settings)
         self.conn_stats = ConnectionStats()
         self.started_at = time.time()
@@ -153,12 +163,29 @@ class Broker:
 
     # -- life cycle ------------------------------------------------------------------------------
 
+    async def recover(self) -> int:
+        """Before serving: end the tasks a stop or a crash cut off, each with its result; how many."""
+        return await self.store.interrupt_running(sent=not self.injects.configured)
+
     async def start(self) -> None:
-        """Connect the return path and watch the config file."""
+        """Connect the return path, send the results a stop kept back, and watch the config file."""
         self._stopping = False
         self.started_at = time.time()
         await self.injects.start()
+        try:
+            pending = await self.store.pending(redis=self.injects.configured)
+        except Exception:  # the database is down: they wait for the next start
+            log.exception("could not read the unsent results of broker tasks")
+            pending = []
+        if pending:
+            log.info("sending %d broker task results that a stop kept back", len(pending))
+        for item in pending:
+            await self.injects.publish(item.inject, to_redis=item.to_redis)
         await self.reloader.start()
+
+    def stopping(self) -> None:
+        """The app is stopping: agents' sockets closing from now on end their tasks as stopped, not failed."""
+        self._stopping = True
 
     async def stop(self) -> None:
         """Fail running tasks (their `auto` injects still go out), close agents, then the return path."""
@@ -303,20 +330,27 @@ class Broker:
 
     # -- tasks --------------------------------------------------------------------------------
 
-    def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str, owner: str = OPEN_OWNER,
-                 mac_address: str | None = None, task_id: str | None = None,
-                 observer: TaskObserver | None = None) -> dict[str, Any]:
+    async def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str, owner: str = OPEN_OWNER,
+                       mac_address: str | None = None, task_id: str | None = None, session_id: str | None = None,
+                       observer: TaskObserver | None = None) -> dict[str, Any]:
         """Start a task on a connected agent; the answer is the ack, progress follows as injects.
 
-        `task_id` (default: a new UUID) and `observer` are for the app's own dispatches, whose
+        The task is saved before the ack (its result is then owed even across a crash). `task_id`
+        (default: a new UUID), `session_id` and `observer` are for the app's own dispatches, whose
         task is also a delegation record (`core.broker.tools`).
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the task could not be saved; nothing was started.
         """
         conn = self._connections.get(target_agent)
         if conn is None or not conn.visible_to(agent_id) or conn.closed is not None:
             self.tasks_no_agent += 1
             return {"status": "no_agent"}
         record = BrokerTask(id=task_id or str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id,
-                            text=task, owner=owner, mac_address=mac_address, observer=observer)
+                            text=task, owner=owner, session_id=session_id, mac_address=mac_address,
+                            observer=observer)
+        await self.store.add_task(task_id=record.id, owner=owner, target_agent=conn.id, agent_name=conn.name,
+                                  chat_agent_id=agent_id, chat_id=chat_id, session_id=session_id, task=task)
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
@@ -347,9 +381,17 @@ class Broker:
         return list(reversed(self._recent))
 
     async def _inject(self, record: BrokerTask, text: str, mode: str) -> None:
-        name = record.agent.name
-        await self.injects.publish(Inject(agent_id=record.chat_agent_id, chat_id=record.chat_id,
-                                          text=f"[{name}] {text}", mode=mode, task_id=record.id))
+        inject = Inject(agent_id=record.chat_agent_id, chat_id=record.chat_id, text=f"[{record.agent.name}] {text}",
+                        mode=mode, task_id=record.id, session_id=record.session_id)
+        if mode == AUTO:  # the result is saved with the task's end before it is sent
+            try:
+                outbox_id = await self.store.finish_task(record.id, record.state, inject,
+                                                         sent=not self.injects.configured)
+            except Exception:  # the database is down: send it anyway, it just is not durable
+                log.exception("could not save the result of task %s", record.id)
+            else:
+                inject = replace(inject, outbox_id=outbox_id)
+        await self.injects.publish(inject)
         record.injects += 1
         if record.first_inject_at is None:
             record.first_inject_at = time.time()
@@ -385,14 +427,15 @@ class Broker:
                         await self._progress(record, event.text)
         except asyncio.CancelledError:
             state = "canceled"
-            final_text = ("The task was canceled." if record.cancel_requested or not self._stopping
-                          else "The task was stopped: the broker is shutting down.")
+            final_text = "The task was canceled." if record.cancel_requested or not self._stopping else STOPPED
             await asyncio.shield(self._finish(record, state, final_text))
             raise
         except TaskIdle as exc:
             state, final_text = TIMEOUT, f"The task timed out: {exc}."
         except ConnectionError:
-            state, final_text = "failed", "The task failed: the agent disconnected."
+            # The server closes agents' sockets first when it stops: that is not the agent's failure.
+            state, final_text = ("canceled", STOPPED) if self._stopping else (
+                "failed", "The task failed: the agent disconnected.")
         except RemoteAgentError as exc:
             state, final_text = "failed", f"The task failed: {exc}."
         except Exception as exc:  # a bug here must still tell the chat the task is over

@@ -11,13 +11,16 @@ A call returns at once (the model says the work is under way and the turn
 ends). The task goes through `Broker.dispatch` like one from outside (throttled
 `delay` progress, `auto` result, idle timeout), and is recorded as a delegation
 too, so its stream shows in the side panel and in the audit view. Its injects
-come back into the chat through `core.broker.inbox.ChatInbox`.
+carry the chat session's id and come back into the chat through `core.broker.inbox.ChatInbox`.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from core.broker.connection import AgentConnection
 from core.broker.service import user_owner
@@ -26,9 +29,10 @@ from core.chat.agents import A2A_DISPATCH
 from core.chat.tools import ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from core.broker.inbox import ChatInbox
     from core.broker.service import Broker
     from core.delegation.service import DelegationService
+
+log = logging.getLogger(__name__)
 
 MAX_TASK_CHARS = 20_000
 
@@ -40,10 +44,9 @@ class BrokerDispatchTools:
 
     tool_type = A2A_DISPATCH
 
-    def __init__(self, broker: Broker, delegation: DelegationService, inbox: ChatInbox) -> None:
+    def __init__(self, broker: Broker, delegation: DelegationService) -> None:
         self.broker = broker
         self.delegation = delegation
-        self.inbox = inbox
 
     def tools_for(self, agent_id: int | None, agent_slug: str) -> list[BrokerDispatchTool]:
         """The tools of the agents online now that are global or bound to this agent."""
@@ -115,14 +118,17 @@ class BrokerDispatchTool:
             return ToolResult(False, error=f"The agent {self.a2a_id!r} is no longer connected to the broker.",
                               metadata=metadata)
         record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
-        self.family.inbox.expect(record.task_id, ctx.session_id)
-        ack = broker.dispatch(task=task.strip(), target_agent=self.a2a_id, agent_id=chat_agent_id,
-                              chat_id=ctx.session_id, owner=user_owner(ctx.user_id), task_id=record.task_id,
-                              observer=record)
         metadata.update(taskId=record.task_id, calleeAgentName=conn.name, background=True)
+        try:
+            ack = await broker.dispatch(task=task.strip(), target_agent=self.a2a_id, agent_id=chat_agent_id,
+                                        chat_id=ctx.session_id, owner=user_owner(ctx.user_id),
+                                        task_id=record.task_id, session_id=ctx.session_id, observer=record)
+        except SQLAlchemyError:
+            log.exception("could not save the background task %s", record.task_id)
+            ack = {"status": "not_saved"}
         if ack.get("status") != "accepted":
-            self.family.inbox.forget(record.task_id)
-            reason = f"{conn.name} disconnected before the task could be sent."
+            reason = (f"{conn.name} disconnected before the task could be sent." if ack.get("status") == "no_agent"
+                      else "The task could not be saved (the database is unavailable); nothing was started.")
             await record.on_end("failed", reason)
             return ToolResult(False, error=reason, metadata=metadata)
         return ToolResult(True, data=(

@@ -1,0 +1,122 @@
+"""The broker's durable part: dispatched tasks and the outbox of their results, in the database.
+
+Seed 003 promises a chat system the `auto` inject of every task it dispatched. Redis alone cannot keep
+that promise across a stop: a result queued while Redis is down lives in memory, and a task cut by
+kill -9 never ends. So a task is written when it is accepted, and its end is written together with its
+result (one transaction); the pipelined sender marks results sent once Redis has them. At the next
+start (`interrupt_running`, then `pending`), the tasks this instance left running end with "interrupted
+by a server restart", and every result Redis never got is sent.
+
+Progress (`delay`) is not kept: it is throttled chatter that a restart may lose. The app's own chat is a
+consumer too: a result whose note never reached its chat session (the process stopped between the two)
+is delivered again, and the session's saved note is the proof of delivery, so nothing is announced twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, exists, update
+from sqlmodel import col, select
+
+from core.broker.inject import AUTO, Inject
+from core.db import Database
+from models import AgentMessage, BrokerOutboxInject, BrokerTaskRecord, utcnow
+
+KEEP_FINISHED = timedelta(days=7)  # finished tasks and sent results are deleted after this
+INTERRUPTED = "The task was interrupted by a server restart."
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInject:
+    """A result to send again at start: to Redis when `to_redis`, to the app's chat when `session_id`."""
+
+    inject: Inject
+    to_redis: bool
+
+
+class BrokerStore:
+    """Reads and writes `broker_tasks` and `broker_outbox` for one app instance."""
+
+    def __init__(self, db: Database, instance: str) -> None:
+        self.db = db
+        self.instance = instance
+
+    async def add_task(self, *, task_id: str, owner: str, target_agent: str, agent_name: str, chat_agent_id: Any,
+                       chat_id: str, session_id: str | None, task: str) -> None:
+        """Record an accepted task (before the dispatch is acknowledged)."""
+        async with self.db.session() as s:
+            s.add(BrokerTaskRecord(id=task_id, instance=self.instance, owner=owner, target_agent=target_agent,
+                                   agent_name=agent_name, chat_agent_id=chat_agent_id, chat_id=chat_id,
+                                   session_id=session_id, task=task, state="submitted"))
+            await s.commit()
+
+    async def finish_task(self, task_id: str, state: str, result: Inject, *, sent: bool) -> int:
+        """Write the task's end and its result in one transaction; the outbox id of the result.
+
+        `sent` is true when there is no Redis to send to (the in-process bus is the only transport).
+        """
+        async with self.db.session() as s:
+            now = utcnow()
+            await s.exec(update(BrokerTaskRecord).where(col(BrokerTaskRecord.id) == task_id)
+                         .values(state=state, finished_at=now))
+            row = BrokerOutboxInject(task_id=task_id, chat_agent_id=result.agent_id, chat_id=result.chat_id,
+                                     text=result.text, mode=AUTO, created_at=now, sent_at=now if sent else None)
+            s.add(row)
+            await s.commit()
+            assert row.id is not None
+            return row.id
+
+    async def mark_sent(self, outbox_ids: list[int]) -> None:
+        """Redis has these results."""
+        async with self.db.session() as s:
+            await s.exec(update(BrokerOutboxInject).where(col(BrokerOutboxInject.id).in_(outbox_ids))
+                         .values(sent_at=utcnow()))
+            await s.commit()
+
+    async def interrupt_running(self, *, sent: bool) -> int:
+        """At start: end the tasks this instance left running, each with its terminal result; how many.
+
+        Also deletes finished tasks and sent results older than `KEEP_FINISHED`.
+        """
+        async with self.db.session() as s:
+            now = utcnow()
+            running = list((await s.exec(select(BrokerTaskRecord).where(
+                BrokerTaskRecord.instance == self.instance, col(BrokerTaskRecord.finished_at).is_(None)))).all())
+            for task in running:
+                task.state, task.finished_at = "failed", now
+                s.add(task)
+                s.add(BrokerOutboxInject(task_id=task.id, chat_agent_id=task.chat_agent_id, chat_id=task.chat_id,
+                                         text=f"[{task.agent_name}] {INTERRUPTED}", mode=AUTO, created_at=now,
+                                         sent_at=now if sent else None))
+            old = now - KEEP_FINISHED
+            await s.exec(delete(BrokerOutboxInject).where(col(BrokerOutboxInject.sent_at) < old))
+            await s.exec(delete(BrokerTaskRecord).where(
+                col(BrokerTaskRecord.finished_at) < old,
+                ~exists().where(col(BrokerOutboxInject.task_id) == BrokerTaskRecord.id)))
+            await s.commit()
+        return len(running)
+
+    async def pending(self, *, redis: bool) -> list[PendingInject]:
+        """The results to send again at start, oldest first.
+
+        With `redis`: every result of this instance's tasks that Redis never got. And for the app's own
+        chat, whatever Redis does: every result whose note is not in its chat session.
+        """
+        query = (select(BrokerOutboxInject, BrokerTaskRecord)
+                 .join(BrokerTaskRecord, col(BrokerTaskRecord.id) == BrokerOutboxInject.task_id)
+                 .where(BrokerTaskRecord.instance == self.instance)
+                 .order_by(col(BrokerOutboxInject.id)))
+        note_saved = exists().where(col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
+                                    col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
+                                    col(AgentMessage.inject_mode) == AUTO)
+        unsent = col(BrokerOutboxInject.sent_at).is_(None)
+        undelivered = col(BrokerTaskRecord.session_id).is_not(None) & ~note_saved
+        async with self.db.session() as s:
+            rows = (await s.exec(query.where(unsent | undelivered if redis else undelivered))).all()
+        return [PendingInject(
+            Inject(agent_id=out.chat_agent_id, chat_id=out.chat_id, text=out.text, mode=AUTO, task_id=task.id,
+                   session_id=task.session_id, outbox_id=out.id),
+            to_redis=redis and out.sent_at is None) for out, task in rows]
