@@ -1,7 +1,7 @@
 """The broker's durable part (core/broker/store.py) on SQLite and PostgreSQL.
 
 What is saved, what a start sends again, what it leaves alone. The whole stop-and-start
-story against `python app.py` is in test_broker_restart.py.
+story against `python app.py` is in security/test_results_survive_a_restart.py.
 """
 
 from __future__ import annotations
