@@ -7,6 +7,10 @@ result (one transaction); the pipelined sender marks results sent once Redis has
 start (`interrupt_running`, then `pending`), the tasks this instance left running end with "interrupted
 by a server restart", and every result Redis never got is sent.
 
+Writes are grouped: the tasks accepted and ended while one transaction commits are written together
+in the next one (one commit for many concurrent tasks, as the pipelined sender does for Redis), and
+each caller waits for the commit that holds its row.
+
 Progress (`delay`) is not kept: it is throttled chatter that a restart may lose. The app's own chat is a
 consumer too: a result whose note never reached its chat session (the process stopped between the two)
 is delivered again, and the session's saved note is the proof of delivery, so nothing is announced twice.
@@ -14,11 +18,12 @@ is delivered again, and the session's saved note is the proof of delivery, so no
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, exists, update
+from sqlalchemy import delete, exists, insert, update
 from sqlmodel import col, select
 
 from core.broker.inject import AUTO, Inject
@@ -43,31 +48,69 @@ class BrokerStore:
     def __init__(self, db: Database, instance: str) -> None:
         self.db = db
         self.instance = instance
+        self._added: list[tuple[dict[str, Any], asyncio.Future[int | None]]] = []
+        self._ended: list[tuple[dict[str, Any], dict[str, Any], asyncio.Future[int | None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def add_task(self, *, task_id: str, owner: str, target_agent: str, agent_name: str, chat_agent_id: Any,
                        chat_id: str, session_id: str | None, task: str) -> None:
         """Record an accepted task (before the dispatch is acknowledged)."""
-        async with self.db.session() as s:
-            s.add(BrokerTaskRecord(id=task_id, instance=self.instance, owner=owner, target_agent=target_agent,
-                                   agent_name=agent_name, chat_agent_id=chat_agent_id, chat_id=chat_id,
-                                   session_id=session_id, task=task, state="submitted"))
-            await s.commit()
+        row = {"id": task_id, "instance": self.instance, "owner": owner, "target_agent": target_agent,
+               "agent_name": agent_name, "chat_agent_id": chat_agent_id, "chat_id": chat_id,
+               "session_id": session_id, "task": task, "state": "submitted", "created_at": utcnow()}
+        future = asyncio.get_running_loop().create_future()
+        self._added.append((row, future))
+        await self._committed(future)
 
     async def finish_task(self, task_id: str, state: str, result: Inject, *, sent: bool) -> int:
         """Write the task's end and its result in one transaction; the outbox id of the result.
 
         `sent` is true when there is no Redis to send to (the in-process bus is the only transport).
         """
-        async with self.db.session() as s:
-            now = utcnow()
-            await s.exec(update(BrokerTaskRecord).where(col(BrokerTaskRecord.id) == task_id)
-                         .values(state=state, finished_at=now))
-            row = BrokerOutboxInject(task_id=task_id, chat_agent_id=result.agent_id, chat_id=result.chat_id,
-                                     text=result.text, mode=AUTO, created_at=now, sent_at=now if sent else None)
-            s.add(row)
-            await s.commit()
-            assert row.id is not None
-            return row.id
+        now = utcnow()
+        end = {"id": task_id, "state": state, "finished_at": now}
+        out = {"task_id": task_id, "chat_agent_id": result.agent_id, "chat_id": result.chat_id, "text": result.text,
+               "mode": AUTO, "created_at": now, "sent_at": now if sent else None}
+        future = asyncio.get_running_loop().create_future()
+        self._ended.append((end, out, future))
+        outbox_id = await self._committed(future)
+        assert outbox_id is not None
+        return outbox_id
+
+    async def _committed(self, future: asyncio.Future[int | None]) -> int | None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name="broker store writer")
+        # Shielded: a caller that is canceled (a task stopped mid-dispatch) leaves the batch alone.
+        return await asyncio.shield(future)
+
+    async def _write(self) -> None:
+        """Write what is queued, one transaction per round, until the queue stays empty."""
+        while self._added or self._ended:
+            added, self._added = self._added, []
+            ended, self._ended = self._ended, []
+            try:
+                async with self.db.session() as s:
+                    if added:
+                        await s.exec(insert(BrokerTaskRecord), params=[row for row, _ in added])
+                    outbox_ids: list[int] = []
+                    if ended:
+                        await s.exec(update(BrokerTaskRecord), params=[end for end, _, _ in ended])
+                        rows = await s.exec(
+                            insert(BrokerOutboxInject).returning(BrokerOutboxInject.id, sort_by_parameter_order=True),
+                            params=[out for _, out, _ in ended])
+                        outbox_ids = list(rows.scalars())
+                    await s.commit()
+            except Exception as exc:  # every caller of this round hears it (a dispatch is then refused)
+                for future in [f for _, f in added] + [f for _, _, f in ended]:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for _, future in added:
+                if not future.done():
+                    future.set_result(None)
+            for (_, _, future), outbox_id in zip(ended, outbox_ids, strict=True):
+                if not future.done():
+                    future.set_result(outbox_id)
 
     async def mark_sent(self, outbox_ids: list[int]) -> None:
         """Redis has these results."""
