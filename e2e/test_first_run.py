@@ -85,7 +85,8 @@ def test_screenshot_for_the_readme(browser: Browser) -> None:
             open_chat(page, "/")
             send(page, "@coding-assistant write a function that greets a user by name")
             panel = page.get_by_test_id("agent-invoke-panel")
-            expect(panel).to_be_visible()
+            # The first turn of a fresh server imports LiteLLM (3-5 s, more on a busy machine).
+            expect(panel).to_be_visible(timeout=30_000)
             # Mid-answer, before its code block starts (about 25 tokens, 2.5 s, later).
             expect(page.get_by_test_id("agent-invoke-body")).to_contain_text("offline demo model", timeout=30_000)
             expect(page.get_by_test_id("agent-invoke-status")).to_have_text("generating")
