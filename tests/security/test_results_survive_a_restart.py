@@ -21,7 +21,8 @@ import pytest
 from core.broker.service import STOPPED
 from core.broker.store import INTERRUPTED
 from tests.test_broker import redis_url  # noqa: F401 - the fixture
-from tests.utils.app_process import AppProcess, app_process, free_port
+from tests.utils.app_process import AppProcess, app_process
+from tests.utils.ports import free_port
 from tests.utils.broker import DISPATCH_TOKEN, FakeAgent, RedisListener, TcpProxy, status_update
 
 NAME = "出行助手"  # the fake agent's card name: injects read "[出行助手] ..."
