@@ -5,7 +5,13 @@ goes back as `inject_system_message` over Redis.
 
 Modules: `wire` (line-delimited JSON-RPC and A2A shapes), `auth` (blacklist, JWT),
 `connection` (one agent socket, also a registry `RemoteAgent`), `inject` (the
-return path), `service` (the `Broker`), `reload` (config hot reload), `routes`.
+return path), `store` (tasks and their results in the database, so a stop loses
+none), `service` (the `Broker`), `reload` (config hot reload), `routes`; and the
+app's own chat as a chat system: `tools` (the `a2a_<id>` tools) and `inbox`
+(injects back into the chat sessions).
+
+It may import `delegation`, `chat` and everything below them (the contracts in
+pyproject.toml); within `core` only `services` and `routes` import it.
 """
 
 from core.broker.service import Broker

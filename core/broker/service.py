@@ -17,6 +17,10 @@ results that never reached Redis are sent.
 
 Agents join the app's one registry (`AgentRegistry.claim`), so the chat's
 `@<id>` delegation reaches them too, through `AgentConnection.stream`.
+
+Over 400 lines on purpose: connections, a task's relay and its injects are one
+life cycle (a closing socket ends tasks, a stop ends them differently); the
+wire, the return path and the durable store are modules of their own.
 """
 
 from __future__ import annotations
