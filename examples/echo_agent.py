@@ -18,6 +18,10 @@ artifact streamed word by word, and a final completed status; `tasks/cancel`
 by stopping the task (its stream ends with a canceled status). Many tasks run
 at once. Nothing but the standard library; logs go to stderr.
 
+A task whose text starts with `/disconnect` echoes its first three words and then
+the agent process exits, as an agent that vanishes mid-stream would (the broker
+fails its tasks: "the agent disconnected").
+
     ECHO_DELAY   seconds between words (default 0.05)
     ECHO_NAME    the agent's display name (default "Echo")
 """
@@ -34,6 +38,7 @@ from typing import Any
 CARD_METHODS = {"agent/authenticatedExtendedCard", "agent/getAuthenticatedExtendedCard", "GetExtendedAgentCard"}
 DELAY_S = float(os.environ.get("ECHO_DELAY", "0.05"))
 NAME = os.environ.get("ECHO_NAME", "Echo")
+DISCONNECT_COMMAND = "/disconnect"
 
 CARD = {
     "name": NAME,
@@ -126,9 +131,13 @@ class EchoAgent:
         """The task: Task, working status, the echo word by word, completed."""
         result(rpc_id, {"kind": "task", "id": task_id, "contextId": task_id, "status": {"state": "submitted"}})
         words = text.split()
+        vanish = bool(words) and words[0] == DISCONNECT_COMMAND
         status(rpc_id, task_id, "working", f"Echoing {len(words)} word{'s' if len(words) != 1 else ''}…")
         try:
             for i, word in enumerate(words):
+                if vanish and i == 3:
+                    log("/disconnect: leaving mid-stream")
+                    os._exit(3)  # no goodbye: the pipe sees its child die and closes the socket
                 await asyncio.sleep(DELAY_S)
                 result(rpc_id, {"kind": "artifact-update", "taskId": task_id, "contextId": task_id,
                                 "append": i > 0, "lastChunk": i == len(words) - 1,

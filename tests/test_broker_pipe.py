@@ -69,6 +69,14 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
                 await http.post("/a2a/tasks/dispatch", json={
                     "task": "again", "targetAgent": "echo", "agentId": 42, "chatId": "c3"})
                 assert (await next_auto(injects, "c3")).text == "[Echo] again"
+
+                # `/disconnect`: the agent vanishes mid-stream (docs/TESTING.md); its task fails, the pipe returns.
+                second = broker.connection("echo")
+                await http.post("/a2a/tasks/dispatch", json={
+                    "task": "/disconnect one two three four five", "targetAgent": "echo", "agentId": 42,
+                    "chatId": "c4"})
+                assert (await next_auto(injects, "c4")).text == "[Echo] The task failed: the agent disconnected."
+            await wait_for(lambda: (c := broker.connection("echo")) is not None and c is not second, timeout=15)
         finally:
             if pipe.returncode is None:
                 pipe.send_signal(signal.SIGTERM)

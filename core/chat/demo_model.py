@@ -27,6 +27,20 @@ Behaviour (documented in the README, relied on by the tests):
 5. Otherwise: an echo of the message with a short guide. When the system prompt
    mentions code, the reply carries a fenced Python block.
 
+Commands that put the side panel in each of its states on demand (for people who
+test it; docs/TESTING.md has the table). They work in a chat and, sent on with a
+mention, in the callee (`@coding-assistant /hang`):
+
+- `/slow N MS`: N lorem words, MS milliseconds apart (MS up to 10,000), whatever
+  the server's `DEMO_MODEL_DELAY_MS`.
+- `/fail N`: N words, then a failure (`/error` is `/fail 4`).
+- `/hang`: one line, then nothing until the turn is stopped (Stop, Esc, a cancel,
+  the caller's timeout or `TURN_TIMEOUT_S`).
+- `/timeout MS @agent text`: delegate with a timeout of MS milliseconds for this call
+  (never longer than the agent's configured `timeoutMs`); `@agent /hang` makes it expire.
+- `/parallel N @agent text`: N delegations to one agent in one step (N up to 10),
+  inputs `text (1/N)` … `text (N/N)`.
+
 Token usage counts words: prompt tokens over all messages, completion tokens
 as emitted.
 """
@@ -44,6 +58,13 @@ BACKGROUND_COMMAND = "/background"
 BACKGROUND_RESULT = INJECT_LABELS["auto"]  # how the engine labels a result (an `auto` inject) for the model
 _INJECT_TEXT = re.compile(r"^[^:]*:\s*\[([^\]]+)\]\s*(.*)$", re.DOTALL)
 LOREM_MAX_WORDS = 100_000
+SLOW_MAX_DELAY_MS = 10_000
+PARALLEL_MAX = 10
+HANG_LINE = "Working on it; this reply will not go on until it is stopped."
+_SLOW = re.compile(r"/slow\s+(\d+)\s+(\d+)")
+_FAIL = re.compile(r"/fail\s+(\d+)")
+_TIMEOUT = re.compile(r"/timeout\s+(\d+)\s+(.*)", re.DOTALL)
+_PARALLEL = re.compile(r"/parallel\s+(\d+)\s+(.*)", re.DOTALL)
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _LOREM = (
@@ -73,6 +94,8 @@ class DemoReply:
     tool_calls: list[DemoToolCall] = field(default_factory=list)
     fail_after_tokens: int | None = None
     prompt_tokens: int = 0
+    delay_s: float | None = None  # between tokens; None: the gateway's DEMO_MODEL_DELAY_MS
+    hang: bool = False  # after the tokens, wait until canceled
 
     @property
     def finish_reason(self) -> str:
@@ -119,6 +142,17 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     background = text.startswith(BACKGROUND_COMMAND)
     if background:
         text = text[len(BACKGROUND_COMMAND):].strip()
+    timeout_ms: int | None = None
+    timeout = _TIMEOUT.fullmatch(text)
+    if timeout:
+        timeout_ms, text = max(1, int(timeout.group(1))), timeout.group(2).strip()
+    parallel = _PARALLEL.fullmatch(text)
+    if parallel and AGENT_INVOKE_TOOL in tool_names:
+        count = min(max(1, int(parallel.group(1))), PARALLEL_MAX)
+        mentions = [(slug, body) for slug, body in find_mentions(parallel.group(2)) if body][:1]
+        if mentions:
+            slug, body = mentions[0]
+            return _delegate([(slug, f"{body} ({i}/{count})") for i in range(1, count + 1)], timeout_ms)
     mentions = [(slug, body) for slug, body in find_mentions(text) if body]
     dispatches = [(slug, body) for slug, body in mentions if f"{DISPATCH_TOOL_PREFIX}{slug}" in tool_names]
     if dispatches and (background or AGENT_INVOKE_TOOL not in tool_names):
@@ -130,31 +164,52 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
         names = ", ".join(f"@{slug}" for slug, _ in dispatches)
         return DemoReply(tokenize(f"Sending this to {names} in the background.\n\n"), tool_calls=calls)
     if mentions and AGENT_INVOKE_TOOL in tool_names:
-        names = ", ".join(f"@{slug}" for slug, _ in mentions)
-        calls = [
-            DemoToolCall(
-                id=f"call_{i}_{slug}"[:40],
-                name=AGENT_INVOKE_TOOL,
-                arguments=json.dumps({"agentSlug": slug, "input": body}, ensure_ascii=False),
-            )
-            for i, (slug, body) in enumerate(mentions)
-        ]
-        return DemoReply(tokenize(f"Delegating to {names}.\n\n"), tool_calls=calls)
+        return _delegate(mentions, timeout_ms)
 
     lorem = re.fullmatch(r"/lorem\s+(\d+)", text)
     if lorem:
         count = min(int(lorem.group(1)), LOREM_MAX_WORDS)
-        words = [_LOREM[i % len(_LOREM)] for i in range(count)]
+        words = _lorem(count)
         body = " ".join(words)
         # Paragraph breaks every 60 words keep long replies readable (and renderable in pieces).
         paragraphs = [" ".join(words[i : i + 60]) for i in range(0, count, 60)] if count else []
         body = "\n\n".join(paragraphs) if paragraphs else body
         return DemoReply(tokenize(body))
 
+    slow = _SLOW.fullmatch(text)
+    if slow:
+        count = min(int(slow.group(1)), LOREM_MAX_WORDS)
+        delay_ms = min(int(slow.group(2)), SLOW_MAX_DELAY_MS)
+        return DemoReply(tokenize(" ".join(_lorem(count))), delay_s=delay_ms / 1000)
+
+    fail = _FAIL.fullmatch(text)
+    if fail:  # one word more than it says, so that the failure comes before the reply could end
+        count = min(int(fail.group(1)), LOREM_MAX_WORDS)
+        return DemoReply(tokenize(" ".join(_lorem(count + 1))), fail_after_tokens=count)
     if text == "/error":
         return DemoReply(tokenize("This reply will fail part way through"), fail_after_tokens=4)
 
+    if text == "/hang":
+        return DemoReply(tokenize(HANG_LINE), hang=True)
+
     return DemoReply(tokenize(_echo(text, wants_code="code" in system.lower())))
+
+
+def _lorem(count: int) -> list[str]:
+    return [_LOREM[i % len(_LOREM)] for i in range(count)]
+
+
+def _delegate(mentions: list[tuple[str, str]], timeout_ms: int | None) -> DemoReply:
+    """One `agent_invoke` call per mention, all in one step."""
+    names = ", ".join(dict.fromkeys(f"@{slug}" for slug, _ in mentions))
+    calls = []
+    for i, (slug, body) in enumerate(mentions):
+        arguments: dict[str, Any] = {"agentSlug": slug, "input": body}
+        if timeout_ms is not None:
+            arguments["timeoutMs"] = timeout_ms
+        calls.append(DemoToolCall(id=f"call_{i}_{slug}"[:40], name=AGENT_INVOKE_TOOL,
+                                  arguments=json.dumps(arguments, ensure_ascii=False)))
+    return DemoReply(tokenize(f"Delegating to {names}.\n\n"), tool_calls=calls)
 
 
 def _echo(text: str, *, wants_code: bool) -> str:

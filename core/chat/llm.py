@@ -273,16 +273,18 @@ def _make_demo_handler(litellm: Any) -> Any:
 
         async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
-            delay = _demo_delay(api_base)
             reply = demo_model.plan_reply(messages, optional_params.get("tools"))
+            delay = reply.delay_s if reply.delay_s is not None else _demo_delay(api_base)
             emitted = 0
             for token in reply.tokens:
                 if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
-                    raise demo_model.DemoModelError("failure requested with /error")
+                    raise demo_model.DemoModelError(f"failure requested after {emitted} words (/fail, /error)")
                 if delay:
                     await asyncio.sleep(delay)
                 emitted += 1
                 yield _chunk(text=token)
+            if reply.hang:
+                await asyncio.Event().wait()  # until the turn is canceled (/hang)
             for index, call in enumerate(reply.tool_calls):
                 if delay:
                     await asyncio.sleep(delay)

@@ -101,7 +101,7 @@ class DelegationService:
 
     async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
         started = time.monotonic()
-        limits = InvokeLimits.from_config(config)
+        limits = InvokeLimits.from_config(config).for_call(arguments)
         try:
             slug, text = parse_invoke_arguments(arguments)
         except ValueError as exc:

@@ -8,7 +8,7 @@ itself is `DelegationService.invoke`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
@@ -42,6 +42,14 @@ class InvokeLimits:
             max_output_tokens=_positive_int(merged.get("maxOutputTokens"), 0) or None,
             allowed_agents=frozenset(str(a) for a in allowed) if isinstance(allowed, list) else None,
         )
+
+
+    def for_call(self, arguments: Any) -> InvokeLimits:
+        """These limits, with the timeout a call asks for (`timeoutMs`), which may only shorten it."""
+        requested = arguments.get("timeoutMs") if isinstance(arguments, dict) else None
+        if not isinstance(requested, int) or isinstance(requested, bool) or requested <= 0:
+            return self
+        return replace(self, timeout_s=min(self.timeout_s, requested / 1000))
 
 
 def _positive_int(value: Any, default: int) -> int:
@@ -81,6 +89,9 @@ class AgentInvokeTool:
         "properties": {
             "agentSlug": {"type": "string", "description": "Id of the agent to delegate to, e.g. coding-assistant"},
             "input": {"type": "string", "description": "The complete request for that agent"},
+            "timeoutMs": {"type": "integer", "minimum": 1,
+                          "description": "Optional: give up after this many milliseconds (never later than the "
+                                         "configured limit)"},
         },
         "required": ["agentSlug", "input"],
         "additionalProperties": False,
