@@ -321,8 +321,9 @@ def test_a_stop_signal_while_serving_exits_0_and_keeps_the_running_turn(tmp_path
         app.wait_until_serving()
         session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
         httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"}, timeout=5)
-        # A client following the answer keeps a connection open while the app stops.
-        with httpx.stream("GET", f"{app.base_url}/api/sessions/{session_id}/stream", timeout=10) as stream:
+        # A client following the answer keeps a connection open while the app stops. The first turn of a
+        # fresh app imports LiteLLM: on a busy machine the first token can take over 10 s.
+        with httpx.stream("GET", f"{app.base_url}/api/sessions/{session_id}/stream", timeout=30) as stream:
             lines = stream.iter_lines()
             while "text-delta" not in next(lines):
                 pass

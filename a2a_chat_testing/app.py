@@ -1,0 +1,174 @@
+"""`python -m app` as a real process for a test, and a small client of its REST API and streams."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+# The child must not think it runs under pytest or NiceGUI's simulation, nor inherit where to listen,
+# a password, or the caller's data and config.
+DROPPED_ENV = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
+               "HOST", "PORT", "DATA_DIR", "DATABASE_URL", "CONFIG_FILE", "ENV_FILE"}
+
+
+class ChatAppError(AssertionError):
+    """The app did not start, stop or answer as expected; the message carries its output."""
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env(data_dir: Path, port: int, settings: dict[str, str]) -> dict[str, str]:
+    """The environment of the app: this one, less what belongs to the caller, plus `settings`."""
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env.update(HOST="127.0.0.1", PORT=str(port), DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1",
+               CONFIG_FILE=str(data_dir.parent / "no-config.json"), ENV_FILE=str(data_dir.parent / "no.env"))
+    env.update({k: str(v) for k, v in settings.items()})
+    return env
+
+
+@dataclass
+class ChatApp:
+    """A running app and a client of its REST API (single-user mode: no login needed)."""
+
+    process: subprocess.Popen
+    base_url: str
+    data_dir: Path
+    log_path: Path
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+
+    @property
+    def output(self) -> str:
+        """Everything the app has printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Poll `GET /` until it answers 200."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ChatAppError(f"the app exited with {self.process.returncode}:\n{self.output}")
+            try:
+                response = self.http.get("/", timeout=2)
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            time.sleep(0.05)
+        raise ChatAppError(f"GET / did not answer within {timeout_s:.0f} s (last: {last}):\n{self.output}")
+
+    def new_session(self, agent: str = "general-assistant") -> str:
+        """Start a chat with an agent (its id, e.g. `coding-assistant`); the session id."""
+        return self._json("POST", "/api/sessions", json={"agentId": agent}, expect=201)["id"]
+
+    def send(self, session_id: str, text: str) -> dict[str, Any]:
+        """Send a message; the turn (`streamUrl`, ...). The answer streams on `stream(session_id)`."""
+        return self._json("POST", f"/api/sessions/{session_id}/messages", json={"content": text}, expect=202)
+
+    def stop_turn(self, session_id: str) -> dict[str, Any]:
+        """Stop the session's running reply (what the Stop button does)."""
+        return self._json("POST", f"/api/sessions/{session_id}/stop")
+
+    def messages(self, session_id: str) -> list[dict[str, Any]]:
+        """The saved messages of a session."""
+        return self._json("GET", f"/api/sessions/{session_id}/messages")
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """The delegated tasks, newest first (what /audit lists)."""
+        return self._json("GET", "/api/tasks")
+
+    def stream(self, session_id: str, timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
+        """The events of the session's current turn (`{"id", "type", "data"}`), until it finishes."""
+        yield from self._events(f"/api/sessions/{session_id}/stream", timeout_s)
+
+    def task_stream(self, task_id: str, timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
+        """The events of a delegated task (what the side panel shows), until it ends."""
+        yield from self._events("/api/agents/a2a/stream", timeout_s, params={"taskId": task_id})
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Stop the app (gracefully by default) and wait; its exit code."""
+        self.http.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            return self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise ChatAppError(f"the app did not stop within {STOP_TIMEOUT_S:.0f} s:\n{self.output}") from None
+
+    def _json(self, method: str, path: str, *, expect: int = 200, **kwargs: Any) -> Any:
+        response = self.http.request(method, path, **kwargs)
+        if response.status_code != expect:
+            raise ChatAppError(f"{method} {path} answered {response.status_code}: {response.text}")
+        return response.json()
+
+    def _events(self, path: str, timeout_s: float, params: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+        with self.http.stream("GET", path, params=params, timeout=timeout_s) as response:
+            if response.status_code != 200:
+                raise ChatAppError(f"GET {path} answered {response.status_code}: {response.read().decode()}")
+            event: dict[str, Any] = {}
+            for line in response.iter_lines():
+                if line.startswith("id:"):
+                    event["id"] = line[3:].strip()
+                elif line.startswith("event:"):
+                    event["event"] = line[6:].strip()
+                elif line.startswith("data:"):
+                    event["data"] = event.get("data", "") + line[5:].strip()
+                elif not line and "data" in event:
+                    try:
+                        data = json.loads(event["data"])
+                    except ValueError:
+                        data = event["data"]
+                    kind = data.get("type") if isinstance(data, dict) else event.get("event")
+                    yield {"id": event.get("id"), "type": kind or event.get("event", "message"), "data": data}
+                    if kind in {"finish", "done"} or event.get("event") in {"finish", "done", "end"}:
+                        return
+                    event = {}
+
+
+@contextmanager
+def start_chat_app(settings: dict[str, str] | None = None, *, data_dir: Path | None = None,
+                   port: int | None = None) -> Iterator[ChatApp]:
+    """Run `python -m app` (the installed app) until the block ends; `settings` are environment variables."""
+    with tempfile.TemporaryDirectory(prefix="chat-app-") as tmp:
+        data_dir = data_dir or Path(tmp) / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        port = port or free_port()
+        log_path = Path(tmp) / "app.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen([sys.executable, "-m", "app"], cwd=tmp,
+                                       env=child_env(data_dir, port, settings or {}),
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path)
+        try:
+            app.wait_until_serving()
+            yield app
+        finally:
+            if process.poll() is None:
+                app.stop()

@@ -1,0 +1,139 @@
+"""The side panel, read through its `data-testid` names (docs/TESTING.md), with Playwright's sync API.
+
+    panel = Panel(page)
+    panel.wait_open()
+    first = panel.wait_for_state("completed")     # the first tab, until its status reads "completed"
+    assert "def greet" in panel.text(first)
+
+A tab is found by its position, its task id or (a part of) its label. A state is the task's A2A
+state, as the tab carries it in `data-state` (`submitted`, `working`, `completed`, `failed`,
+`canceled`), whatever words and language the panel shows for it (`PanelTab.status`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_MS = 30_000
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+
+
+def chromium_launch_options() -> dict[str, Any]:
+    """`chromium.launch(**options)`: headless; `PLAYWRIGHT_CHROMIUM_EXECUTABLE`, else the system's Chromium."""
+    executable = os.environ.get("PLAYWRIGHT_CHROMIUM_EXECUTABLE") or next(
+        (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None)
+    options: dict[str, Any] = {"headless": True, "args": CHROMIUM_ARGS}
+    if executable:
+        options["executable_path"] = executable
+    return options
+
+
+@dataclass(frozen=True, slots=True)
+class PanelTab:
+    """One tab of the panel as it is now."""
+
+    task_id: str
+    label: str
+    state: str  # submitted, working, completed, failed, canceled (A2A's names)
+    status: str  # the word the panel shows for it
+    parent_task_id: str | None
+    depth: int
+
+
+class Panel:
+    """The side panel of one chat page."""
+
+    def __init__(self, page: Any, timeout_ms: float = DEFAULT_TIMEOUT_MS) -> None:
+        self.page = page
+        self.timeout_ms = timeout_ms
+        self.root = page.get_by_test_id("agent-invoke-panel")
+
+    def wait_open(self, timeout_ms: float | None = None) -> Panel:
+        """Until the panel is visible with at least one tab."""
+        from playwright.sync_api import expect
+
+        expect(self.root).to_be_visible(timeout=timeout_ms or self.timeout_ms)
+        expect(self._tabs().first).to_be_attached(timeout=timeout_ms or self.timeout_ms)
+        return self
+
+    def wait_for_tabs(self, count: int, timeout_ms: float | None = None) -> list[PanelTab]:
+        """Until the panel has `count` tabs; returns them."""
+        from playwright.sync_api import expect
+
+        expect(self._tabs()).to_have_count(count, timeout=timeout_ms or self.timeout_ms)
+        return self.tabs()
+
+    def tabs(self) -> list[PanelTab]:
+        """Every tab, in the panel's order."""
+        found = []
+        for tab in self._tabs().all():
+            task_id = tab.get_attribute("data-task-id") or ""
+            found.append(PanelTab(task_id=task_id, label=" ".join(tab.inner_text().split()),
+                                  state=tab.get_attribute("data-state") or "submitted",
+                                  status=self._status(task_id).text_content().strip(),
+                                  parent_task_id=tab.get_attribute("data-parent-task-id") or None,
+                                  depth=int(tab.get_attribute("data-depth") or 0)))
+        return found
+
+    def tab(self, which: int | str | PanelTab = 0) -> PanelTab:
+        """A tab by position, task id, or a part of its label."""
+        if isinstance(which, PanelTab):
+            which = which.task_id
+        tabs = self.tabs()
+        if isinstance(which, int):
+            if which >= len(tabs):
+                raise AssertionError(f"the panel has {len(tabs)} tabs; there is no tab {which}")
+            return tabs[which]
+        for tab in tabs:
+            if which == tab.task_id or which in tab.label:
+                return tab
+        raise AssertionError(f"no tab matches {which!r}; the tabs are {[t.label for t in tabs]}")
+
+    def select(self, which: int | str | PanelTab = 0) -> PanelTab:
+        """Show a tab (click it)."""
+        tab = self.tab(which)
+        self._tab_of(tab.task_id).click()
+        return tab
+
+    def text(self, which: int | str | PanelTab = 0) -> str:
+        """What the tab's agent has written so far."""
+        tab = self.tab(which)
+        return self.page.locator(f'[data-testid="agent-invoke-body"][data-task-id="{tab.task_id}"]').inner_text()
+
+    def error(self, which: int | str | PanelTab = 0) -> str:
+        """The tab's error line (empty when there is none)."""
+        tab = self.tab(which)
+        panel = self.page.locator(".q-tab-panel").filter(
+            has=self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{tab.task_id}"]'))
+        error = panel.get_by_test_id("agent-invoke-error")
+        return error.text_content().strip() if error.count() else ""
+
+    def wait_for_state(self, state: str, which: int | str | PanelTab = 0,
+                       timeout_ms: float | None = None) -> PanelTab:
+        """Until the tab's task is in `state` (`completed`, `failed`, `canceled`, ...); returns the tab."""
+        from playwright.sync_api import expect
+
+        timeout = timeout_ms or self.timeout_ms
+        if isinstance(which, int):
+            expect(self._tabs()).not_to_have_count(0, timeout=timeout)
+            expect(self._tabs().nth(which)).to_be_attached(timeout=timeout)
+        task_id = self.tab(which).task_id
+        expect(self._tab_of(task_id)).to_have_attribute("data-state", state, timeout=timeout)
+        return self.tab(task_id)
+
+    def close(self) -> None:
+        """Close the panel (its close button)."""
+        self.page.get_by_test_id("agent-invoke-close").click()
+
+    def _tabs(self) -> Any:
+        return self.page.get_by_test_id("agent-invoke-tab")
+
+    def _tab_of(self, task_id: str) -> Any:
+        return self.page.locator(f'[data-testid="agent-invoke-tab"][data-task-id="{task_id}"]')
+
+    def _status(self, task_id: str) -> Any:
+        return self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{task_id}"]')
