@@ -6,7 +6,8 @@ so a test suite gets these fixtures without copying code:
 - `chat_app`: `python -m app` on a free 127.0.0.1 port, a temporary data folder and the offline demo
   model; a `ChatApp` with `base_url`, `data_dir` and a small REST client (`new_session`, `send`,
   `stream`, `task_stream`, `stop`). Settings come from the `chat_app_settings` fixture (override it)
-  and the `chat_app_settings(...)` marker, as environment variables (`DEMO_MODEL_DELAY_MS="20"`).
+  and the `chat_app_settings(...)` marker, as environment variables (`DEMO_MODEL_DELAY_MS="20"`);
+  `chat_app_users` creates accounts first (the client and `chat_page` log in as the first).
 - `chat_page`: a Playwright page (Chromium) on that app at 1280×800; `chat_viewport` changes the size.
 - `panel`: `panel(page)` gives a `Panel` with helpers that wait for the side panel to open, list its
   tabs with their states, read a tab's text and error, and wait for a state.

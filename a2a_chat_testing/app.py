@@ -49,16 +49,32 @@ def child_env(data_dir: Path, port: int, settings: dict[str, str]) -> dict[str, 
 
 @dataclass
 class ChatApp:
-    """A running app and a client of its REST API (single-user mode: no login needed)."""
+    """A running app and a client of its REST API.
+
+    In single-user mode (no `users`) no login is needed; with accounts the client sends the first
+    user's name and password (HTTP Basic), and `as_user(name)` gives a client for another one.
+    """
 
     process: subprocess.Popen
     base_url: str
     data_dir: Path
     log_path: Path
+    users: dict[str, str] = field(default_factory=dict)
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.http = httpx.Client(base_url=self.base_url, timeout=30)
+        self.http = self._client(next(iter(self.users), None))
+
+    def as_user(self, name: str) -> ChatApp:
+        """The same app, its REST client logged in as `name` (one of `users`)."""
+        other = ChatApp(self.process, self.base_url, self.data_dir, self.log_path, self.users)
+        other.http.close()
+        other.http = self._client(name)
+        return other
+
+    def _client(self, name: str | None) -> httpx.Client:
+        auth = (name, self.users[name]) if name is not None else None
+        return httpx.Client(base_url=self.base_url, timeout=30, auth=auth)
 
     @property
     def output(self) -> str:
@@ -66,7 +82,7 @@ class ChatApp:
         return self.log_path.read_text(errors="replace")
 
     def wait_until_serving(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Poll `GET /` until it answers 200."""
+        """Poll `GET /` until the app answers (200, or with accounts a redirect to /login)."""
         deadline = time.monotonic() + timeout_s
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -74,7 +90,7 @@ class ChatApp:
                 raise ChatAppError(f"the app exited with {self.process.returncode}:\n{self.output}")
             try:
                 response = self.http.get("/", timeout=2)
-                if response.status_code == 200:
+                if response.status_code < 400:
                     return
                 last = f"HTTP {response.status_code}"
             except httpx.TransportError as exc:
@@ -153,19 +169,29 @@ class ChatApp:
 
 
 @contextmanager
-def start_chat_app(settings: dict[str, str] | None = None, *, data_dir: Path | None = None,
-                   port: int | None = None) -> Iterator[ChatApp]:
-    """Run `python -m app` (the installed app) until the block ends; `settings` are environment variables."""
+def start_chat_app(settings: dict[str, str] | None = None, *, users: dict[str, str] | None = None,
+                   data_dir: Path | None = None, port: int | None = None) -> Iterator[ChatApp]:
+    """Run `python -m app` (the installed app) until the block ends; `settings` are environment variables.
+
+    `users` (name -> password) are created first (`python -m app users add`): the app then runs with
+    accounts, and its client logs in as the first of them.
+    """
     with tempfile.TemporaryDirectory(prefix="chat-app-") as tmp:
-        data_dir = data_dir or Path(tmp) / "data"
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir = data_dir or Path(tmp) / "data"  # the app creates it, private (mode 0700)
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
+        env = child_env(data_dir, port, settings or {})
+        for name, password in (users or {}).items():
+            added = subprocess.run([sys.executable, "-m", "app", "users", "add", name], cwd=tmp,
+                                   env={**env, "APP_USER_PASSWORD": password}, capture_output=True, text=True,
+                                   timeout=120)
+            if added.returncode != 0:
+                raise ChatAppError(f"could not create the user {name!r}: {added.stderr or added.stdout}")
         log_path = Path(tmp) / "app.log"
         with log_path.open("wb") as log:
-            process = subprocess.Popen([sys.executable, "-m", "app"], cwd=tmp,
-                                       env=child_env(data_dir, port, settings or {}),
+            process = subprocess.Popen([sys.executable, "-m", "app"], cwd=tmp, env=env,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path)
+        app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path, dict(users or {}))
         try:
             app.wait_until_serving()
             yield app

@@ -35,12 +35,19 @@ def chat_app_settings() -> dict[str, str]:
 
 
 @pytest.fixture
-def chat_app(request: pytest.FixtureRequest, chat_app_settings: dict[str, str]) -> Iterator[ChatApp]:
+def chat_app_users() -> dict[str, str]:
+    """Accounts to create before the app starts (name -> password); none: single-user mode."""
+    return {}
+
+
+@pytest.fixture
+def chat_app(request: pytest.FixtureRequest, chat_app_settings: dict[str, str],
+             chat_app_users: dict[str, str]) -> Iterator[ChatApp]:
     """The app on a free 127.0.0.1 port with a temporary data folder; stopped cleanly after the test."""
     settings = dict(chat_app_settings)
     for marker in reversed(list(request.node.iter_markers(MARKER))):
         settings.update({k: str(v) for k, v in marker.kwargs.items()})
-    with start_chat_app(settings) as app:
+    with start_chat_app(settings, users=chat_app_users) as app:
         yield app
 
 
@@ -65,12 +72,17 @@ def chat_viewport() -> dict[str, int]:
 
 @pytest.fixture
 def chat_page(chat_app: ChatApp, chat_browser: Any, chat_viewport: dict[str, int]) -> Iterator[Any]:
-    """A page on `chat_app`'s first screen (a new chat with the default agent)."""
+    """A page on `chat_app`'s first screen (a new chat with the default agent), logged in with accounts."""
     context = chat_browser.new_context(viewport=chat_viewport, base_url=chat_app.base_url)
     context.set_default_timeout(15_000)
     try:
         page = context.new_page()
         page.goto("/")
+        if chat_app.users:
+            name, password = next(iter(chat_app.users.items()))
+            page.get_by_test_id("login-username").fill(name)
+            page.get_by_test_id("login-password").fill(password)
+            page.get_by_test_id("login-btn").click()
         page.get_by_test_id("msg-input").wait_for()
         yield page
     finally:

@@ -16,7 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
+from playwright.sync_api import expect
 
 EXAMPLES = Path(__file__).resolve().parent / "testing_kit"
 
@@ -37,3 +39,23 @@ def test_the_examples_in_docs_testing_are_the_ones_that_run() -> None:
     doc = (EXAMPLES.parent.parent / "docs" / "TESTING.md").read_text(encoding="utf-8")
     for example in sorted(EXAMPLES.glob("example_*.py")):
         assert f"```python\n{example.read_text(encoding='utf-8').rstrip()}\n```" in doc, example.name
+
+
+@pytest.fixture
+def chat_app_users() -> dict[str, str]:
+    """Two accounts: the kit's `chat_app` then runs with accounts (the fixture a user would override)."""
+    return {"alice": "alice-password-1", "bob": "bob-password-2"}
+
+
+@pytest.mark.e2e
+@pytest.mark.chat_app_settings(DEMO_MODEL_DELAY_MS="0")
+def test_with_accounts_the_kit_logs_in_and_keeps_users_apart(chat_app, chat_page) -> None:
+    session = chat_app.new_session()  # as alice, the first user
+    chat_app.send(session, "hello")
+    assert list(chat_app.stream(session))[-1]["type"] == "finish"
+    bob = chat_app.as_user("bob")
+    assert bob.http.get(f"/api/sessions/{session}/messages").status_code == 404
+    assert httpx.get(f"{chat_app.base_url}/api/sessions", timeout=10).status_code == 401
+    # chat_page logged in through /login: alice's chat is in her list.
+    chat_page.reload()
+    expect(chat_page.get_by_test_id("session-item")).to_have_count(1)
