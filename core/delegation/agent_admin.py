@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from sqlmodel import col, select
 
+from core.auth import accounts
 from core.chat import agents as agents_store
 from core.chat.llm import LLMError, LLMGateway, model_problem
 from core.db import Database
@@ -127,6 +128,14 @@ class AgentAdmin:
         self.llm = llm
         self.secrets = secrets
         self.default_model = default_model
+
+    async def may_change(self, user_id: int | None, *, multi_user: bool) -> bool:
+        """Whether that user may create, change and delete agents (for the page; routes use `AdminUser`)."""
+        if not multi_user:
+            return True
+        async with self.db.session() as s:
+            user = await accounts.get_user(s, user_id) if user_id is not None else None
+        return user is not None and accounts.may_change_agents(user, multi_user=multi_user)
 
     # -- reading -------------------------------------------------------------------------
 
