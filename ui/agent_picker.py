@@ -19,12 +19,22 @@ _OPTION = r"""
 """
 
 
+DELETED = "(agent deleted)"
+
+
 class AgentPicker(ui.select):
-    """A select of agents by id, showing names, with each agent's description under its name in the list."""
+    """A select of agents by id, showing names, with each agent's description under its name in the list.
+
+    A chat whose agent was deleted shows it as "<id> (agent deleted)" (the chat stays readable).
+    """
 
     def __init__(self, agents: list[Agent], *, value: str | None, on_change: Callable[..., Any]) -> None:
         self._descriptions = {a.slug: a.description for a in agents}
-        super().__init__({a.slug: a.name for a in agents}, value=value, label="Agent", on_change=on_change)
+        options = {a.slug: a.name for a in agents}
+        if value is not None and value not in options:
+            options[value] = f"{value} {DELETED}"
+            self._descriptions[value] = "This chat's agent was deleted; its messages stay readable."
+        super().__init__(options, value=value, label="Agent", on_change=on_change)
         self.add_slot("option", _OPTION)
 
     def _update_options(self) -> None:
