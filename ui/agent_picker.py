@@ -10,7 +10,7 @@ from nicegui import ui
 from models import Agent
 
 _OPTION = r"""
-<q-item v-bind="props.itemProps">
+<q-item v-bind="props.itemProps" :aria-label="props.opt.label">
   <q-item-section>
     <q-item-label>{{ props.opt.label }}</q-item-label>
     <q-item-label caption lines="2">{{ props.opt.description }}</q-item-label>
