@@ -1,7 +1,8 @@
 """The composition root and main command.
 
     python app.py                      start the app (HOST/PORT, default 127.0.0.1:3100)
-    python app.py users add NAME       create an account (asks for the password)
+    python app.py users add NAME       create an account (asks for the password; --admin: may change agents)
+    python app.py users promote NAME   make an account an admin (the first account is one)
     python app.py users passwd NAME    change a password
     python app.py users list           list accounts
 
@@ -107,7 +108,7 @@ def serve(settings) -> None:
 
 
 def users_command(settings, args: argparse.Namespace) -> int:
-    """`users add|passwd|list`."""
+    """`users add|passwd|list|promote`."""
     from core.auth import accounts
     from core.db import Database
 
@@ -120,12 +121,17 @@ def users_command(settings, args: argparse.Namespace) -> int:
                 if args.action == "list":
                     for user in await accounts.list_users(s):
                         kind = "password" if user.password_hash else "single-user mode"
-                        print(f"{user.username}\t{kind}")
+                        print(f"{user.username}\t{kind}" + ("\tadmin" if user.is_admin else ""))
+                    return 0
+                if args.action == "promote":
+                    await accounts.promote(s, username=args.name)
+                    print(f"{args.name!r} is an admin: may create, change and delete agents")
                     return 0
                 password = os.environ.get("APP_USER_PASSWORD") or _ask_password()
                 if args.action == "add":
-                    await accounts.create_user(s, username=args.name, password=password)
-                    print(f"created user {args.name!r}; restart the app to switch to multi-user mode")
+                    user = await accounts.create_user(s, username=args.name, password=password, admin=args.admin)
+                    role = " (admin)" if user.is_admin else ""
+                    print(f"created user {args.name!r}{role}; restart the app to switch to multi-user mode")
                 else:
                     await accounts.set_password(s, username=args.name, password=password)
                     print(f"changed the password of {args.name!r}")
@@ -255,7 +261,10 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command")
     users = commands.add_parser("users", help="manage accounts")
     users_actions = users.add_subparsers(dest="action", required=True)
-    users_actions.add_parser("add", help="create an account").add_argument("name")
+    add = users_actions.add_parser("add", help="create an account")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true", help="may create, change and delete agents")
+    users_actions.add_parser("promote", help="make an account an admin").add_argument("name")
     users_actions.add_parser("passwd", help="change a password").add_argument("name")
     users_actions.add_parser("list", help="list accounts")
     args = parser.parse_args(argv)

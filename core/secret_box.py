@@ -106,3 +106,27 @@ class SecretBox:
         except InvalidToken:
             raise SecretUnreadable("a stored secret cannot be opened with this key: was SECRET_KEY changed, "
                                    "or DATA_DIR/.secret_key lost?") from None
+
+
+class LazySecretBox:
+    """A `SecretBox` for `DATA_DIR` whose key file is made on first use, not when the services are built."""
+
+    def __init__(self, data_dir: Path, secret_key: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.secret_key = secret_key
+        self._box: SecretBox | None = None
+
+    @property
+    def box(self) -> SecretBox:
+        """The box (made now if it was not yet)."""
+        if self._box is None:
+            self._box = SecretBox.for_data_dir(self.data_dir, self.secret_key)
+        return self._box
+
+    def seal(self, secret: str) -> str:
+        """See `SecretBox.seal`."""
+        return self.box.seal(secret)
+
+    def open(self, stored: str) -> str:
+        """See `SecretBox.open` (raises `SecretUnreadable`)."""
+        return self.box.open(stored)

@@ -28,10 +28,11 @@ from core.chat.llm import DEMO_PROVIDER, LLMGateway
 from core.chat.tools import ToolRegistry
 from core.chat.workspace import Workspace
 from core.db import Database
+from core.delegation.agent_admin import AgentAdmin
 from core.delegation.registry import AgentRegistry
 from core.delegation.service import DelegationService
 from core.delegation.tool import AgentInvokeTool
-from core.secret_box import make_data_dir_private
+from core.secret_box import LazySecretBox, make_data_dir_private
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
@@ -74,6 +75,7 @@ class Services:
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
     inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
     logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
+    agent_admin: AgentAdmin = None  # type: ignore[assignment]  # set in build: agents as people edit them
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
@@ -98,11 +100,13 @@ class Services:
             timeout_s=settings.llm_timeout_s,
         )
         tools = ToolRegistry()
+        secrets = LazySecretBox(settings.data_dir, settings.secret_key)  # agents' API keys
         chat = ChatEngine(
             db, hub, llm, tools,
             max_steps=settings.max_turn_steps,
             turn_timeout_s=settings.turn_timeout_s,
             max_message_chars=settings.max_message_chars,
+            open_secret=secrets.open,
         )
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
@@ -111,8 +115,9 @@ class Services:
         inbox = ChatInbox(chat, broker.injects.bus)
         tools.register_family(BrokerDispatchTools(broker, delegation))
         workspace = Workspace(db, hub, chat, settings.default_agent)
+        agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
         return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   registry=registry, workspace=workspace, broker=broker, inbox=inbox)
+                   registry=registry, workspace=workspace, broker=broker, inbox=inbox, agent_admin=agent_admin)
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.

@@ -10,7 +10,21 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -59,11 +73,17 @@ class User(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     username: str = Field(sa_column=Column(String(64), unique=True, nullable=False))
     password_hash: str | None = Field(default=None, sa_type=String(255))
+    # Admins create, change and delete agents (the first account is one; `app.py users promote`).
+    is_admin: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     created_at: datetime = _ts(default_factory=utcnow)
 
 
 class Agent(SQLModel, table=True):
-    """A local agent: its slug is its id in the app's one agent registry."""
+    """A local agent: its slug is its id in the app's one agent registry.
+
+    A deleted agent keeps its row (`deleted_at` set) so its chats and audit records stay readable;
+    its id stays taken.
+    """
 
     __tablename__ = "agents"
 
@@ -73,8 +93,14 @@ class Agent(SQLModel, table=True):
     description: str = Field(default="", sa_type=Text)
     system_prompt: str = Field(default="", sa_type=Text)
     model: str = Field(default="local/demo", sa_type=String(255))
+    # Where and how its model is called (LiteLLM `api_base`, `api_key`); unset: the app's LLM_API_BASE/KEY.
+    api_base: str | None = Field(default=None, sa_type=String(1000))
+    api_key: str | None = Field(default=None, sa_type=Text)  # sealed by core/secret_box.py, never shown
+    temperature: float | None = Field(default=None, sa_type=Float)
+    max_output_tokens: int | None = Field(default=None, sa_type=Integer)
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
+    deleted_at: datetime | None = _ts(nullable=True, default=None)
 
 
 class AgentTool(SQLModel, table=True):

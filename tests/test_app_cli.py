@@ -114,7 +114,7 @@ def test_users_add_then_list_and_passwd(tmp_path: Path) -> None:
         (["users", "passwd", "alice"], main, {"APP_USER_PASSWORD": "second-password"}),
     )
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == ["alice\tpassword"]
+    assert listed.stdout.splitlines() == ["alice\tpassword\tadmin"]  # the first account is an admin
     assert passwd.returncode == 0, passwd.stderr
     assert "changed the password of 'alice'" in passwd.stdout
     assert authenticate(main, "alice", "second-password")
@@ -179,7 +179,20 @@ def test_without_the_env_variable_the_password_is_asked_twice(run_main, isolated
     assert typed.returncode == 0, typed.stderr
     assert authenticate(data, "dave", "typed-password")
     listed = run_main("users", "list")
-    assert listed.stdout.splitlines() == ["dave\tpassword"]
+    assert listed.stdout.splitlines() == ["dave\tpassword\tadmin"]
+
+
+def test_the_first_account_is_admin_and_others_are_made_admins(run_main) -> None:
+    assert "(admin)" in run_main("users", "add", "alice", password="alice-password").stdout
+    assert "(admin)" not in run_main("users", "add", "bob", password="bob-password").stdout
+    assert "(admin)" in run_main("users", "add", "carol", "--admin", password="carol-password").stdout
+    assert run_main("users", "list").stdout.splitlines() == [
+        "alice\tpassword\tadmin", "bob\tpassword", "carol\tpassword\tadmin"]
+    promoted = run_main("users", "promote", "bob")
+    assert promoted.returncode == 0 and "'bob' is an admin" in promoted.stdout
+    assert "bob\tpassword\tadmin" in run_main("users", "list").stdout.splitlines()
+    nobody = run_main("users", "promote", "nobody")
+    assert nobody.returncode == 2 and "there is no user 'nobody'" in nobody.stderr
 
 
 def test_users_needs_an_action(run_main) -> None:

@@ -151,7 +151,8 @@ async def test_agents_can_be_added_over_the_api_and_delegate_at_once(two_users_a
         assert misspelt.status_code == 422
         assert misspelt.json()["detail"][0]["loc"] == ["body", "delegation", "maxDepth"]
         bad = await alice.post("/api/agents", json={"id": "Not Valid!", "name": "x"})
-        assert bad.status_code == 422 and "agent id" in bad.json()["detail"]
+        assert bad.status_code == 422
+        assert bad.json()["detail"][0]["loc"] == ["body", "id"] and "agent id" in bad.json()["detail"][0]["msg"]
         missing = await alice.post("/api/agents", json={"id": "x"})
         assert missing.status_code == 422 and "name" in str(missing.json()["detail"])
         _, task_id = await delegate(alice, "@architect sketch @@coding-assistant code it")

@@ -7,6 +7,7 @@ from core.services import Services
 
 def register_pages(services: Services) -> None:
     """Register every page (called from `app.py` each time it runs, as the User fixture needs)."""
+    from ui.agents_page import register_agents_page
     from ui.api_keys_page import register_api_keys_page
     from ui.audit_page import register_audit_pages
     from ui.auth import install_login_middleware, register_login_pages
@@ -21,3 +22,4 @@ def register_pages(services: Services) -> None:
     register_api_keys_page(services)  # issue 6: keys for A2A callers
     register_remote_agents_page(services)  # issue 6: remote A2A agents by card URL
     register_broker_pages(services)  # issue 5: the seed-003 broker, live
+    register_agents_page(services)  # issue 15: agents made and changed in the app

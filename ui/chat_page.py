@@ -23,6 +23,7 @@ from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from models import AgentMessage, AgentSession
 from ui.agent_invoke_panel import AgentInvokePanel
+from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
 from ui.streaming import StreamingMarkdown
 
@@ -89,6 +90,7 @@ class ChatPage:
                 ui.button(icon="menu", on_click=lambda: drawer.toggle()).props("flat round color=white")
                 ui.label("A2A Delegation Chat").classes("text-h6")
             with ui.row().classes("items-center gap-2"):
+                ui.link("Agents", "/agents").classes("text-white no-underline").props("data-testid=agents-link")
                 ui.button("Audit", icon="fact_check", on_click=lambda: ui.navigate.to("/audit")).props(
                     "flat color=white data-testid=audit-link")
                 with ui.button(icon="more_vert").props("flat round color=white aria-label=More"):
@@ -115,8 +117,8 @@ class ChatPage:
             with ui.column().classes("w-full max-w-3xl mx-auto gap-1"):
                 with ui.row().classes("w-full items-center gap-2"):
                     self.agent_picker = testid(
-                        ui.select({a.slug: a.name for a in agents}, value=self.agent_slug, label="Agent",
-                                  on_change=self._on_agent_change).props("dense outlined options-dense"),
+                        AgentPicker(agents, value=self.agent_slug, on_change=self._on_agent_change).props(
+                            "dense outlined options-dense"),
                         "agent-picker",
                     ).classes("w-56")
                     self.generating = testid(ui.row().classes("items-center gap-1 text-grey-7"), "generating")

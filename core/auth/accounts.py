@@ -53,8 +53,8 @@ def verify_password(password: str, password_hash: str) -> bool:
     return _hasher.verify(password, password_hash)
 
 
-async def create_user(session: AsyncSession, *, username: str, password: str) -> User:
-    """Create a user with a password.
+async def create_user(session: AsyncSession, *, username: str, password: str, admin: bool = False) -> User:
+    """Create a user with a password; the first account is an admin whatever `admin` says.
 
     Raises:
         AccountError: the name is malformed or taken, or the password is too short.
@@ -68,7 +68,8 @@ async def create_user(session: AsyncSession, *, username: str, password: str) ->
     existing = await session.exec(select(User).where(User.username == username))
     if existing.first() is not None:
         raise AccountError(f"the user {username!r} already exists")
-    user = User(username=username, password_hash=hash_password(password))
+    first = not await has_accounts(session)
+    user = User(username=username, password_hash=hash_password(password), is_admin=admin or first)
     session.add(user)
     await session.commit()
     await session.refresh(user)
@@ -90,6 +91,26 @@ async def set_password(session: AsyncSession, *, username: str, password: str) -
     session.add(user)
     await session.commit()
     return user
+
+
+async def promote(session: AsyncSession, *, username: str) -> User:
+    """Make an account an admin (may create, change and delete agents).
+
+    Raises:
+        AccountError: no such account.
+    """
+    user = (await session.exec(select(User).where(User.username == username))).first()
+    if user is None or user.password_hash is None:
+        raise AccountError(f"there is no user {username!r}")
+    user.is_admin = True
+    session.add(user)
+    await session.commit()
+    return user
+
+
+def may_change_agents(user: User, *, multi_user: bool) -> bool:
+    """Whether `user` may create, change or delete agents: admins, and the `local` user of single-user mode."""
+    return user.is_admin or not multi_user
 
 
 async def authenticate(session: AsyncSession, *, username: str, password: str) -> User | None:

@@ -81,3 +81,15 @@ def _browser_user_id(request: Request) -> int | None:
 
 
 CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+async def get_admin_user(user: CurrentUser, services: ServicesDep) -> User:
+    """The user making the request if they may change agents (an admin, or `local` in single-user mode), else 403."""
+    if not accounts.may_change_agents(user, multi_user=services.auth.multi_user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=(
+            "Only admins create, change or delete agents; an admin can make you one "
+            "(python app.py users promote NAME)."))
+    return user
+
+
+AdminUser = Annotated[User, Depends(get_admin_user)]

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from core.auth import accounts
 from core.auth.deps import CurrentUser, ServicesDep
 
 
@@ -16,6 +17,7 @@ def me_router() -> APIRouter:
     @router.get("/me")
     async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
         """Who is logged in."""
-        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user}
+        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user,
+                "admin": accounts.may_change_agents(user, multi_user=services.auth.multi_user)}
 
     return router

@@ -1,4 +1,10 @@
-"""Local agents and their tools: lookups, creation and the two seeded agents."""
+"""Local agents and their tools: lookups, the stored writes, and the seeded agents.
+
+The rules an edit must follow (ids unique across every kind of agent, allowed callees that exist,
+models LiteLLM knows, who may edit) are `core.delegation.agent_admin`'s; this module only reads and
+writes rows. A deleted agent keeps its row (`deleted_at`), so its chats and audit records stay
+readable; lookups by id and the lists leave it out unless asked.
+"""
 
 from __future__ import annotations
 
@@ -65,9 +71,12 @@ class AgentExists(AgentError):
     """The id is taken by another local agent."""
 
 
-async def list_agents(session: AsyncSession) -> list[Agent]:
-    """Every local agent, by name."""
-    return list((await session.exec(select(Agent).order_by(Agent.name))).all())
+async def list_agents(session: AsyncSession, *, include_deleted: bool = False) -> list[Agent]:
+    """Every local agent, by name (deleted ones too when asked: to name them in old chats and audit records)."""
+    query = select(Agent).order_by(Agent.name, Agent.id)
+    if not include_deleted:
+        query = query.where(Agent.deleted_at.is_(None))
+    return list((await session.exec(query)).all())
 
 
 async def get_agent(session: AsyncSession, agent_id: int) -> Agent | None:
@@ -75,9 +84,12 @@ async def get_agent(session: AsyncSession, agent_id: int) -> Agent | None:
     return await session.get(Agent, agent_id)
 
 
-async def get_agent_by_slug(session: AsyncSession, slug: str) -> Agent | None:
-    """The agent with that registry id (slug), or None."""
-    return (await session.exec(select(Agent).where(Agent.slug == slug))).first()
+async def get_agent_by_slug(session: AsyncSession, slug: str, *, include_deleted: bool = False) -> Agent | None:
+    """The agent with that registry id (slug), or None (also when it was deleted, unless asked)."""
+    query = select(Agent).where(Agent.slug == slug)
+    if not include_deleted:
+        query = query.where(Agent.deleted_at.is_(None))
+    return (await session.exec(query)).first()
 
 
 async def get_default_agent(session: AsyncSession, slug: str = DEFAULT_AGENT_SLUG) -> Agent | None:
@@ -87,8 +99,69 @@ async def get_default_agent(session: AsyncSession, slug: str = DEFAULT_AGENT_SLU
 
 async def agent_tool_rows(session: AsyncSession, agent_id: int) -> list[tuple[str, dict[str, Any]]]:
     """`(tool_type, config)` of the agent's enabled tools."""
-    rows = await session.exec(select(AgentTool).where(AgentTool.agent_id == agent_id, AgentTool.enabled))
+    rows = await session.exec(select(AgentTool).where(AgentTool.agent_id == agent_id, AgentTool.enabled)
+                              .order_by(AgentTool.tool_type))
     return [(row.tool_type, dict(row.config or {})) for row in rows.all()]
+
+
+async def tools_by_agent(session: AsyncSession) -> dict[int, dict[str, dict[str, Any]]]:
+    """Every agent's enabled tools: `{agent id: {tool type: config}}`."""
+    rows = await session.exec(select(AgentTool).where(AgentTool.enabled))
+    tools: dict[int, dict[str, dict[str, Any]]] = {}
+    for row in rows.all():
+        tools.setdefault(row.agent_id, {})[row.tool_type] = dict(row.config or {})
+    return tools
+
+
+async def update_agent(
+    session: AsyncSession, agent: Agent, changes: dict[str, Any], tools: dict[str, dict[str, Any]] | None = None,
+) -> Agent:
+    """Write `changes` (column name → value) and, when given, replace the agent's tools; commits."""
+    for name, value in changes.items():
+        setattr(agent, name, value)
+    agent.updated_at = utcnow()
+    session.add(agent)
+    if tools is not None:
+        await _replace_tools(session, agent.id, tools)
+    await session.commit()
+    await session.refresh(agent)
+    return agent
+
+
+async def _replace_tools(session: AsyncSession, agent_id: int, tools: dict[str, dict[str, Any]]) -> None:
+    existing = {row.tool_type: row for row in (await session.exec(
+        select(AgentTool).where(AgentTool.agent_id == agent_id))).all()}
+    for tool_type, row in existing.items():
+        if tool_type not in tools:
+            await session.delete(row)
+    for tool_type, config in tools.items():
+        row = existing.get(tool_type)
+        if row is None:
+            session.add(AgentTool(agent_id=agent_id, tool_type=tool_type, config=dict(config)))
+        else:
+            row.config, row.enabled = dict(config), True
+            session.add(row)
+
+
+async def delete_agent(session: AsyncSession, agent: Agent) -> list[str]:
+    """Mark the agent deleted and take it out of every other agent's `allowedAgents`; commits.
+
+    Returns:
+        The ids of the agents whose `allowedAgents` named it.
+    """
+    agent.deleted_at = agent.updated_at = utcnow()
+    session.add(agent)
+    changed = []
+    rows = await session.exec(select(AgentTool, Agent).join(Agent, Agent.id == AgentTool.agent_id)
+                              .where(AgentTool.tool_type == AGENT_INVOKE, Agent.deleted_at.is_(None)))
+    for tool, owner in rows.all():
+        allowed = (tool.config or {}).get("allowedAgents")
+        if isinstance(allowed, list) and agent.slug in allowed:
+            tool.config = {**tool.config, "allowedAgents": [a for a in allowed if a != agent.slug]}
+            session.add(tool)
+            changed.append(owner.slug)
+    await session.commit()
+    return sorted(changed)
 
 
 async def create_agent(
@@ -100,19 +173,25 @@ async def create_agent(
     description: str = "",
     system_prompt: str = "",
     tools: dict[str, dict[str, Any]] | None = None,
+    **settings: Any,
 ) -> Agent:
-    """Create a local agent with its tools.
+    """Create a local agent with its tools; `settings` are more columns (`api_base`, sealed `api_key`, ...).
 
     Raises:
-        AgentError: the slug is malformed or taken, or the name is empty.
+        AgentError: the slug is malformed or taken (also by a deleted agent), or the name is empty.
     """
     if not SLUG_PATTERN.fullmatch(slug):
         raise AgentError("an agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit")
     if not name.strip():
         raise AgentError("an agent needs a name")
-    if await get_agent_by_slug(session, slug) is not None:
+    existing = await get_agent_by_slug(session, slug, include_deleted=True)
+    if existing is not None:
+        if existing.deleted_at is not None:
+            raise AgentExists(f"the id {slug!r} belonged to a deleted agent, whose chats and audit records keep it; "
+                              "choose another id")
         raise AgentExists(f"an agent with the id {slug!r} already exists")
-    agent = Agent(slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt)
+    agent = Agent(slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt,
+                  **settings)
     session.add(agent)
     await session.flush()
     for tool_type, config in (tools or {}).items():
@@ -124,7 +203,7 @@ async def create_agent(
 
 
 async def seed_agents(session: AsyncSession, *, model: str) -> list[Agent]:
-    """Create the seeded agents on first start (when there are no agents at all)."""
+    """Create the seeded agents on first start (when there are no agents at all, deleted ones included)."""
     if (await session.exec(select(Agent.id).limit(1))).first() is not None:
         return []
     created = []

@@ -148,6 +148,7 @@ class ChatEngine:
         turn_timeout_s: longest a turn may run before it is failed.
         max_message_chars: longest user message accepted.
         draft_interval_s: how often a running turn's text so far is saved (crash safety).
+        open_secret: reads an agent's sealed API key back (see `AgentRunner`).
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class ChatEngine:
         turn_timeout_s: float = 600.0,
         max_message_chars: int = 20_000,
         draft_interval_s: float = 1.0,
+        open_secret: Callable[[str], str] | None = None,
     ) -> None:
         self.db = db
         self.hub = hub
@@ -170,7 +172,8 @@ class ChatEngine:
         self.turn_timeout_s = turn_timeout_s
         self.max_message_chars = max_message_chars
         self.draft_interval_s = draft_interval_s
-        self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s)
+        self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s,
+                                  open_secret=open_secret)
         self._tasks = BackgroundTasks()
         self._turns: dict[str, _TurnClaim] = {}
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
@@ -203,8 +206,9 @@ class ChatEngine:
                 if chat is None:
                     raise SessionNotFound("There is no such chat session.")
                 agent = await agents_store.get_agent(s, chat.agent_id)
-                if agent is None:
-                    raise AgentNotFound("The agent of this chat no longer exists.")
+                if agent is None or agent.deleted_at is not None:
+                    raise AgentNotFound("The agent of this chat was deleted; its messages stay readable. "
+                                        "Start a new chat with another agent.")
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 user_row, draft = await sessions_store.add_messages(s, session_id=session_id, messages=[
@@ -228,8 +232,8 @@ class ChatEngine:
             async with self.db.session() as s:
                 chat = await sessions_store.get_session(s, session_id)
                 agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
-                if chat is None or agent is None:
-                    raise SessionNotFound("There is no such chat session.")
+                if chat is None or agent is None or agent.deleted_at is not None:
+                    raise SessionNotFound("There is no such chat session (or its agent was deleted).")
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:

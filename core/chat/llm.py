@@ -154,8 +154,15 @@ class LLMGateway:
         *,
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
     ) -> AsyncIterator[LLMEvent]:
         """Yield `TextDelta`s as they come, then one `ModelResult`.
+
+        `api_base`/`api_key` are an agent's own: an agent with its own base URL gets only its own key
+        (the app's LLM_API_KEY is not sent there); a model string LiteLLM does not know goes to that
+        base URL as an OpenAI-compatible server.
 
         Raises:
             LLMError: the provider refused or failed (mid-stream failures included).
@@ -173,13 +180,19 @@ class LLMGateway:
             kwargs["tools"] = tools
         if max_tokens:
             kwargs["max_tokens"] = max_tokens
+        if temperature is not None:
+            kwargs["temperature"] = temperature
         if model.startswith(f"{DEMO_PROVIDER}/"):
             kwargs["api_base"] = f"demo://delay={self.demo_delay_s}"
         else:
-            if self.api_base:
-                kwargs["api_base"] = self.api_base
-            if self.api_key:
-                kwargs["api_key"] = self.api_key
+            base = api_base or self.api_base
+            key = api_key if api_base else (api_key or self.api_key)
+            if base:
+                kwargs["api_base"] = base
+            if key:
+                kwargs["api_key"] = key
+            if api_base and not _knows_model(litellm, model):
+                kwargs["custom_llm_provider"] = "openai"
 
         chunks: list[Any] = []
         try:
@@ -196,6 +209,31 @@ class LLMGateway:
         except Exception as exc:  # litellm raises many types; the UI sees one
             raise _as_llm_error(litellm, exc, model) from exc
         yield _build_result(litellm, chunks, messages, model)
+
+
+async def model_problem(model: str, *, api_base: str | None = None) -> str | None:
+    """Why `model` cannot be used, or None.
+
+    LiteLLM must know it (its own provider detection), unless it has an `api_base` (then it is sent
+    to that OpenAI-compatible server). The demo model is always known.
+    """
+    if not model.strip():
+        return "a model is needed (local/demo is the offline demo model)"
+    if model.startswith(f"{DEMO_PROVIDER}/") or api_base:
+        return None
+    if _knows_model(await _ensure_litellm(), model):
+        return None
+    return (f"LiteLLM does not know the model {model!r}: write it as provider/model (for example "
+            "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
+            "server")
+
+
+def _knows_model(litellm: Any, model: str) -> bool:
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:  # litellm raises BadRequestError (and others) for a provider it cannot tell
+        return False
+    return True
 
 
 async def _ensure_litellm() -> Any:
@@ -236,15 +274,18 @@ def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
         return LLMTimeout(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.AuthenticationError):
-        return LLMError(f"The model {model!r} rejected the API key; check LLM_API_KEY.", status_code=status)
+        return LLMError(f"The model {model!r} rejected the API key; check the agent's API key (or LLM_API_KEY).",
+                        status_code=status)
     if isinstance(exc, litellm.NotFoundError):
-        return LLMError(f"The model {model!r} was not found at its provider.", status_code=status)
+        return LLMError(f"The model {model!r} was not found at its provider; check the model name.",
+                        status_code=status)
     if isinstance(exc, litellm.BadRequestError):
         return LLMError(f"The model {model!r} refused the request: {_short(exc)}", status_code=status)
     if isinstance(exc, litellm.RateLimitError):
         return LLMError(f"The model {model!r} is rate limited; try again shortly.", status_code=status, retryable=True)
     if isinstance(exc, litellm.APIConnectionError):
-        return LLMError(f"Cannot reach the model {model!r}: {_short(exc)}", status_code=status, retryable=True)
+        return LLMError(f"Cannot reach the model {model!r} (check its base URL): {_short(exc)}", status_code=status,
+                        retryable=True)
     return LLMError(f"The model {model!r} failed: {_short(original)}", status_code=status)
 
 

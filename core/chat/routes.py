@@ -1,4 +1,4 @@
-"""The chat over HTTP (included under `/api` by `core.routes`): agents, sessions, messages, turns and their streams.
+"""The chat over HTTP (included under `/api` by `core.routes`): sessions, messages, turns and their streams.
 
 A session that is not the caller's is answered exactly like one that does not exist (404),
 so ids cannot be probed. Who the caller is: `core.auth.deps`.
@@ -25,39 +25,6 @@ if TYPE_CHECKING:
     from core.services import Services
 
 
-class AgentOut(BaseModel):
-    """An agent as the API shows it; `id` is its registry id (slug)."""
-
-    id: str
-    name: str
-    description: str
-    model: str
-
-
-class DelegationLimits(RequestBody):
-    """The `agent-invoke` limits of an agent that may delegate; unset ones take the defaults."""
-
-    max_recursion_depth: int | None = Field(None, alias="maxRecursionDepth", ge=1, le=20,
-                                            description="How deep a chain of delegations may go")
-    timeout_ms: int | None = Field(None, alias="timeoutMs", ge=1, description="Longest a delegated task may run")
-    max_output_tokens: int | None = Field(None, alias="maxOutputTokens", ge=1,
-                                          description="Longest answer of a delegated agent")
-    allowed_agents: list[str] | None = Field(None, alias="allowedAgents",
-                                             description="Agent ids it may call; unset: any agent")
-
-
-class AgentCreate(RequestBody):
-    """A new local agent. With `canDelegate` it gets the `agent-invoke` tool (limits in `delegation`)."""
-
-    id: str = Field(max_length=64, description="Registry id: lowercase letters, digits, '-' or '_'")
-    name: str = Field(min_length=1, max_length=128)
-    description: str = Field("", max_length=2000)
-    system_prompt: str = Field("", alias="systemPrompt", max_length=20_000)
-    model: str | None = Field(None, max_length=255, description="LiteLLM model string; default DEFAULT_MODEL")
-    can_delegate: bool = Field(False, alias="canDelegate")
-    delegation: DelegationLimits | None = Field(None, description="Limits of its agent-invoke tool")
-
-
 class SessionCreate(RequestBody):
     """A new chat with an agent (default: the default agent, see `agents.get_default_agent`)."""
 
@@ -74,6 +41,8 @@ class SessionOut(BaseModel):
     created_at: datetime = Field(serialization_alias="createdAt")
     updated_at: datetime = Field(serialization_alias="updatedAt")
     running: bool
+    agent_deleted: bool = Field(False, serialization_alias="agentDeleted",
+                                description="Its agent was deleted: the chat stays readable, it takes no new messages")
 
 
 class MessageCreate(RequestBody):
@@ -115,34 +84,8 @@ class TurnOut(BaseModel):
 
 
 def chat_router() -> APIRouter:
-    """The chat routes: agents, sessions, messages, turns and their streams."""
+    """The chat routes: sessions, messages, turns and their streams (agents: `core.delegation.agent_routes`)."""
     router = APIRouter()
-
-    @router.get("/agents", response_model=list[AgentOut])
-    async def list_agents(_: CurrentUser, services: ServicesDep) -> list[AgentOut]:
-        """Local agents."""
-        async with services.db.session() as s:
-            rows = await agents_store.list_agents(s)
-        return [AgentOut(id=a.slug, name=a.name, description=a.description, model=a.model) for a in rows]
-
-    @router.post("/agents", status_code=201, response_model=AgentOut)
-    async def create_agent(body: AgentCreate, _: CurrentUser, services: ServicesDep) -> AgentOut:
-        """Add a local agent; it can be chatted with and delegated to at once."""
-        if services.registry.remote(body.id) is not None:
-            raise HTTPException(409, detail=f"{body.id!r} is the id of a connected remote agent; choose another id.")
-        limits = body.delegation.model_dump(by_alias=True, exclude_none=True) if body.delegation else {}
-        tools = {agents_store.AGENT_INVOKE: {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **limits}} \
-            if body.can_delegate else {}
-        async with services.db.session() as s:
-            try:
-                agent = await agents_store.create_agent(
-                    s, slug=body.id, name=body.name, model=body.model or services.settings.default_model,
-                    description=body.description, system_prompt=body.system_prompt, tools=tools,
-                )
-            except agents_store.AgentError as exc:
-                status_code = 409 if isinstance(exc, agents_store.AgentExists) else 422
-                raise HTTPException(status_code, detail=f"Cannot create the agent: {exc}.") from exc
-        return AgentOut(id=agent.slug, name=agent.name, description=agent.description, model=agent.model)
 
     @router.get("/sessions", response_model=list[SessionOut], response_model_by_alias=True)
     async def list_sessions(user: CurrentUser, services: ServicesDep) -> list[SessionOut]:
@@ -168,7 +111,7 @@ def chat_router() -> APIRouter:
                         "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."))
             row = await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id,
                                                       title=body.title or "New chat")
-        return _session_out(row, {agent.id: agent.slug}, services)
+        return _session_out(row, {agent.id: (agent.slug, False)}, services)
 
     @router.get("/sessions/{session_id}", response_model=SessionOut, response_model_by_alias=True)
     async def get_session(session_id: str, user: CurrentUser, services: ServicesDep) -> SessionOut:
@@ -239,14 +182,15 @@ async def _owned_session(s, session_id: str, user: User) -> AgentSession:
     return row
 
 
-async def _agent_slugs(s) -> dict[int, str]:
-    return {a.id: a.slug for a in await agents_store.list_agents(s)}
+async def _agent_slugs(s) -> dict[int, tuple[str, bool]]:
+    return {a.id: (a.slug, a.deleted_at is not None) for a in await agents_store.list_agents(s, include_deleted=True)}
 
 
-def _session_out(row: AgentSession, slugs: dict[int, str], services: Services) -> SessionOut:
+def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], services: Services) -> SessionOut:
+    slug, deleted = slugs.get(row.agent_id, ("", True))
     return SessionOut(
-        id=row.id, title=row.title, agent_id=slugs.get(row.agent_id, ""), created_at=row.created_at,
-        updated_at=row.updated_at, running=services.chat.is_running(row.id),
+        id=row.id, title=row.title, agent_id=slug, created_at=row.created_at,
+        updated_at=row.updated_at, running=services.chat.is_running(row.id), agent_deleted=deleted,
     )
 
 

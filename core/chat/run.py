@@ -26,6 +26,7 @@ from typing import Any
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
+from core.secret_box import SecretUnreadable
 from core.streaming.hub import StreamHub
 from models import Agent, AgentMessage
 
@@ -53,13 +54,34 @@ class AgentRunner:
         llm: the model gateway.
         max_steps: model calls per run (bounds the tool loop).
         turn_timeout_s: longest a run may take before it is failed.
+        open_secret: reads an agent's stored (sealed) API key back (`LazySecretBox.open`).
     """
 
-    def __init__(self, hub: StreamHub, llm: LLMGateway, *, max_steps: int = 8, turn_timeout_s: float = 600.0) -> None:
+    def __init__(self, hub: StreamHub, llm: LLMGateway, *, max_steps: int = 8, turn_timeout_s: float = 600.0,
+                 open_secret: Callable[[str], str] | None = None) -> None:
         self.hub = hub
         self.llm = llm
         self.max_steps = max_steps
         self.turn_timeout_s = turn_timeout_s
+        self.open_secret = open_secret
+
+    def model_options(self, agent: Agent, max_output_tokens: int | None = None) -> dict[str, Any]:
+        """How the agent's model is called: its own base URL, key, temperature and answer length.
+
+        The agent row is the one read when the run started, so an edit applies to the next run.
+
+        Raises:
+            LLMError: its stored key cannot be read (the secret key changed).
+        """
+        api_key = None
+        if agent.api_key:
+            try:
+                api_key = self.open_secret(agent.api_key) if self.open_secret is not None else agent.api_key
+            except SecretUnreadable as exc:
+                raise LLMError(f"The API key of {agent.name} cannot be read ({exc}); set it again on /agents.") from exc
+        limits = [n for n in (agent.max_output_tokens, max_output_tokens) if n]
+        return {"api_base": agent.api_base or None, "api_key": api_key, "temperature": agent.temperature,
+                "max_tokens": min(limits) if limits else None}
 
     async def run(
         self,
@@ -102,11 +124,12 @@ class AgentRunner:
         self, stream_key: str, run: AgentRun, tools: dict[str, BoundTool], ctx: ToolContext, max_tokens: int | None
     ) -> None:
         definitions = [t.definition() for t in tools.values()] or None
+        options = self.model_options(run.agent, max_tokens)
         for step in range(self.max_steps):
             run.open_step()
             text_id = f"text-{step}"
             result: ModelResult | None = None
-            async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, max_tokens=max_tokens):
+            async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, **options):
                 if isinstance(event, TextDelta):
                     run.step_text.append(event.text)
                     if run.on_text is not None:

@@ -231,5 +231,10 @@ class TaskRecords:
         )
 
 
+DELETED_MARK = " (agent deleted)"
+
+
 async def _agent_names(s) -> dict[int, tuple[str, str]]:
-    return {a.id: (a.slug, a.name) for a in await agents_store.list_agents(s)}
+    # A deleted agent's tasks stay readable; its name says it is gone.
+    return {a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
+            for a in await agents_store.list_agents(s, include_deleted=True)}

@@ -1,0 +1,444 @@
+"""Agents as people edit them (issue 15): the list of every agent, one agent's settings, and the rules an edit follows.
+
+Every route of `/api/agents` and the `/agents` page go through `AgentAdmin`; the rows are
+`core.chat.agents`'. The rules, each an `AgentRuleError` with the field it concerns and the HTTP
+status it answers with:
+
+- the id is immutable and unique across local agents (deleted ones included: their chats and audit
+  records keep it), remote HTTP agents (registered, online or not) and broker agents online now (409);
+- `allowedAgents` names only agents that exist, and not the agent itself (422);
+- a model string LiteLLM does not know is refused unless the agent has an `apiBase` (422);
+- an agent with running tasks (as caller or callee) cannot be deleted (409 naming them); deleting
+  one takes it out of every other agent's `allowedAgents`, and says where.
+
+Who may call these (admins) is the routes' and the page's check (`accounts.may_change_agents`).
+A change is read by the next turn: a running turn keeps the agent row it started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlmodel import col, select
+
+from core.auth import accounts
+from core.chat import agents as agents_store
+from core.chat.llm import LLMError, LLMGateway, model_problem
+from core.db import Database
+from core.delegation.registry import AgentRegistry
+from core.delegation.tasks import SUBMITTED, WORKING
+from core.secret_box import LazySecretBox
+from models import A2ATaskSession, Agent, RemoteA2AAgent
+
+KIND_LOCAL, KIND_HTTP, KIND_BROKER = "local", "remote-http", "broker"
+TOOL_TYPES = (agents_store.AGENT_INVOKE, agents_store.A2A_DISPATCH)
+INVOKE_LIMITS = ("maxRecursionDepth", "timeoutMs", "maxOutputTokens")
+TRY_PROMPT = "Say hello and, in one short sentence, what you can do."
+TRY_TIMEOUT_S = 30.0
+
+Loc = tuple[str | int, ...]
+
+
+class AgentRuleError(ValueError):
+    """An edit the rules refuse; `loc` is the field (API names) and `status_code` the HTTP answer."""
+
+    status_code = 422
+
+    def __init__(self, message: str, loc: Loc = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+
+class AgentConflict(AgentRuleError):
+    """The id is taken, or the agent is busy."""
+
+    status_code = 409
+
+
+class UnknownAgent(AgentRuleError):
+    """No local agent with that id (a remote one is not edited here)."""
+
+    status_code = 404
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentView:
+    """One agent as the list, the editor and the API show it (secrets only as `has_api_key`)."""
+
+    id: str
+    name: str
+    description: str
+    kind: str  # local | remote-http | broker
+    model: str | None = None
+    online: bool | None = None  # remote agents only
+    system_prompt: str | None = None
+    api_base: str | None = None
+    has_api_key: bool = False
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)  # [{"type", "config"}]
+
+    @property
+    def is_local(self) -> bool:
+        """An agent of this app (editable)."""
+        return self.kind == KIND_LOCAL
+
+    def tool(self, tool_type: str) -> dict[str, Any] | None:
+        """The config of one of its tools, or None."""
+        return next((t["config"] for t in self.tools if t["type"] == tool_type), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """An allowed call: `caller` may delegate to `callee` (`any`: it may call every agent, no list)."""
+
+    caller: str
+    callee: str
+    tool: str
+    any: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """What a delete did: the agent is gone, and these agents' `allowedAgents` no longer name it."""
+
+    id: str
+    removed_from: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class TryResult:
+    """One prompt through an agent's model: its reply, or the provider's error in plain words."""
+
+    ok: bool
+    text: str
+
+
+class AgentAdmin:
+    """Reads and edits agents under the rules above."""
+
+    def __init__(self, db: Database, registry: AgentRegistry, llm: LLMGateway, secrets: LazySecretBox,
+                 default_model: str) -> None:
+        self.db = db
+        self.registry = registry
+        self.llm = llm
+        self.secrets = secrets
+        self.default_model = default_model
+
+    async def may_change(self, user_id: int | None, *, multi_user: bool) -> bool:
+        """Whether that user may create, change and delete agents (for the page; routes use `AdminUser`)."""
+        if not multi_user:
+            return True
+        async with self.db.session() as s:
+            user = await accounts.get_user(s, user_id) if user_id is not None else None
+        return user is not None and accounts.may_change_agents(user, multi_user=multi_user)
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def list(self) -> list[AgentView]:
+        """Every agent: local ones by name, then remote ones (online or registered) by id."""
+        async with self.db.session() as s:
+            rows = await agents_store.list_agents(s)
+            tools = await agents_store.tools_by_agent(s)
+            registered = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
+        views = [_local_view(a, tools.get(a.id, {})) for a in rows]
+        online = {r.id: r for r in self.registry.remote_agents()}
+        for remote in online.values():
+            views.append(AgentView(id=remote.id, name=remote.name, description=remote.description or "",
+                                   kind=KIND_BROKER if remote.kind == "ws" else KIND_HTTP, online=True))
+        for row in registered:
+            if row.id not in online:
+                card = row.card or {}
+                views.append(AgentView(id=row.id, name=str(card.get("name") or row.id),
+                                       description=str(card.get("description") or ""), kind=KIND_HTTP, online=False))
+        return views
+
+    async def get(self, agent_id: str) -> AgentView:
+        """One agent (local or remote).
+
+        Raises:
+            UnknownAgent: no agent has that id.
+        """
+        view = next((v for v in await self.list() if v.id == agent_id), None)
+        if view is None:
+            raise UnknownAgent(f"There is no agent {agent_id!r}.")
+        return view
+
+    async def edges(self, views: list[AgentView] | None = None) -> list[Edge]:
+        """Who may call whom.
+
+        An edge per allowed delegation (`agent-invoke`; to every agent when it has no list) and per
+        broker agent offered to an agent with `a2a-dispatch`.
+        """
+        views = views if views is not None else await self.list()
+        ids = {v.id for v in views}
+        edges = []
+        for caller in (v for v in views if v.is_local):
+            invoke = caller.tool(agents_store.AGENT_INVOKE)
+            if invoke is not None:
+                allowed = invoke.get("allowedAgents")
+                if allowed is None:
+                    edges += [Edge(caller.id, v.id, agents_store.AGENT_INVOKE, any=True) for v in views
+                              if v.id != caller.id and self._may_reach(v, caller)]
+                else:
+                    edges += [Edge(caller.id, a, agents_store.AGENT_INVOKE) for a in allowed if a in ids]
+            if caller.tool(agents_store.A2A_DISPATCH) is not None:
+                edges += [Edge(caller.id, v.id, agents_store.A2A_DISPATCH) for v in views
+                          if v.kind == KIND_BROKER and self._may_reach(v, caller)]
+        return edges
+
+    def _may_reach(self, callee: AgentView, caller: AgentView) -> bool:
+        remote = self.registry.remote(callee.id) if not callee.is_local else None
+        return remote is None or remote.visible_to(caller.id)
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def create(self, fields: dict[str, Any]) -> AgentView:
+        """A new local agent from API-shaped fields (snake_case names; see `core.delegation.agent_routes`).
+
+        Raises:
+            AgentRuleError: a rule refuses it (`AgentConflict` for a taken id).
+        """
+        slug = str(fields.get("id") or "")
+        if not agents_store.SLUG_PATTERN.fullmatch(slug):
+            raise AgentRuleError("An agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
+                                 "or digit.", ("id",))
+        if not str(fields.get("name") or "").strip():
+            raise AgentRuleError("An agent needs a name.", ("name",))
+        await self._check_id_free(slug)
+        model = (fields.get("model") or "").strip() or self.default_model
+        api_base = _api_base(fields.get("api_base"))
+        await self._check_model(model, api_base)
+        tools = _tools(fields.get("tools"))
+        if fields.get("can_delegate") and agents_store.AGENT_INVOKE not in tools:
+            tools[agents_store.AGENT_INVOKE] = _invoke_config(fields.get("delegation") or {}, ("delegation",))
+        await self._check_allowed(slug, tools, _allowed_loc(fields))
+        settings = {"api_base": api_base, "temperature": fields.get("temperature"),
+                    "max_output_tokens": fields.get("max_output_tokens")}
+        if fields.get("api_key"):
+            settings["api_key"] = self.secrets.seal(fields["api_key"])
+        async with self.db.session() as s:
+            try:
+                agent = await agents_store.create_agent(
+                    s, slug=slug, name=fields["name"], model=model, description=fields.get("description") or "",
+                    system_prompt=fields.get("system_prompt") or "", tools=tools, **settings)
+            except agents_store.AgentExists as exc:
+                raise AgentConflict(f"Cannot create the agent: {exc}.", ("id",)) from exc
+            except agents_store.AgentError as exc:
+                raise AgentRuleError(f"Cannot create the agent: {exc}.", ()) from exc
+        return await self.get(agent.slug)
+
+    async def update(self, agent_id: str, fields: dict[str, Any]) -> AgentView:
+        """Change any subset of a local agent's writable fields (only the keys present in `fields`).
+
+        `api_key`: a value replaces the stored key, None or "" removes it, absent keeps it. `tools`
+        replaces the whole list.
+
+        Raises:
+            UnknownAgent: no local agent with that id.
+            AgentRuleError: a rule refuses the change.
+        """
+        if "id" in fields and fields["id"] != agent_id:
+            raise AgentRuleError("The id of an agent cannot be changed; create a new agent instead.", ("id",))
+        async with self.db.session() as s:
+            agent = await agents_store.get_agent_by_slug(s, agent_id)
+        if agent is None:
+            raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+        changes: dict[str, Any] = {}
+        if "name" in fields:
+            if not str(fields["name"] or "").strip():
+                raise AgentRuleError("An agent needs a name.", ("name",))
+            changes["name"] = fields["name"].strip()
+        for name in ("description", "system_prompt"):
+            if name in fields:
+                changes[name] = fields[name] or ""
+        for name in ("temperature", "max_output_tokens"):
+            if name in fields:
+                changes[name] = fields[name]
+        if "model" in fields:
+            changes["model"] = (fields["model"] or "").strip()
+        if "api_base" in fields:
+            changes["api_base"] = _api_base(fields["api_base"])
+        if "model" in fields or "api_base" in fields:
+            await self._check_model(changes.get("model", agent.model), changes.get("api_base", agent.api_base))
+        if "api_key" in fields:
+            changes["api_key"] = self.secrets.seal(fields["api_key"]) if fields["api_key"] else None
+        tools = None
+        if "tools" in fields:
+            tools = _tools(fields["tools"])
+            await self._check_allowed(agent_id, tools, _allowed_loc(fields))
+        async with self.db.session() as s:
+            row = await agents_store.get_agent_by_slug(s, agent_id)
+            if row is None:
+                raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+            await agents_store.update_agent(s, row, changes, tools)
+        return await self.get(agent_id)
+
+    async def delete(self, agent_id: str) -> Deleted:
+        """Delete a local agent: its chats and audit records stay readable, marked "agent deleted".
+
+        Raises:
+            UnknownAgent: no local agent with that id.
+            AgentConflict: it has running tasks (the message names them).
+        """
+        async with self.db.session() as s:
+            agent = await agents_store.get_agent_by_slug(s, agent_id)
+            if agent is None:
+                raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+            running = list((await s.exec(
+                select(A2ATaskSession.id).where(
+                    col(A2ATaskSession.state).in_([SUBMITTED, WORKING]),
+                    (A2ATaskSession.callee_agent_id == agent.id) | (A2ATaskSession.caller_agent_id == agent.id),
+                ).order_by(col(A2ATaskSession.created_at)))).all())
+            if running:
+                raise AgentConflict(
+                    f"{agent.name} has running tasks ({', '.join(running)}); wait until they end or stop them, "
+                    "then delete it.")
+            removed_from = await agents_store.delete_agent(s, agent)
+        return Deleted(agent_id, removed_from)
+
+    # -- trying --------------------------------------------------------------------------
+
+    async def try_model(self, fields: dict[str, Any], agent_id: str | None = None,
+                        prompt: str = TRY_PROMPT) -> TryResult:
+        """Send one short prompt through the model the fields describe; nothing is saved.
+
+        Missing fields come from the stored agent (its key too, unless the fields say `api_key`).
+        Returns its reply, or the provider's error in plain words.
+        """
+        stored: Agent | None = None
+        if agent_id:
+            async with self.db.session() as s:
+                stored = await agents_store.get_agent_by_slug(s, agent_id)
+        model = (fields.get("model") or "").strip() or (stored.model if stored else self.default_model)
+        try:
+            api_base = _api_base(fields["api_base"] if "api_base" in fields else (stored.api_base if stored else None))
+        except AgentRuleError as exc:
+            return TryResult(False, exc.message)
+        problem = await model_problem(model, api_base=api_base)
+        if problem is not None:
+            return TryResult(False, problem[0].upper() + problem[1:] + ".")
+        api_key = fields.get("api_key") or None
+        if api_key is None and stored is not None and stored.api_key and "api_key" not in fields:
+            api_key = self.secrets.open(stored.api_key)
+        system = fields.get("system_prompt") if "system_prompt" in fields else (stored.system_prompt if stored else "")
+        messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
+        text: list[str] = []
+        try:
+            async with asyncio.timeout(TRY_TIMEOUT_S):
+                async for event in self.llm.stream(model, messages, max_tokens=200, api_base=api_base,
+                                                   api_key=api_key, temperature=fields.get("temperature")):
+                    if hasattr(event, "tool_calls"):
+                        text = [event.text or "".join(text)]
+                    else:
+                        text.append(event.text)
+        except LLMError as exc:
+            return TryResult(False, exc.message)
+        except TimeoutError:
+            return TryResult(False, f"The model {model!r} did not answer within {TRY_TIMEOUT_S:g} s.")
+        reply = "".join(text).strip()
+        return TryResult(True, reply or "(the model answered with no text)")
+
+    # -- rules ---------------------------------------------------------------------------
+
+    async def _check_id_free(self, slug: str) -> None:
+        remote = self.registry.remote(slug)
+        if remote is not None:
+            kind = "a broker agent" if remote.kind == "ws" else "a remote HTTP agent"
+            raise AgentConflict(f"{slug!r} is the id of {kind}; choose another id.", ("id",))
+        async with self.db.session() as s:
+            if await s.get(RemoteA2AAgent, slug) is not None:
+                raise AgentConflict(f"{slug!r} is the id of a registered remote HTTP agent; choose another id.",
+                                    ("id",))
+
+    async def _check_model(self, model: str, api_base: str | None) -> None:
+        problem = await model_problem(model, api_base=api_base)
+        if problem is not None:
+            raise AgentRuleError(problem[0].upper() + problem[1:] + ".", ("model",))
+
+    async def _check_allowed(self, slug: str, tools: dict[str, dict[str, Any]], loc: Loc) -> None:
+        allowed = (tools.get(agents_store.AGENT_INVOKE) or {}).get("allowedAgents")
+        if not allowed:
+            return
+        if slug in allowed:
+            raise AgentRuleError("An agent cannot call itself; take its own id out of allowedAgents.", loc)
+        known = {v.id for v in await self.list()}
+        unknown = [a for a in allowed if a not in known]
+        if unknown:
+            raise AgentRuleError(f"allowedAgents names agents that do not exist: {', '.join(unknown)} "
+                                 "(a broker agent must be connected to be named).", loc)
+
+
+def _allowed_loc(fields: dict[str, Any]) -> Loc:
+    for index, spec in enumerate(fields.get("tools") or []):
+        if spec.get("type") == agents_store.AGENT_INVOKE:
+            return ("tools", index, "config", "allowedAgents")
+    return ("delegation", "allowedAgents")
+
+
+def _local_view(agent: Agent, tools: dict[str, dict[str, Any]]) -> AgentView:
+    return AgentView(
+        id=agent.slug, name=agent.name, description=agent.description, kind=KIND_LOCAL, model=agent.model,
+        system_prompt=agent.system_prompt, api_base=agent.api_base, has_api_key=bool(agent.api_key),
+        temperature=agent.temperature, max_output_tokens=agent.max_output_tokens,
+        tools=[{"type": t, "config": _shown_config(t, tools[t])} for t in sorted(tools)],
+    )
+
+
+def _shown_config(tool_type: str, config: dict[str, Any]) -> dict[str, Any]:
+    if tool_type != agents_store.AGENT_INVOKE:
+        return dict(config)
+    return {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **config}  # the limits with their defaults filled in
+
+
+def _api_base(value: Any) -> str | None:
+    text = str(value or "").strip()
+    if not text:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise AgentRuleError("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1.",
+                             ("apiBase",))
+    return text
+
+
+def _tools(specs: Any) -> dict[str, dict[str, Any]]:
+    """`{type: config}` from `[{"type", "config"}]`; refuses unknown or repeated types."""
+    tools: dict[str, dict[str, Any]] = {}
+    for index, spec in enumerate(specs or []):
+        tool_type = spec.get("type")
+        if tool_type not in TOOL_TYPES:
+            raise AgentRuleError(f"Unknown tool type {tool_type!r}; the tools are {', '.join(TOOL_TYPES)}.",
+                                 ("tools", index, "type"))
+        if tool_type in tools:
+            raise AgentRuleError(f"The tool {tool_type!r} is listed twice.", ("tools", index, "type"))
+        config = spec.get("config") or {}
+        if tool_type == agents_store.A2A_DISPATCH:
+            if config:
+                raise AgentRuleError("The a2a-dispatch tool takes no config.", ("tools", index, "config"))
+            tools[tool_type] = {}
+        else:
+            tools[tool_type] = _invoke_config(config, ("tools", index, "config"))
+    return tools
+
+
+def _invoke_config(config: dict[str, Any], loc: Loc) -> dict[str, Any]:
+    result: dict[str, Any] = {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG}
+    for name, value in config.items():
+        if name in INVOKE_LIMITS:
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AgentRuleError(f"{name} is a whole number of at least 1.", (*loc, name))
+            result[name] = value
+        elif name == "allowedAgents":
+            if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
+                raise AgentRuleError("allowedAgents is a list of agent ids, or null for any agent.", (*loc, name))
+            result[name] = sorted(set(value)) if value is not None else None
+        else:
+            raise AgentRuleError(f"Unknown agent-invoke setting {name!r}.", (*loc, name))
+    return result

@@ -1,0 +1,296 @@
+"""`/agents`: every agent, an editor for local ones, "Try it", and who may call whom as a graph.
+
+The page calls `services.agent_admin` (`core/delegation/agent_admin.py`) for everything; the rules and
+their messages are there, and a refusal is shown beside the field it names. Everyone sees the page;
+only admins (`local` in single-user mode) get the editor's Save and Delete.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nicegui import ui
+
+from core.chat.agents import A2A_DISPATCH, AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
+from core.delegation.agent_admin import AgentRuleError, AgentView, Edge
+from core.services import Services
+from ui.api_keys_page import a2a_header
+from ui.auth import current_user_id
+
+# Suggestions for the model field: the demo model first, then common LiteLLM provider prefixes.
+MODEL_SUGGESTIONS = [
+    "local/demo", "openai/gpt-4o-mini", "openai/gpt-4o", "anthropic/claude-3-5-haiku-latest",
+    "anthropic/claude-3-5-sonnet-latest", "gemini/gemini-1.5-flash", "groq/llama-3.1-8b-instant",
+    "mistral/mistral-small-latest", "ollama/llama3.1", "openrouter/", "azure/", "bedrock/",
+]
+KIND_LABELS = {"local": "local", "remote-http": "remote HTTP", "broker": "broker"}
+LIMITS = (("maxRecursionDepth", "Max depth"), ("timeoutMs", "Timeout (ms)"), ("maxOutputTokens", "Max callee tokens"))
+
+
+def register_agents_page(services: Services) -> None:
+    """`/agents`."""
+
+    @ui.page("/agents", title="Agents")
+    async def agents_page(edit: str = "") -> None:
+        a2a_header("Agents")
+        may_edit = await services.agent_admin.may_change(current_user_id(services),
+                                                         multi_user=services.auth.multi_user)
+        state: dict[str, Any] = {"selected": edit or None}
+
+        @ui.refreshable
+        async def agent_list(views: list[AgentView]) -> None:
+            for view in views:
+                props = f"flat bordered data-testid=agent-card data-agent-id={view.id}"
+                with ui.card().classes("w-full cursor-pointer q-pa-sm").props(props).on(
+                        "click", lambda v=view: open_editor(v.id)):
+                    with ui.row().classes("w-full items-center gap-2 no-wrap"):
+                        ui.label(view.name).classes("text-subtitle1 text-weight-medium ellipsis")
+                        ui.badge(KIND_LABELS.get(view.kind, view.kind), color="primary" if view.is_local else "teal")
+                        if view.online is not None:
+                            ui.badge("online" if view.online else "offline",
+                                     color="positive" if view.online else "grey-7")
+                    ui.label(f"@{view.id}" + (f" · {view.model}" if view.model else "")).classes(
+                        "text-caption font-mono text-grey-8 break-all")
+                    if view.description:
+                        ui.label(view.description).classes("text-body2")
+                    if view.tools:
+                        ui.label("tools: " + ", ".join(t["type"] for t in view.tools)).classes(
+                            "text-caption text-grey-7")
+
+        editor = ui.column()
+
+        async def open_editor(agent_id: str | None) -> None:
+            state["selected"] = agent_id
+            await render_editor()
+
+        async def render_editor() -> None:
+            views = await services.agent_admin.list()
+            editor.clear()
+            with editor:
+                selected = next((v for v in views if v.id == state["selected"]), None)
+                if selected is not None and not selected.is_local:
+                    _remote_details(selected)
+                elif selected is not None or state["selected"] == "":
+                    AgentEditor(services, selected, views, may_edit, on_saved=after_change).render()
+                else:
+                    ui.label("Pick an agent to see or change it" + (", or make a new one." if may_edit else "."))\
+                        .classes("text-grey-7")
+
+        async def after_change(agent_id: str | None) -> None:
+            state["selected"] = agent_id
+            await refresh_all()
+
+        async def refresh_all() -> None:
+            views = await services.agent_admin.list()
+            agent_list.refresh(views)
+            graph.refresh(views, await services.agent_admin.edges(views))
+            await render_editor()
+
+        @ui.refreshable
+        def graph(views: list[AgentView], edges: list[Edge]) -> None:
+            ids = {v.id: f"n{i}" for i, v in enumerate(views)}
+            lines = ["flowchart LR"]
+            for view in views:
+                shape = ('["', '"]') if view.is_local else ('(["', '"])')
+                lines.append(f"  {ids[view.id]}{shape[0]}{_mermaid_text(view.name)}{shape[1]}")
+            for edge in edges:
+                arrow = "-.->" if edge.any or edge.tool == A2A_DISPATCH else "-->"
+                lines.append(f"  {ids[edge.caller]} {arrow} {ids[edge.callee]}")
+            by_node = {node: agent_id for agent_id, node in ids.items()}
+            ui.mermaid("\n".join(lines), on_node_click=lambda e: open_editor(by_node.get(e.node_id))).classes(
+                "w-full overflow-x-auto").props("data-testid=agent-graph")
+            names = {v.id: v.name for v in views}
+            with ui.column().classes("gap-0").props("data-testid=agent-edges"):
+                for edge in edges:
+                    note = " (any agent)" if edge.any else " (background)" if edge.tool == A2A_DISPATCH else ""
+                    ui.label(f"{names[edge.caller]} → {names[edge.callee]}{note}").classes(
+                        "text-caption").props(f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}")
+
+        views = await services.agent_admin.list()
+        with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
+            with ui.row().classes("w-full items-center justify-between"):
+                ui.label("Agents").classes("text-h5")
+                if may_edit:
+                    ui.button("New agent", icon="add", on_click=lambda: open_editor("")).props(
+                        "data-testid=new-agent-btn")
+            with ui.row().classes("w-full gap-4 items-start"):
+                with ui.column().classes("gap-2 grow basis-72 min-w-0"):
+                    await agent_list(views)
+                with ui.card().classes("grow-[2] basis-80 min-w-0").props("flat bordered data-testid=agent-editor"):
+                    editor.classes("w-full")
+                    await render_editor()
+            ui.label("Who may call whom").classes("text-h6")
+            ui.label("An arrow for each allowed delegation; dotted: it may call any agent, or a background "
+                     "dispatch. Click an agent to open it.").classes("text-caption text-grey-7")
+            graph(views, await services.agent_admin.edges(views))
+
+
+def _mermaid_text(text: str) -> str:
+    # Inside a quoted mermaid label: no quotes, no markup.
+    return "".join(c if c.isalnum() or c in " -_.,()/" else " " for c in text)[:60] or "agent"
+
+
+def _remote_details(view: AgentView) -> None:
+    ui.label(view.name).classes("text-h6")
+    ui.label(f"@{view.id} · {KIND_LABELS.get(view.kind, view.kind)} · "
+             f"{'online' if view.online else 'offline'}").classes("font-mono text-grey-8")
+    if view.description:
+        ui.label(view.description)
+    ui.label("A remote agent: it is changed where it runs (remote HTTP agents are registered on Remote agents).")\
+        .classes("text-caption text-grey-7")
+
+
+class AgentEditor:
+    """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
+
+    def __init__(self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool,
+                 on_saved) -> None:
+        self.services = services
+        self.view = view
+        self.views = views
+        self.may_edit = may_edit
+        self.on_saved = on_saved
+        self.inputs: dict[str, Any] = {}
+
+    def render(self) -> None:
+        """Build the form."""
+        view = self.view
+        invoke = view.tool(AGENT_INVOKE) if view else None
+        with ui.column().classes("w-full gap-2"):
+            ui.label(f"Edit {view.name}" if view else "New agent").classes("text-h6")
+            with ui.row().classes("w-full gap-2"):
+                self.inputs["id"] = self._input("Id", view.id if view else "", "agent-id", readonly=view is not None)
+                self.inputs["name"] = self._input("Name", view.name if view else "", "agent-name")
+            self.inputs["description"] = self._input("Description", view.description if view else "",
+                                                     "agent-description")
+            self.inputs["model"] = ui.input("Model", value=view.model if view else "local/demo",
+                                            autocomplete=MODEL_SUGGESTIONS).props(
+                "dense outlined data-testid=agent-model hint='LiteLLM model string, e.g. openai/gpt-4o-mini'"
+            ).classes("w-full")
+            with ui.row().classes("w-full gap-2"):
+                self.inputs["apiBase"] = self._input("API base URL (optional)", (view.api_base or "") if view else "",
+                                                     "agent-api-base")
+                key_hint = "stored; type to replace" if view and view.has_api_key else "optional"
+                self.inputs["apiKey"] = ui.input(f"API key ({key_hint})", password=True,
+                                                 password_toggle_button=True).props(
+                    "dense outlined data-testid=agent-api-key").classes("grow basis-48")
+            self.remove_key = ui.checkbox("Remove the stored key").props("dense") if view and view.has_api_key else None
+            with ui.row().classes("w-full gap-2"):
+                self.inputs["temperature"] = ui.number("Temperature", value=view.temperature if view else None,
+                                                       min=0, max=2, step=0.1, placeholder="model default").props(
+                    "dense outlined data-testid=agent-temperature").classes("grow basis-32")
+                self.inputs["maxOutputTokens"] = ui.number(
+                    "Max output tokens", value=view.max_output_tokens if view else None, min=1, precision=0,
+                    placeholder="model default").props("dense outlined data-testid=agent-max-tokens").classes(
+                    "grow basis-32")
+            self.inputs["systemPrompt"] = ui.textarea("System prompt", value=view.system_prompt if view else "").props(
+                "outlined autogrow data-testid=agent-system-prompt").classes("w-full")
+
+            ui.label("Tools").classes("text-subtitle2 q-mt-sm")
+            self.can_delegate = ui.checkbox("May delegate to other agents (agent-invoke)",
+                                            value=invoke is not None).props("data-testid=agent-can-delegate")
+            with ui.column().classes("w-full gap-2 q-pl-md").bind_visibility_from(self.can_delegate, "value"):
+                others = {v.id: f"{v.name} (@{v.id})" for v in self.views if not view or v.id != view.id}
+                allowed = (invoke or {}).get("allowedAgents")
+                self.any_agent = ui.checkbox("Any agent", value=allowed is None).props("dense data-testid=agent-any")
+                self.inputs["allowedAgents"] = ui.select(
+                    others, multiple=True, value=[a for a in (allowed or []) if a in others], label="May call",
+                ).props("dense outlined use-chips data-testid=agent-allowed").classes("w-full").bind_visibility_from(
+                    self.any_agent, "value", backward=lambda v: not v)
+                with ui.row().classes("w-full gap-2"):
+                    for key, label in LIMITS:
+                        default = DEFAULT_AGENT_INVOKE_CONFIG[key]
+                        self.inputs[key] = ui.number(f"{label} (default {default})",
+                                                     value=(invoke or {}).get(key, default), min=1, precision=0,
+                                                     ).props(f"dense outlined data-testid=agent-{key}").classes(
+                            "grow basis-32")
+            self.dispatch = ui.checkbox("May dispatch to broker agents in the background (a2a-dispatch)",
+                                        value=bool(view and view.tool(A2A_DISPATCH) is not None)).props(
+                "data-testid=agent-dispatch")
+
+            with ui.row().classes("w-full items-center gap-2 q-mt-sm"):
+                if self.may_edit:
+                    ui.button("Save", icon="save", on_click=self.save).props("data-testid=agent-save")
+                    if view is not None:
+                        ui.button("Delete", icon="delete", on_click=self.delete).props(
+                            "flat color=negative data-testid=agent-delete")
+                ui.button("Try it", icon="play_arrow", on_click=self.try_it).props("outline data-testid=agent-try")
+                if view is not None:
+                    ui.button("Chat", icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
+                        "flat data-testid=agent-chat")
+            self.try_output = ui.label("").classes("whitespace-pre-wrap text-body2").props("data-testid=agent-try-out")
+            if not self.may_edit:
+                ui.label("Only admins change agents.").classes("text-caption text-grey-7")
+
+    @staticmethod
+    def _input(label: str, value: str, testid: str, readonly: bool = False) -> ui.input:
+        element = ui.input(label, value=value).props(f"dense outlined data-testid={testid}").classes("grow basis-48")
+        if readonly:
+            element.props("readonly")
+        return element
+
+    def fields(self) -> dict[str, Any]:
+        """The form as the admin's fields (snake_case, API-shaped)."""
+        get = lambda key: self.inputs[key].value  # noqa: E731
+        fields: dict[str, Any] = {
+            "name": get("name") or "", "description": get("description") or "", "model": get("model") or "",
+            "api_base": get("apiBase") or None, "system_prompt": get("systemPrompt") or "",
+            "temperature": get("temperature"),
+            "max_output_tokens": int(get("maxOutputTokens")) if get("maxOutputTokens") else None,
+        }
+        if get("apiKey"):
+            fields["api_key"] = get("apiKey")
+        elif self.remove_key is not None and self.remove_key.value:
+            fields["api_key"] = None
+        tools: list[dict[str, Any]] = []
+        if self.can_delegate.value:
+            config: dict[str, Any] = {k: int(get(k)) for k, _ in LIMITS if get(k)}
+            config["allowedAgents"] = None if self.any_agent.value else list(get("allowedAgents") or [])
+            tools.append({"type": AGENT_INVOKE, "config": config})
+        if self.dispatch.value:
+            tools.append({"type": A2A_DISPATCH, "config": {}})
+        fields["tools"] = tools
+        return fields
+
+    async def save(self) -> None:
+        """Create or change the agent; a refusal is shown beside its field."""
+        for element in self.inputs.values():
+            if hasattr(element, "error"):
+                element.error = None
+        fields = self.fields()
+        try:
+            if self.view is None:
+                saved = await self.services.agent_admin.create({**fields, "id": self.inputs["id"].value or ""})
+            else:
+                saved = await self.services.agent_admin.update(self.view.id, fields)
+        except AgentRuleError as exc:
+            self._show_error(exc)
+            return
+        ui.notify(f"Saved {saved.name}; it applies from the next turn.", color="positive")
+        await self.on_saved(saved.id)
+
+    def _show_error(self, exc: AgentRuleError) -> None:
+        names = [str(part) for part in exc.loc if isinstance(part, str) and part not in {"tools", "config"}]
+        target = next((self.inputs[n] for n in reversed(names) if n in self.inputs), None)
+        if target is not None and hasattr(target, "error"):
+            target.error = exc.message
+        ui.notify(exc.message, color="negative", multi_line=True)
+
+    async def delete(self) -> None:
+        """Delete the agent (its chats stay readable)."""
+        try:
+            deleted = await self.services.agent_admin.delete(self.view.id)
+        except AgentRuleError as exc:
+            ui.notify(exc.message, color="negative", multi_line=True)
+            return
+        where = f"; removed from the allowed agents of {', '.join(deleted.removed_from)}" if deleted.removed_from \
+            else ""
+        ui.notify(f"Deleted {self.view.name}{where}.", color="positive")
+        await self.on_saved(None)
+
+    async def try_it(self) -> None:
+        """Send one short prompt through the form's model and show the reply or the error."""
+        self.try_output.text = "Asking the model…"
+        result = await self.services.agent_admin.try_model(self.fields(), self.view.id if self.view else None)
+        self.try_output.text = ("Reply: " if result.ok else "Error: ") + result.text
+        self.try_output.classes(replace="whitespace-pre-wrap text-body2 " + ("" if result.ok else "text-negative"))
