@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from core.settings import load_settings
-from core.web.logtext import install_client_fault_filter
+from core.web.logtext import install_client_fault_filter, install_debug_detail_filter
 
 ROOT = Path(__file__).resolve().parent
 TITLE = "A2A Delegation Chat"
@@ -62,6 +62,7 @@ def build(settings) -> object:
     app.include_router(broker_router())  # /a2a: the seed-003 broker
     app.add_static_files("/assets", str(ROOT / "assets"))
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
+    ui.add_head_html('<script src="/assets/app.js" defer></script>', shared=True)  # scrolling, code blocks, Esc
     register_pages(services)
     app.on_startup(services.start)
     app.on_startup(lambda: stop_gracefully_on_stop_signals(services.stopping))
@@ -166,6 +167,7 @@ def configure_logging(debug: str | None) -> None:
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     install_client_fault_filter()
+    install_debug_detail_filter()
     names = [n.strip() for n in (debug or "").split(",") if n.strip()]
     if names and all(n in DEBUG_NAMESPACES for n in names):
         for name in names:
