@@ -10,8 +10,8 @@ from nicegui import ui
 
 from core.a2a.remote_agents import RegistrationError
 from core.services import Services
-from ui.api_keys_page import a2a_header
 from ui.auth import current_user_id
+from ui.frame import build_frame
 
 
 def register_remote_agents_page(services: Services) -> None:
@@ -19,7 +19,7 @@ def register_remote_agents_page(services: Services) -> None:
 
     @ui.page("/remote-agents", title="Remote agents")
     async def remote_agents_page() -> None:
-        a2a_header("Remote agents")
+        build_frame(services, title="Remote agents", active="/remote-agents")
 
         @ui.refreshable
         async def agent_list() -> None:
@@ -47,7 +47,7 @@ def register_remote_agents_page(services: Services) -> None:
                     if agent.url:
                         details.append(f"A2A {agent.protocol_version} at {agent.url}")
                         details.append("streaming" if agent.streaming else "no streaming")
-                    ui.label(" · ".join(details)).classes("text-caption text-grey-7")
+                    ui.label(" · ".join(details)).classes("text-caption text-grey-7 break-all")
 
         async def register() -> None:
             button.disable()
@@ -80,7 +80,7 @@ def register_remote_agents_page(services: Services) -> None:
                      "It can then be delegated to like a local agent: @<id> in a chat.").classes("text-grey-8")
             with ui.row().classes("w-full items-end gap-2"):
                 card_url = ui.input("Card URL", placeholder="https://host/.well-known/agent-card.json").props(
-                    "dense outlined").classes("grow").mark("card-url")
+                    "dense outlined").classes("grow min-w-0").style("min-width: 12rem").mark("card-url")
                 agent_id = ui.input("Id (optional)", placeholder="from the card's name").props(
                     "dense outlined").classes("w-48").mark("remote-id")
                 token = ui.input("Bearer token (optional)", password=True).props("dense outlined").classes(
