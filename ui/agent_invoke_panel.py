@@ -76,7 +76,7 @@ class AgentInvokePanel:
         self.state_listeners: list[Callable[[str, str], None]] = []
         with ui.right_drawer(value=False, bottom_corner=True).props(
             f"width={PANEL_WIDTH_PX} bordered breakpoint={DRAWER_BREAKPOINT_PX - 1}"
-        ).classes("bg-grey-1 q-pa-none agent-invoke-drawer") as d:
+        ).classes("panel-bg q-pa-none agent-invoke-drawer") as d:
             self.drawer = d.mark("agent-invoke-panel").props("data-testid=agent-invoke-panel")
             with ui.column().classes("w-full gap-0 agent-invoke-head").props("data-testid=agent-invoke-head"):
                 with ui.row().classes("w-full items-center justify-between q-px-sm q-pt-sm no-wrap"):
@@ -91,7 +91,7 @@ class AgentInvokePanel:
                 self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left no-caps")
                 self.tabs.classes("w-full text-grey-8 agent-invoke-tabs").props("data-testid=agent-invoke-tabs")
             with ui.element("div").classes("w-full agent-invoke-scroll").props("data-testid=agent-invoke-scroll"):
-                self.panels = ui.tab_panels(self.tabs, animated=False).classes("w-full bg-grey-1")
+                self.panels = ui.tab_panels(self.tabs, animated=False).classes("w-full panel-bg")
         client.on_delete(self.stop_following)
 
     def note_tool_input(self, tool_call_id: Any, arguments: Any) -> None:
@@ -193,7 +193,7 @@ class AgentInvokePanel:
             )
             tab.move(self.tabs, target_index=subtree_end + 1)
         with self.panels:
-            with ui.tab_panel(tab).classes("q-pa-md bg-grey-1"):
+            with ui.tab_panel(tab).classes("q-pa-md panel-bg"):
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     ui.label(callee_name).classes("text-weight-medium").props("data-testid=agent-invoke-title")
                     status = ui.badge(word, color=STATUS_COLORS[word]).props(

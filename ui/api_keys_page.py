@@ -12,7 +12,7 @@ from nicegui import ui
 from core.a2a import api_keys
 from core.services import Services
 from ui.auth import current_user_id
-from ui.frame import build_frame
+from ui.frame import build_frame, testid
 
 
 def register_api_keys_page(services: Services) -> None:
@@ -28,7 +28,7 @@ def register_api_keys_page(services: Services) -> None:
             async with services.db.session() as s:
                 rows = await api_keys.list_keys(s, user_id=user_id)
             if not rows:
-                ui.label("No keys yet.").classes("text-grey-7").mark("no-keys")
+                ui.label("No keys yet.").classes("text-grey-7").mark("no-keys").props("data-testid=no-keys")
                 return
             for row in rows:
                 with ui.row().classes("w-full items-center gap-x-4 gap-y-1").props(
@@ -38,10 +38,10 @@ def register_api_keys_page(services: Services) -> None:
                     ui.label(f"created {_when(row.created_at)}").classes("text-grey-7")
                     ui.label(f"last used {_when(row.last_used_at)}").classes("text-grey-7")
                     if row.revoked_at is not None:
-                        ui.badge("revoked", color="grey-7").mark(f"revoked-{row.name}")
+                        ui.badge("revoked", color="grey-7").mark(f"revoked-{row.name}").props("data-testid=key-revoked")
                     else:
                         ui.button("Revoke", on_click=lambda r=row: revoke(r.id, r.name)).props(
-                            "flat color=negative dense").mark(f"revoke-{row.name}")
+                            "flat color=negative dense").mark(f"revoke-{row.name}").props("data-testid=revoke-key-btn")
 
         async def create() -> None:
             async with services.db.session() as s:
@@ -55,7 +55,7 @@ def register_api_keys_page(services: Services) -> None:
             with new_key:
                 ui.label("Copy this key now; it will not be shown again:")
                 with ui.row().classes("w-full items-center gap-2 no-wrap"):
-                    ui.label(key).classes("font-mono bg-grey-2 q-pa-sm break-all min-w-0").mark("new-key")
+                    testid(ui.label(key), "new-key").classes("font-mono bg-grey-2 q-pa-sm break-all min-w-0")
                     ui.button(icon="content_copy", on_click=lambda: ui.clipboard.write(key)).props(
                         "flat dense aria-label='Copy the key' data-testid=copy-key-btn")
             new_key.set_visibility(True)
@@ -77,9 +77,9 @@ def register_api_keys_page(services: Services) -> None:
                 "and appear in the [audit view](/audit)."
             )
             with ui.row().classes("items-end gap-2"):
-                name = ui.input("Name", placeholder="what will use the key").props("dense outlined").mark("key-name")
+                name = testid(ui.input("Name", placeholder="what will use the key"), "key-name").props("dense outlined")
                 name.on("keydown.enter", create)
-                ui.button("Create key", icon="key", on_click=create).mark("create-key-btn")
+                testid(ui.button("Create key", icon="key", on_click=create), "create-key-btn")
             new_key = ui.card().classes("w-full bg-green-1")
             new_key.set_visibility(False)
             await key_list()

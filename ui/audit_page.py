@@ -11,7 +11,7 @@ from nicegui import ui
 
 from core.delegation import TaskView, short_task_text, state_word
 from core.services import Services
-from ui.agent_invoke_panel import STATUS_COLORS, STATUS_ICONS
+from ui.agent_invoke_panel import STATUS_COLORS
 from ui.auth import current_user_id
 from ui.frame import page_frame
 
@@ -115,9 +115,7 @@ def _task_row(task: TaskView) -> None:
 
 def _state_badge(task: TaskView) -> None:
     word = state_word(task.state)
-    with ui.badge(color=STATUS_COLORS.get(word, "grey-7")).props("data-testid=audit-state"):
-        ui.icon(STATUS_ICONS.get(word, "help"), size="xs").classes("q-mr-xs").props("aria-hidden=true")
-        ui.label(word).classes("audit-state-word")
+    ui.badge(word, color=STATUS_COLORS.get(word, "grey-7")).props("data-testid=audit-state")
 
 
 def _duration(task: TaskView) -> str:

@@ -15,7 +15,7 @@ from core.broker import Broker
 from core.broker.service import user_owner
 from core.services import Services
 from ui.auth import current_user_id
-from ui.frame import page_frame
+from ui.frame import page_frame, testid
 
 REFRESH_S = 1.0
 RECENT_SHOWN = 20
@@ -117,22 +117,24 @@ def _broker_content(services: Services) -> None:
             return
         viewer = user_owner(current_user_id(services) or 0)  # texts and chat ids of one's own tasks only
         figures: dict[str, ui.label] = {}
-        with ui.row().classes("gap-3 w-full").mark("broker-counters"):
+        with ui.row().classes("gap-3 w-full").mark("broker-counters").props("data-testid=broker-counters"):
             for title, value in counters(broker):
                 with ui.card().props("flat bordered").classes("q-pa-sm"):
                     ui.label(title).classes("text-caption text-grey-7")
-                    figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}")
+                    figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}").props(
+                        f"data-testid=broker-counter data-counter='{title}'")
 
         ui.label("Online agents").classes("text-h6")
-        agents = ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id").classes("w-full").mark(
-            "broker-agents").props("flat bordered dense no-data-label='No agent is connected.'")
+        agents = testid(ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id"),
+                        "broker-agents").classes("w-full").props(
+            "flat bordered dense no-data-label='No agent is connected.'")
         ui.label("Running tasks").classes("text-h6")
-        running = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks(), viewer),
-                           row_key="id").classes("w-full").mark("broker-running").props(
+        running = testid(ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks(), viewer),
+                                  row_key="id"), "broker-running").classes("w-full").props(
             "flat bordered dense no-data-label='No task is running.'")
         ui.label("Recently finished").classes("text-h6")
-        recent = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
-                          row_key="id").classes("w-full").mark("broker-recent").props(
+        recent = testid(ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
+                                 row_key="id"), "broker-recent").classes("w-full").props(
             "flat bordered dense no-data-label='Nothing finished yet.'")
 
         def refresh() -> None:

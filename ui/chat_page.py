@@ -136,7 +136,7 @@ class ChatPage:
                 "rounded unelevated color=primary size=sm no-caps aria-label='Jump to the latest message'"),
                 "jump-latest").classes("jump-latest").on("click", js_handler="() => window.appChat.jumpToLatest()")
 
-        with ui.footer().classes("bg-white text-black border-t chat-footer").props("data-testid=chat-footer"):
+        with ui.footer().classes("border-t chat-footer").props("data-testid=chat-footer"):
             with ui.column().classes("w-full max-w-3xl mx-auto gap-1"):
                 with ui.row().classes("w-full items-center gap-2 no-wrap"):
                     self.agent_picker = testid(
@@ -234,13 +234,20 @@ class ChatPage:
                 ui.item_label(row.title).classes("ellipsis").props("data-testid=session-title")
                 ui.item_label(row.updated_at.strftime("%Y-%m-%d %H:%M")).props("caption")
             with ui.item_section().props("side"):
-                with ui.button(icon="more_vert").props(
-                        f"flat round dense size=sm aria-label='Chat actions: {_quote(row.title)}' "
-                        "data-testid=session-menu-btn").on("click.stop", lambda: None):
-                    with ui.menu():
-                        ui.menu_item("Rename", lambda r=row: self._rename_dialog(r)).props(
-                            "data-testid=session-rename")
-                        ui.menu_item("Delete", lambda r=row: self._delete(r)).props("data-testid=session-delete")
+                menu_btn = ui.button(icon="more_vert").props(
+                    f"flat round dense size=sm aria-label='Chat actions: {_quote(row.title)}' "
+                    "data-testid=session-menu-btn")
+                # The menu is made when it is first opened: the list is re-rendered after every answer.
+                menu_btn.on("click.stop", lambda b=menu_btn, r=row: self._session_menu(b, r))
+
+    def _session_menu(self, button: ui.button, row: AgentSession) -> None:
+        for child in list(button.default_slot.children):
+            if isinstance(child, ui.menu):
+                child.delete()
+        with button, ui.menu() as menu:
+            ui.menu_item("Rename", lambda: self._rename_dialog(row)).props("data-testid=session-rename")
+            ui.menu_item("Delete", lambda: self._delete(row)).props("data-testid=session-delete")
+        menu.open()
 
     def _rename_dialog(self, row: AgentSession) -> None:
         with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full"):
@@ -365,6 +372,7 @@ class ChatPage:
     async def send(self) -> None:
         """Send the input as a message and follow the answer."""
         text = self.input.value or ""
+        is_new = self.session_id is None
         try:
             text = self.services.chat.validate_text(text)
             if self.session_id is None:
@@ -378,7 +386,8 @@ class ChatPage:
             ui.notify(exc.message, color="negative")
             return
         self.input.value = ""
-        await self._render_session_list()
+        if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
+            await self._render_session_list()
 
     async def stop(self) -> None:
         """Stop the running answer (it keeps what it said)."""
