@@ -99,6 +99,8 @@ def serve(settings) -> None:
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=",".join(settings.trusted_proxies) or None,
         favicon="🤖",
+        # Phones: the on-screen keyboard shrinks the layout, so the fixed input bar stays above it (issue 14).
+        viewport="width=device-width, initial-scale=1, interactive-widget=resizes-content",
         # Seed 003 heartbeat: a WebSocket ping every broker_heartbeat_interval; a peer whose pong has not come
         # within broker_pong_timeout is dropped (a half-open agent is noticed after at most the sum of both).
         ws_ping_interval=settings.broker_heartbeat_interval / 1000,

@@ -336,6 +336,9 @@ def test_first_screen_welcome_examples_typing_indicator_focus_and_esc(vpage: Pag
     expect(welcome).to_contain_text("/background")
     expect(page.get_by_test_id("example-prompt")).to_have_count(3)
     assert page.evaluate("() => document.activeElement?.dataset.testid") == "msg-input"
+    # On a phone the keyboard resizes the layout, so the input bar stays above it.
+    viewport = page.locator("meta[name=viewport]").get_attribute("content")
+    assert "interactive-widget=resizes-content" in viewport
     # The typing indicator shows in the new bubble until the first token.
     page.evaluate("""() => { window.__typing = false; new MutationObserver(() => {
         if (document.querySelector('[data-testid=typing-indicator]')) window.__typing = true;
