@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from core.settings import load_settings
-from core.web.logtext import install_client_fault_filter
+from core.web.logtext import install_client_fault_filter, install_debug_detail_filter
 
 ROOT = Path(__file__).resolve().parent
 TITLE = "A2A Delegation Chat"
@@ -63,6 +63,7 @@ def build(settings) -> object:
     app.include_router(broker_router())  # /a2a: the seed-003 broker
     app.add_static_files("/assets", str(ROOT / "assets"))
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
+    ui.add_head_html('<script src="/assets/app.js" defer></script>', shared=True)  # scrolling, code blocks, Esc
     register_pages(services)
     app.on_startup(services.start)
     app.on_startup(lambda: stop_gracefully_on_stop_signals(services.stopping))
@@ -99,6 +100,8 @@ def serve(settings) -> None:
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=",".join(settings.trusted_proxies) or None,
         favicon="🤖",
+        # Phones: the on-screen keyboard shrinks the layout, so the fixed input bar stays above it (issue 14).
+        viewport="width=device-width, initial-scale=1, interactive-widget=resizes-content",
         # Seed 003 heartbeat: a WebSocket ping every broker_heartbeat_interval; a peer whose pong has not come
         # within broker_pong_timeout is dropped (a half-open agent is noticed after at most the sum of both).
         ws_ping_interval=settings.broker_heartbeat_interval / 1000,
@@ -172,6 +175,7 @@ def configure_logging(debug: str | None) -> None:
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     install_client_fault_filter()
+    install_debug_detail_filter()
     names = [n.strip() for n in (debug or "").split(",") if n.strip()]
     if names and all(n in DEBUG_NAMESPACES for n in names):
         for name in names:

@@ -72,10 +72,10 @@ def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_u
     while time.monotonic() < deadline:
         if body.count():
             lengths.add(len(body.inner_text().strip()))
-        if status.inner_text() == "done":
+        if status.inner_text() == "completed":
             break
         page.wait_for_timeout(20)
-    expect(status).to_have_text("done", timeout=TURN_TIMEOUT_MS)
+    expect(status).to_have_text("completed", timeout=TURN_TIMEOUT_MS)
     expect(body).to_have_text(expected)
     intermediate = {n for n in lengths if 0 < n < len(expected)}
     assert len(intermediate) >= 3, f"the panel should grow while the remote agent streams, saw {sorted(lengths)}"

@@ -43,7 +43,7 @@ def test_create_an_agent_that_calls_the_coding_assistant_and_chat_with_it(sized_
     page = sized_page
     agent_id = f"helper-{uuid.uuid4().hex[:6]}"
     open_chat(page, "/")
-    expect(page.get_by_test_id("agents-link")).to_have_attribute("href", "/agents")  # the chat page's header
+    expect(page.get_by_test_id("nav-agents")).to_have_attribute("href", "/agents")  # the shared navigation
     open_chat(page, "/agents")  # on a phone the open session drawer covers the header's links
     expect(page.locator("[data-testid=agent-card][data-agent-id=planner]")).to_be_visible()
     expect(page.get_by_test_id("agent-graph").locator("svg")).to_be_visible()

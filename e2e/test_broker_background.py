@@ -85,7 +85,7 @@ def test_a_background_task_reports_back_into_the_chat(page: Page, echo_agent_id:
     body = page.locator(f'[data-testid=agent-invoke-body][data-task-id="{task_id}"]')
     expect(body).to_contain_text(f"Echoing {len(words)} words…")
     expect(body).to_contain_text(request)
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("done")
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed")
 
     # Saved in order: after a reload the chat reads the same.
     page.reload()

@@ -68,10 +68,10 @@ def test_mention_opens_the_panel_which_streams_and_the_task_is_saved(page: Page,
     status = page.get_by_test_id("agent-invoke-status")
     while time.monotonic() < deadline:
         lengths.add(len(body_text(page, task_id)))
-        if status.inner_text() == "done":
+        if status.inner_text() == "completed":
             break
         page.wait_for_timeout(25)
-    expect(status).to_have_text("done")
+    expect(status).to_have_text("completed")
     wait_for_turn_end(page)
     expected = _echo(request, wants_code=True)
     assert words(body_text(page, task_id)) == words(as_rendered(expected))
@@ -82,7 +82,7 @@ def test_mention_opens_the_panel_which_streams_and_the_task_is_saved(page: Page,
     # The caller's answer quotes the callee, and its card links the task.
     card = page.get_by_test_id("tool-call")
     expect(card).to_contain_text("Delegated to Coding Assistant")
-    expect(card).to_contain_text("done")
+    expect(card).to_contain_text("completed")
     assert card.get_attribute("data-task-id") == task_id
 
     # Saved: a completed task and the callee's messages with source='a2a' and the caller's context.
@@ -102,7 +102,7 @@ def test_mention_opens_the_panel_which_streams_and_the_task_is_saved(page: Page,
     page.goto("/audit")
     row = page.locator(f'[data-testid=audit-row][data-task-id="{task_id}"]')
     expect(row).to_contain_text("Coding Assistant")
-    expect(row).to_contain_text("done")
+    expect(row).to_contain_text("completed")
     row.get_by_role("link").click()
     expect(page.get_by_test_id("audit-task")).to_contain_text("General Assistant → Coding Assistant")
     expect(page.get_by_test_id("audit-message")).to_have_count(2)
@@ -114,14 +114,14 @@ def test_close_then_reopen_from_the_card(page: Page) -> None:
     """The close button hides the panel; clicking the delegation card opens that task again."""
     open_chat(page, "/?agent=general-assistant")
     send(page, f"@coding-assistant {unique('tiny task')}")
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("done", timeout=TURN_TIMEOUT_MS)
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=TURN_TIMEOUT_MS)
     wait_for_turn_end(page)
     panel = page.get_by_test_id("agent-invoke-panel")
     page.get_by_test_id("agent-invoke-close").click()
     expect(panel).to_be_hidden()
     page.get_by_test_id("tool-call").click()
     expect(panel).to_be_visible()
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("done")
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed")
 
 
 def test_two_mentions_give_two_tabs_in_order(page: Page, base_url: str) -> None:
@@ -139,7 +139,7 @@ def test_two_mentions_give_two_tabs_in_order(page: Page, base_url: str) -> None:
     for i, task in enumerate(saved):
         tabs.nth(i).click()
         status = page.locator(f'[data-testid=agent-invoke-status][data-task-id="{task["id"]}"]')
-        expect(status).to_have_text("done")
+        expect(status).to_have_text("completed")
         expect(page.locator(f'[data-testid=agent-invoke-body][data-task-id="{task["id"]}"]')).to_contain_text(
             task["input"]
         )
@@ -163,8 +163,8 @@ def test_reload_mid_delegation_restores_the_panel(page: Page, base_url: str) -> 
     expect(page.get_by_test_id("agent-invoke-panel")).to_be_visible()
     expect(page.get_by_test_id("agent-invoke-tab")).to_have_count(1)
     assert page.get_by_test_id("agent-invoke-tab").get_attribute("data-task-id") == task_id
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("generating")
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("done", timeout=TURN_TIMEOUT_MS)
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("working")
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=TURN_TIMEOUT_MS)
     assert words(body_text(page, task_id)) == words(lorem(400))
     wait_for_turn_end(page)
     detail = httpx.get(f"{base_url}/api/tasks/{task_id}", timeout=5.0).json()
@@ -193,7 +193,7 @@ def test_a_nested_delegation_is_a_child_tab_of_its_parent(page: Page, base_url: 
     assert tabs.nth(1).get_attribute("data-depth") == "1"
     expect(tabs.nth(1)).to_contain_text("Coding Assistant")
     tabs.nth(1).click()
-    expect(page.locator(f'[data-testid=agent-invoke-status][data-task-id="{child_id}"]')).to_have_text("done")
+    expect(page.locator(f'[data-testid=agent-invoke-status][data-task-id="{child_id}"]')).to_have_text("completed")
     expect(page.locator(f'[data-testid=agent-invoke-body][data-task-id="{child_id}"]')).to_contain_text("write it")
     page.goto(f"/audit/{parent_id}")
     expect(page.get_by_test_id("audit-child")).to_have_attribute("data-task-id", child_id)
@@ -220,9 +220,9 @@ def test_closing_the_page_mid_delegation_loses_nothing(page: Page, browser, base
         open_chat(reopened, f"/chat/{session_id}")
         wait_for_turn_end(reopened)
         card = reopened.get_by_test_id("tool-call")
-        expect(card).to_contain_text("done")
+        expect(card).to_contain_text("completed")
         card.click()
-        expect(reopened.get_by_test_id("agent-invoke-status")).to_have_text("done")
+        expect(reopened.get_by_test_id("agent-invoke-status")).to_have_text("completed")
         body = reopened.locator(f'[data-testid=agent-invoke-body][data-task-id="{task_id}"]')
         expect(body).to_contain_text(lorem(300).split()[-1])
     finally:

@@ -89,7 +89,7 @@ def test_screenshot_for_the_readme(browser: Browser) -> None:
             expect(panel).to_be_visible(timeout=30_000)
             # Mid-answer, before its code block starts (about 25 tokens, 2.5 s, later).
             expect(page.get_by_test_id("agent-invoke-body")).to_contain_text("offline demo model", timeout=30_000)
-            expect(page.get_by_test_id("agent-invoke-status")).to_have_text("generating")
+            expect(page.get_by_test_id("agent-invoke-status")).to_have_text("working")
             page.mouse.move(0, 0)  # no hover highlight in the picture
             DOCS_DIR.mkdir(exist_ok=True)
             path = DOCS_DIR / "screenshot.png"

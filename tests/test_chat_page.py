@@ -138,7 +138,9 @@ def text_of(bubble: ui.element) -> str:
 
 
 def user_texts(user: User) -> list[str]:
-    return [text_of(b) for b in bubbles(user, "user-message")]
+    """The user's messages as shown: plain text (labels) and fenced code (markdown), in order."""
+    return ["\n".join(e.content if isinstance(e, ui.markdown) else e.text for e in b.descendants()
+                      if isinstance(e, ui.markdown | ui.label)) for b in bubbles(user, "user-message")]
 
 
 def assistant_texts(user: User) -> list[str]:
@@ -282,7 +284,8 @@ async def test_sessions_newest_first_and_switching_shows_each_ones_messages(user
 async def test_the_agent_picker_starts_a_chat_with_the_coding_assistant(user: User) -> None:
     await user.open("/")
     user.find(marker="agent-picker").click()
-    user.find("Coding Assistant").click()
+    # The welcome lists the agents by name too: pick the option of the picker.
+    UserInteraction(user, {element(user, "agent-picker")}, "Coding Assistant").click()
     assert element(user, "agent-picker").value == "coding-assistant"
 
     await send(user, "write code")
@@ -372,7 +375,7 @@ async def test_a_page_opened_during_an_answer_replays_it_and_follows_it_live(use
         assert len(partial) == 1 and saved[1].content.startswith(partial[0])
 
 
-async def test_picking_another_agent_in_a_chat_with_messages_starts_a_new_chat(user: User) -> None:
+async def test_picking_another_agent_in_a_chat_with_messages_asks_then_starts_a_new_chat(user: User) -> None:
     await user.open("/")
     await send(user, "hello")
     await wait_for_answer(user)
@@ -380,6 +383,14 @@ async def test_picking_another_agent_in_a_chat_with_messages_starts_a_new_chat(u
 
     page = user.client
     element(user, "agent-picker").value = "coding-assistant"
+    # It asks first; staying keeps the chat and its agent.
+    await user.should_see(marker="agent-change-confirm")
+    user.find(marker="agent-change-cancel").click()
+    await wait_until(lambda: element(user, "agent-picker").value == "general-assistant", what="the picker reset")
+    assert user.client is page
+    element(user, "agent-picker").value = "coding-assistant"
+    await user.should_see(marker="agent-change-confirm")
+    user.find(marker="agent-change-confirm").click()
     await navigated(user, page)
     assert user.back_history[-1] == "/?agent=coding-assistant"
     assert element(user, "agent-picker").value == "coding-assistant"

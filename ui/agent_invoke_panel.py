@@ -7,6 +7,13 @@ callee's name, a status (waiting, generating, done, failed with the reason)
 and the callee's markdown as it streams, read-only. The panel stays open after
 the tasks end, until the user closes it.
 
+Issue 14: the panel is fixed to the window with its own scroll area (its header and
+tabs never leave the screen); below 900 px it is a full-width sheet with a way back
+to the chat. Each tab shows the agent, a short form of the task's request and a
+status icon; hovering shows the whole request (also the tab's `aria-label`, and the
+first line of its panel). States are the words of `core.delegation.states`, the
+same as the chat's cards, `/audit` and the API.
+
 Each running task is followed through its own hub subscription (`a2a_<taskId>`),
 owned by the page's client; a task whose buffer is gone is shown from the
 saved messages instead. Text is coalesced: the page's flush timer calls `flush`.
@@ -15,20 +22,24 @@ saved messages instead. Text is coalesced: the page's flush timer calls `flush`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
-from core.delegation import COMPLETED, TERMINAL_STATES, TaskView, task_stream_key
+from core.delegation import COMPLETED, TERMINAL_STATES, TaskView, short_task_text, state_word, task_stream_key
 from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
+from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
-STATUS_LABELS = {"submitted": "waiting", "working": "generating", "completed": "done", "failed": "failed",
-                 "canceled": "stopped"}
-STATUS_COLORS = {"waiting": "grey-7", "generating": "primary", "done": "positive", "failed": "negative",
-                 "stopped": "warning"}
+# How each state word looks (the words themselves come from core.delegation.states).
+STATUS_COLORS = {"submitted": "grey-7", "working": "primary", "completed": "positive", "failed": "negative",
+                 "canceled": "warning"}
+STATUS_ICONS = {"submitted": "schedule", "working": "autorenew", "completed": "check_circle", "failed": "error",
+                "canceled": "block"}
+PANEL_WIDTH_PX = 460
 
 
 @dataclass(slots=True)
@@ -41,6 +52,10 @@ class TaskTab:
     depth: int
     tab: ui.tab
     status: ui.badge
+    icon: ui.icon
+    text: ui.label
+    request: ui.label
+    tooltip: ui.tooltip
     error: ui.label
     body: StreamingMarkdown
     state: str = "submitted"
@@ -57,17 +72,34 @@ class AgentInvokePanel:
         self.user_id = user_id
         self.tabs_by_task: dict[str, TaskTab] = {}
         self.selected_task_id: str | None = None
-        with ui.right_drawer(value=False, fixed=False).props("width=460 bordered").classes("bg-grey-1 q-pa-none") as d:
+        self.task_texts: dict[str, str] = {}  # tool call id → the request it delegates (from `tool-input-available`)
+        self.state_listeners: list[Callable[[str, str], None]] = []
+        with ui.right_drawer(value=False, bottom_corner=True).props(
+            f"width={PANEL_WIDTH_PX} bordered breakpoint={DRAWER_BREAKPOINT_PX - 1}"
+        ).classes("panel-bg q-pa-none agent-invoke-drawer") as d:
             self.drawer = d.mark("agent-invoke-panel").props("data-testid=agent-invoke-panel")
-            with ui.row().classes("w-full items-center justify-between q-px-md q-pt-sm no-wrap"):
-                ui.label("Delegated tasks").classes("text-subtitle1 text-weight-medium")
-                self.close_btn = ui.button(icon="close", on_click=self.close).props(
-                    "flat round dense aria-label=Close data-testid=agent-invoke-close"
-                ).mark("agent-invoke-close")
-            self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left outside-arrows mobile-arrows")
-            self.tabs.classes("w-full text-grey-8")
-            self.panels = ui.tab_panels(self.tabs, animated=False).classes("w-full bg-grey-1")
+            with ui.column().classes("w-full gap-0 agent-invoke-head").props("data-testid=agent-invoke-head"):
+                with ui.row().classes("w-full items-center justify-between q-px-sm q-pt-sm no-wrap"):
+                    with ui.row().classes("items-center gap-1 no-wrap"):
+                        ui.button("Chat", icon="arrow_back", on_click=self.close).props(
+                            "flat dense no-caps data-testid=agent-invoke-back aria-label='Back to the chat'"
+                        ).classes("phone-only").mark("agent-invoke-back")
+                        ui.label("Delegated tasks").classes("text-subtitle1 text-weight-medium q-pl-sm")
+                    self.close_btn = ui.button(icon="close", on_click=self.close).props(
+                        "flat round dense aria-label='Close the panel' data-testid=agent-invoke-close"
+                    ).mark("agent-invoke-close")
+                self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left no-caps")
+                self.tabs.classes("w-full text-grey-8 agent-invoke-tabs").props("data-testid=agent-invoke-tabs")
+            with ui.element("div").classes("w-full agent-invoke-scroll").props("data-testid=agent-invoke-scroll"):
+                self.panels = ui.tab_panels(self.tabs, animated=False).classes("w-full panel-bg")
         client.on_delete(self.stop_following)
+
+    def note_tool_input(self, tool_call_id: Any, arguments: Any) -> None:
+        """Remember what a delegating tool call asks, so its tab can show it when the task starts."""
+        if isinstance(tool_call_id, str) and isinstance(arguments, dict):
+            text = arguments.get("input") or arguments.get("task")
+            if isinstance(text, str):
+                self.task_texts[tool_call_id] = text
 
     # -- opening tasks -------------------------------------------------------------------
 
@@ -78,7 +110,7 @@ class AgentInvokePanel:
             return
         if task_id not in self.tabs_by_task:
             self._add_tab(task_id, str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or "Agent"),
-                          data.get("parentTaskId"))
+                          data.get("parentTaskId"), self.task_texts.get(str(data.get("toolCallId"))))
             self._follow_or_load(task_id)
         self._select_if_idle(task_id)
         self.open()
@@ -88,7 +120,7 @@ class AgentInvokePanel:
         recent = [t for t in tasks if t.live]
         for task in recent:
             if task.id not in self.tabs_by_task:
-                self._add_tab(task.id, task.callee_agent_name, task.parent_task_id)
+                self._add_tab(task.id, task.callee_agent_name, task.parent_task_id, task.input)
                 self._follow_or_load(task.id, saved=task)
         if recent:
             running = next((t for t in recent if t.state not in TERMINAL_STATES), recent[0])
@@ -102,7 +134,7 @@ class AgentInvokePanel:
             if detail is None:
                 ui.notify("That delegated task is not available.", color="warning")
                 return
-            self._add_tab(task_id, detail.task.callee_agent_name, detail.task.parent_task_id)
+            self._add_tab(task_id, detail.task.callee_agent_name, detail.task.parent_task_id, detail.task.input)
             self._follow_or_load(task_id, saved=detail.task)
         self.select(task_id)
         self.open()
@@ -132,15 +164,27 @@ class AgentInvokePanel:
         if current is None or current.state in TERMINAL_STATES:
             self.select(task_id)
 
-    def _add_tab(self, task_id: str, callee_name: str, parent_task_id: str | None) -> TaskTab:
+    def _add_tab(self, task_id: str, callee_name: str, parent_task_id: str | None,
+                 request: str | None = None) -> TaskTab:
         parent = self.tabs_by_task.get(parent_task_id or "")
         depth = parent.depth + 1 if parent else 0
+        word = state_word(None)
         # Children go right after their parent's subtree, so a nested delegation sits under its parent.
         with self.tabs:
-            tab = ui.tab(name=_tab_name(task_id), label=("↳ " * depth) + callee_name).props(
+            tab = ui.tab(name=_tab_name(task_id), label="").props(
                 f"no-caps data-testid=agent-invoke-tab data-task-id={task_id} "
-                f"data-parent-task-id={parent_task_id or ''} data-depth={depth}"
+                f"data-parent-task-id={parent_task_id or ''} data-depth={depth} data-state={word}"
             ).mark("agent-invoke-tab")
+            with tab:
+                with ui.row().classes("items-center gap-2 no-wrap"):
+                    icon = ui.icon(STATUS_ICONS[word], color=STATUS_COLORS[word], size="xs").props(
+                        f"data-testid=agent-invoke-tab-icon aria-label={word}")
+                    with ui.column().classes("gap-0 items-start min-w-0"):
+                        ui.label(("↳ " * depth) + callee_name).classes("agent-invoke-tab-name").props(
+                            "data-testid=agent-invoke-tab-name")
+                        text = ui.label("").classes("agent-invoke-tab-text").props(
+                            "data-testid=agent-invoke-tab-text")
+                tooltip = ui.tooltip("").props("data-testid=agent-invoke-tab-tooltip max-width=360px")
         if parent is not None:
             order = list(self.tabs_by_task.values())
             subtree_end = max(
@@ -149,21 +193,40 @@ class AgentInvokePanel:
             )
             tab.move(self.tabs, target_index=subtree_end + 1)
         with self.panels:
-            with ui.tab_panel(tab).classes("q-pa-md bg-grey-1"):
+            with ui.tab_panel(tab).classes("q-pa-md panel-bg"):
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     ui.label(callee_name).classes("text-weight-medium").props("data-testid=agent-invoke-title")
-                    status = ui.badge("waiting", color="grey-7").props(
+                    status = ui.badge(word, color=STATUS_COLORS[word]).props(
                         f"data-testid=agent-invoke-status data-task-id={task_id}"
                     ).mark("agent-invoke-status")
+                request_label = ui.label("").classes("text-caption text-grey-7 whitespace-pre-wrap").props(
+                    "data-testid=agent-invoke-request")
                 error = ui.label("").classes("text-negative text-caption").props("data-testid=agent-invoke-error")
                 error.set_visibility(False)
                 with ui.column().classes("w-full gap-0").props(
                     f"data-testid=agent-invoke-body data-task-id={task_id}"
                 ).mark("agent-invoke-body"):
                     body = StreamingMarkdown()
-        entry = TaskTab(task_id, callee_name, parent_task_id, depth, tab, status, error, body)
+        entry = TaskTab(task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip,
+                        error, body)
         self.tabs_by_task[task_id] = entry
+        self._set_request(entry, request)
+        if request is None:
+            background_tasks.create(self._load_request(entry), name=f"task text {task_id}", context=self.client)
         return entry
+
+    def _set_request(self, entry: TaskTab, request: str | None) -> None:
+        if not request:
+            return
+        entry.text.set_text(short_task_text(request))
+        entry.tooltip.set_text(request)
+        entry.request.set_text(request)
+        entry.tab.props(f'aria-label="{_attr(entry.callee_name + ": " + short_task_text(request, 200))}"')
+
+    async def _load_request(self, entry: TaskTab) -> None:
+        detail = await self.services.delegation.task_detail(self.user_id or 0, entry.task_id)
+        if detail is not None and not self.client.is_deleted:
+            self._set_request(entry, detail.task.input)
 
     def _descends(self, tab: TaskTab, ancestor_id: str) -> bool:
         parent_id = tab.parent_task_id
@@ -208,6 +271,8 @@ class AgentInvokePanel:
         data = event.data
         if event.type == "text-delta":
             entry.body.append(data.get("delta", ""))
+        elif event.type == "tool-input-available":  # the callee delegating in turn: its child's request
+            self.note_tool_input(data.get("toolCallId"), data.get("input"))
         elif event.type == "state":
             self._set_state(entry, str(data.get("state")), data.get("error"))
         elif event.type == "error":
@@ -229,12 +294,16 @@ class AgentInvokePanel:
 
     def _set_state(self, entry: TaskTab, state: str, error: Any = None) -> None:
         entry.state = state
-        label = STATUS_LABELS.get(state, state)
-        entry.status.set_text(label)
-        entry.status.props(f"color={STATUS_COLORS.get(label, 'grey-7')}")
-        entry.tab.props(f"data-state={state}")
+        word = state_word(state)
+        entry.status.set_text(word)
+        entry.status.props(f"color={STATUS_COLORS.get(word, 'grey-7')}")
+        entry.icon.props(f"name={STATUS_ICONS.get(word, 'help')} color={STATUS_COLORS.get(word, 'grey-7')} "
+                         f"aria-label={word}")
+        entry.tab.props(f"data-state={word}")
         if error and state != COMPLETED:
             self._show_error(entry, str(error))
+        for listener in self.state_listeners:
+            listener(entry.task_id, state)
 
     def _show_error(self, entry: TaskTab, message: str) -> None:
         entry.error.set_text(message)
@@ -260,3 +329,7 @@ class AgentInvokePanel:
 
 def _tab_name(task_id: str) -> str:
     return f"task-{task_id}"
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;")

@@ -14,8 +14,8 @@ from nicegui import ui
 from core.chat.agents import A2A_DISPATCH, AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.delegation.agent_admin import AgentRuleError, AgentView, Edge
 from core.services import Services
-from ui.api_keys_page import a2a_header
 from ui.auth import current_user_id
+from ui.frame import build_frame
 
 # Suggestions for the model field: the demo model first, then common LiteLLM provider prefixes.
 MODEL_SUGGESTIONS = [
@@ -32,7 +32,7 @@ def register_agents_page(services: Services) -> None:
 
     @ui.page("/agents", title="Agents")
     async def agents_page(edit: str = "") -> None:
-        a2a_header("Agents")
+        build_frame(services, title="Agents", active="/agents")
         may_edit = await services.agent_admin.may_change(current_user_id(services),
                                                          multi_user=services.auth.multi_user)
         state: dict[str, Any] = {"selected": edit or None}
@@ -159,17 +159,18 @@ class AgentEditor:
         with ui.column().classes("w-full gap-2"):
             ui.label(f"Edit {view.name}" if view else "New agent").classes("text-h6")
             with ui.row().classes("w-full gap-2"):
-                self.inputs["id"] = self._input("Id", view.id if view else "", "agent-id", readonly=view is not None)
-                self.inputs["name"] = self._input("Name", view.name if view else "", "agent-name")
+                self.inputs["id"] = self._input("Id", view.id if view else "", testid="agent-id",
+                                                readonly=view is not None)
+                self.inputs["name"] = self._input("Name", view.name if view else "", testid="agent-name")
             self.inputs["description"] = self._input("Description", view.description if view else "",
-                                                     "agent-description")
+                                                     testid="agent-description")
             self.inputs["model"] = ui.input("Model", value=view.model if view else "local/demo",
                                             autocomplete=MODEL_SUGGESTIONS).props(
                 "dense outlined data-testid=agent-model hint='LiteLLM model string, e.g. openai/gpt-4o-mini'"
             ).classes("w-full")
             with ui.row().classes("w-full gap-2"):
                 self.inputs["apiBase"] = self._input("API base URL (optional)", (view.api_base or "") if view else "",
-                                                     "agent-api-base")
+                                                     testid="agent-api-base")
                 key_hint = "stored; type to replace" if view and view.has_api_key else "optional"
                 self.inputs["apiKey"] = ui.input(f"API key ({key_hint})", password=True,
                                                  password_toggle_button=True).props(

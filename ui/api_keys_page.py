@@ -12,6 +12,7 @@ from nicegui import ui
 from core.a2a import api_keys
 from core.services import Services
 from ui.auth import current_user_id
+from ui.frame import build_frame, testid
 
 
 def register_api_keys_page(services: Services) -> None:
@@ -20,26 +21,27 @@ def register_api_keys_page(services: Services) -> None:
     @ui.page("/api-keys", title="API keys")
     async def api_keys_page() -> None:
         user_id = current_user_id(services) or 0
-        a2a_header("API keys")
+        build_frame(services, title="API keys", active="/api-keys")
 
         @ui.refreshable
         async def key_list() -> None:
             async with services.db.session() as s:
                 rows = await api_keys.list_keys(s, user_id=user_id)
             if not rows:
-                ui.label("No keys yet.").classes("text-grey-7").mark("no-keys")
+                ui.label("No keys yet.").classes("text-grey-7").mark("no-keys").props("data-testid=no-keys")
                 return
             for row in rows:
-                with ui.row().classes("w-full items-center gap-4").props(f"data-testid=api-key data-key-id={row.id}"):
+                with ui.row().classes("w-full items-center gap-x-4 gap-y-1").props(
+                        f"data-testid=api-key data-key-id={row.id}"):
                     ui.label(row.name).classes("text-weight-medium min-w-40")
-                    ui.label(f"{row.prefix}…").classes("font-mono text-grey-8")
+                    ui.label(f"{row.prefix}…").classes("font-mono text-grey-8 break-all")
                     ui.label(f"created {_when(row.created_at)}").classes("text-grey-7")
                     ui.label(f"last used {_when(row.last_used_at)}").classes("text-grey-7")
                     if row.revoked_at is not None:
-                        ui.badge("revoked", color="grey-7").mark(f"revoked-{row.name}")
+                        ui.badge("revoked", color="grey-7").mark(f"revoked-{row.name}").props("data-testid=key-revoked")
                     else:
                         ui.button("Revoke", on_click=lambda r=row: revoke(r.id, r.name)).props(
-                            "flat color=negative dense").mark(f"revoke-{row.name}")
+                            "flat color=negative dense").mark(f"revoke-{row.name}").props("data-testid=revoke-key-btn")
 
         async def create() -> None:
             async with services.db.session() as s:
@@ -52,9 +54,10 @@ def register_api_keys_page(services: Services) -> None:
             new_key.clear()
             with new_key:
                 ui.label("Copy this key now; it will not be shown again:")
-                with ui.row().classes("items-center gap-2"):
-                    ui.label(key).classes("font-mono bg-grey-2 q-pa-sm").mark("new-key")
-                    ui.button(icon="content_copy", on_click=lambda: ui.clipboard.write(key)).props("flat dense")
+                with ui.row().classes("w-full items-center gap-2 no-wrap"):
+                    testid(ui.label(key), "new-key").classes("font-mono bg-grey-2 q-pa-sm break-all min-w-0")
+                    ui.button(icon="content_copy", on_click=lambda: ui.clipboard.write(key)).props(
+                        "flat dense aria-label='Copy the key' data-testid=copy-key-btn")
             new_key.set_visibility(True)
             key_list.refresh()
 
@@ -74,23 +77,12 @@ def register_api_keys_page(services: Services) -> None:
                 "and appear in the [audit view](/audit)."
             )
             with ui.row().classes("items-end gap-2"):
-                name = ui.input("Name", placeholder="what will use the key").props("dense outlined").mark("key-name")
+                name = testid(ui.input("Name", placeholder="what will use the key"), "key-name").props("dense outlined")
                 name.on("keydown.enter", create)
-                ui.button("Create key", icon="key", on_click=create).mark("create-key-btn")
+                testid(ui.button("Create key", icon="key", on_click=create), "create-key-btn")
             new_key = ui.card().classes("w-full bg-green-1")
             new_key.set_visibility(False)
             await key_list()
-
-
-def a2a_header(title: str) -> None:
-    """The header of the A2A pages, with links between them."""
-    with ui.header().classes("items-center justify-between bg-primary"):
-        ui.link("A2A Delegation Chat", "/").classes("text-h6 text-white no-underline")
-        with ui.row().classes("items-center gap-4"):
-            for label, target in (("Audit", "/audit"), ("Remote agents", "/remote-agents"), ("API keys", "/api-keys")):
-                link = ui.link(label, target).classes("text-white no-underline")
-                if label == title:
-                    link.classes("text-weight-bold")
 
 
 def _when(moment: datetime | None) -> str:

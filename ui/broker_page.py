@@ -15,6 +15,7 @@ from core.broker import Broker
 from core.broker.service import user_owner
 from core.services import Services
 from ui.auth import current_user_id
+from ui.frame import page_frame, testid
 
 REFRESH_S = 1.0
 RECENT_SHOWN = 20
@@ -95,62 +96,57 @@ def counters(broker: Broker) -> list[tuple[str, str]]:
     ]
 
 
-def _header() -> None:
-    with ui.header().classes("items-center justify-between bg-primary"):
-        ui.link("A2A Delegation Chat", "/").classes("text-h6 text-white no-underline")
-        with ui.row().classes("items-center gap-4"):
-            for label, target in (("Audit", "/audit"), ("Remote agents", "/remote-agents"),
-                                  ("API keys", "/api-keys"), ("Broker", "/broker")):
-                link = ui.link(label, target).classes("text-white no-underline")
-                if label == "Broker":
-                    link.classes("text-weight-bold")
-
-
 def register_broker_pages(services: Services) -> None:
     """`/broker`."""
 
     @ui.page("/broker", title="Broker")
     async def broker_page() -> None:
-        broker = services.broker
-        _header()
-        with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
-            ui.label("Broker").classes("text-h5")
-            ui.label("Remote agents dial in on /a2a (python -m core.pipe ws://…/a2a?a2a_id=NAME -- command); "
-                     "chat systems dispatch with POST /a2a/tasks/dispatch and hear back over Redis.").classes(
-                "text-grey-7")
-            if broker is None:
-                ui.label("The broker is not running in this process.")
-                return
-            viewer = user_owner(current_user_id(services) or 0)  # texts and chat ids of one's own tasks only
-            figures: dict[str, ui.label] = {}
-            with ui.row().classes("gap-3 w-full").mark("broker-counters"):
-                for title, value in counters(broker):
-                    with ui.card().props("flat bordered").classes("q-pa-sm"):
-                        ui.label(title).classes("text-caption text-grey-7")
-                        figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}")
+        with page_frame(services, title="Broker", active="/broker"):
+            _broker_content(services)
 
-            ui.label("Online agents").classes("text-h6")
-            agents = ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id").classes("w-full").mark(
-                "broker-agents").props("flat bordered dense no-data-label='No agent is connected.'")
-            ui.label("Running tasks").classes("text-h6")
-            running = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks(), viewer),
-                               row_key="id").classes("w-full").mark("broker-running").props(
-                "flat bordered dense no-data-label='No task is running.'")
-            ui.label("Recently finished").classes("text-h6")
-            recent = ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
-                              row_key="id").classes("w-full").mark("broker-recent").props(
-                "flat bordered dense no-data-label='Nothing finished yet.'")
 
-            def refresh() -> None:
-                now = time.time()
-                for title, value in counters(broker):
-                    if figures[title].text != value:
-                        figures[title].set_text(value)
-                for table, rows in ((agents, agent_rows(broker, now)),
-                                    (running, task_rows(broker.running_tasks(), viewer, now)),
-                                    (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer, now))):
-                    if table.rows != rows:
-                        table.rows = rows
-                        table.update()
+def _broker_content(services: Services) -> None:
+    broker = services.broker
+    with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
+        ui.label("Broker").classes("text-h5")
+        ui.label("Remote agents dial in on /a2a (python -m core.pipe ws://…/a2a?a2a_id=NAME -- command); "
+                 "chat systems dispatch with POST /a2a/tasks/dispatch and hear back over Redis.").classes(
+            "text-grey-7")
+        if broker is None:
+            ui.label("The broker is not running in this process.")
+            return
+        viewer = user_owner(current_user_id(services) or 0)  # texts and chat ids of one's own tasks only
+        figures: dict[str, ui.label] = {}
+        with ui.row().classes("gap-3 w-full").mark("broker-counters").props("data-testid=broker-counters"):
+            for title, value in counters(broker):
+                with ui.card().props("flat bordered").classes("q-pa-sm"):
+                    ui.label(title).classes("text-caption text-grey-7")
+                    figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}").props(
+                        f"data-testid=broker-counter data-counter='{title}'")
 
-            ui.timer(REFRESH_S, refresh)
+        ui.label("Online agents").classes("text-h6")
+        agents = testid(ui.table(columns=AGENT_COLUMNS, rows=agent_rows(broker), row_key="id"),
+                        "broker-agents").classes("w-full").props(
+            "flat bordered dense no-data-label='No agent is connected.'")
+        ui.label("Running tasks").classes("text-h6")
+        running = testid(ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.running_tasks(), viewer),
+                                  row_key="id"), "broker-running").classes("w-full").props(
+            "flat bordered dense no-data-label='No task is running.'")
+        ui.label("Recently finished").classes("text-h6")
+        recent = testid(ui.table(columns=TASK_COLUMNS, rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
+                                 row_key="id"), "broker-recent").classes("w-full").props(
+            "flat bordered dense no-data-label='Nothing finished yet.'")
+
+        def refresh() -> None:
+            now = time.time()
+            for title, value in counters(broker):
+                if figures[title].text != value:
+                    figures[title].set_text(value)
+            for table, rows in ((agents, agent_rows(broker, now)),
+                                (running, task_rows(broker.running_tasks(), viewer, now)),
+                                (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer, now))):
+                if table.rows != rows:
+                    table.rows = rows
+                    table.update()
+
+        ui.timer(REFRESH_S, refresh)

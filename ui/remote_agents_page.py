@@ -10,8 +10,8 @@ from nicegui import ui
 
 from core.a2a.remote_agents import RegistrationError
 from core.services import Services
-from ui.api_keys_page import a2a_header
 from ui.auth import current_user_id
+from ui.frame import build_frame, testid
 
 
 def register_remote_agents_page(services: Services) -> None:
@@ -19,13 +19,13 @@ def register_remote_agents_page(services: Services) -> None:
 
     @ui.page("/remote-agents", title="Remote agents")
     async def remote_agents_page() -> None:
-        a2a_header("Remote agents")
+        build_frame(services, title="Remote agents", active="/remote-agents")
 
         @ui.refreshable
         async def agent_list() -> None:
             agents = await services.remote_agents.list()
             if not agents:
-                ui.label("No remote agents registered yet.").classes("text-grey-7").mark("no-remote-agents")
+                testid(ui.label("No remote agents registered yet."), "no-remote-agents").classes("text-grey-7")
                 return
             for agent in agents:
                 props = f"flat bordered data-testid=remote-agent data-agent-id={agent.id}"
@@ -33,12 +33,14 @@ def register_remote_agents_page(services: Services) -> None:
                     with ui.row().classes("w-full items-center justify-between"):
                         with ui.row().classes("items-center gap-2"):
                             ui.label(agent.name).classes("text-h6")
-                            ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}")
+                            ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}").props(
+                                "data-testid=remote-agent-id")
                             ui.badge("online" if agent.online else "not loaded",
                                      color="positive" if agent.online else "grey-7")
                         if agent.owner_id in (None, current_user_id(services)):
                             ui.button("Remove", on_click=lambda a=agent: remove(a.id)).props(
-                                "flat color=negative dense").mark(f"remove-{agent.id}")
+                                "flat color=negative dense data-testid=remove-remote-agent-btn"
+                            ).mark(f"remove-{agent.id}")
                         else:
                             ui.label("registered by another user").classes("text-caption text-grey-7")
                     if agent.description:
@@ -47,7 +49,7 @@ def register_remote_agents_page(services: Services) -> None:
                     if agent.url:
                         details.append(f"A2A {agent.protocol_version} at {agent.url}")
                         details.append("streaming" if agent.streaming else "no streaming")
-                    ui.label(" · ".join(details)).classes("text-caption text-grey-7")
+                    ui.label(" · ".join(details)).classes("text-caption text-grey-7 break-all")
 
         async def register() -> None:
             button.disable()
@@ -80,10 +82,11 @@ def register_remote_agents_page(services: Services) -> None:
                      "It can then be delegated to like a local agent: @<id> in a chat.").classes("text-grey-8")
             with ui.row().classes("w-full items-end gap-2"):
                 card_url = ui.input("Card URL", placeholder="https://host/.well-known/agent-card.json").props(
-                    "dense outlined").classes("grow").mark("card-url")
+                    "dense outlined data-testid=card-url").classes("grow min-w-0").style("min-width: 12rem")
+                card_url.mark("card-url")
                 agent_id = ui.input("Id (optional)", placeholder="from the card's name").props(
-                    "dense outlined").classes("w-48").mark("remote-id")
+                    "dense outlined").classes("w-48").mark("remote-id").props("data-testid=remote-id")
                 token = ui.input("Bearer token (optional)", password=True).props("dense outlined").classes(
-                    "w-56").mark("remote-token")
-                button = ui.button("Register", icon="add_link", on_click=register).mark("register-btn")
+                    "w-56").mark("remote-token").props("data-testid=remote-token")
+                button = testid(ui.button("Register", icon="add_link", on_click=register), "register-btn")
             await agent_list()

@@ -18,9 +18,40 @@ renders exactly as a whole.
 
 from __future__ import annotations
 
+import re
+
 from nicegui import ui
 
 FENCE = "```"
+_FENCE_OPEN = re.compile(r"^(?:[ \t]*>)*[ \t]{0,3}(`{3,}|~{3,})[ \t]*([\w+#.-]*)", re.MULTILINE)
+_PRE_TAG = re.compile(r"<pre>")
+
+
+class ChatMarkdown(ui.markdown):
+    """`ui.markdown` whose code blocks carry their fence's language (`<pre data-lang=…>`) for the label.
+
+    A block still streaming with an open code fence is rendered with the fence closed, so it shows
+    as code while it grows (the text itself is not changed).
+    """
+
+    def _handle_content_change(self, content: str) -> None:
+        if unclosed_fence(content):
+            content = content + ("\n" if not content.endswith("\n") else "") + FENCE
+        super()._handle_content_change(content)
+        html = self._props.get("innerHTML") or ""
+        languages = [m.group(2) or "text" for i, m in enumerate(_FENCE_OPEN.finditer(content)) if i % 2 == 0]
+        if languages and html.count("<pre>") == len(languages):
+            names = iter(languages)
+            self._props["innerHTML"] = _PRE_TAG.sub(lambda _m: f'<pre data-lang="{next(names)}">', html)
+
+
+def unclosed_fence(text: str) -> bool:
+    """Whether the text opens a code fence that it does not close."""
+    inside = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith(FENCE):
+            inside = not inside
+    return inside
 
 
 class StreamingMarkdown:
@@ -31,9 +62,9 @@ class StreamingMarkdown:
         self._frozen_upto = 0  # text[:_frozen_upto] lives in frozen elements; it always ends outside a fence
         self._rendered_tail = ""
         self.container = ui.column().classes("w-full gap-0 streaming-markdown")
-        self._frozen: list[ui.markdown] = []
+        self._frozen: list[ChatMarkdown] = []
         with self.container:
-            self._tail = ui.markdown("").classes("w-full")
+            self._tail = ChatMarkdown("").classes("w-full")
         self.renders = 0
         self.finalized = False
         if text:
@@ -60,7 +91,7 @@ class StreamingMarkdown:
             block = self._text[self._frozen_upto:boundary]
             self._frozen_upto = boundary
             with self.container:
-                frozen = ui.markdown(block).classes("w-full")
+                frozen = ChatMarkdown(block).classes("w-full")
             frozen.move(self.container, target_index=len(self._frozen))
             self._frozen.append(frozen)
             self.renders += 1

@@ -51,8 +51,12 @@ async def get_user_session(session: AsyncSession, *, session_id: str, user_id: i
     return row if row is not None and row.user_id == user_id else None
 
 
-async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200) -> list[AgentSession]:
-    """The user's visible sessions, most recently active first."""
+async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200,
+                        search: str | None = None) -> list[AgentSession]:
+    """The user's visible sessions, most recently active first.
+
+    `search` keeps the sessions whose title or any message contains it (case-insensitive).
+    """
     query = (
         select(AgentSession)
         .outerjoin(A2ATaskSession, col(A2ATaskSession.session_id) == col(AgentSession.id))
@@ -64,7 +68,44 @@ async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200
         .order_by(col(AgentSession.updated_at).desc(), col(AgentSession.id).desc())
         .limit(limit)
     )
+    words = (search or "").strip().lower()
+    if words:
+        pattern = f"%{_escape_like(words)}%"
+        in_messages = (
+            select(AgentMessage.id)
+            .where(AgentMessage.session_id == AgentSession.id,
+                   func.lower(AgentMessage.content).like(pattern, escape="\\"))
+            .exists()
+        )
+        query = query.where(or_(func.lower(AgentSession.title).like(pattern, escape="\\"), in_messages))
     return list((await session.exec(query)).all())
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def rename_session(session: AsyncSession, *, session_id: str, user_id: int, title: str) -> AgentSession | None:
+    """Give a user's session a new title (one line, at most `TITLE_LENGTH` characters); None when not theirs."""
+    row = await get_user_session(session, session_id=session_id, user_id=user_id)
+    if row is None:
+        return None
+    row.title = make_title(title)
+    session.add(row)
+    await session.commit()
+    await session.refresh(row)
+    return row
+
+
+async def restore_session(session: AsyncSession, *, session_id: str, user_id: int) -> bool:
+    """Undo `delete_session`; False when it is not theirs or not deleted."""
+    row = await session.get(AgentSession, session_id)
+    if row is None or row.user_id != user_id or row.deleted_at is None:
+        return False
+    row.deleted_at = None
+    session.add(row)
+    await session.commit()
+    return True
 
 
 async def set_session_agent(session: AsyncSession, *, session_id: str, agent_id: int) -> AgentSession | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.engine import ChatEngine, SessionNotFound
+from core.chat.engine import ChatEngine, InvalidMessage, SessionNotFound
 from core.db import Database
 from core.streaming.hub import BufferState, StreamHub
 from models import Agent, AgentMessage, AgentSession
@@ -47,10 +47,39 @@ class Workspace:
         async with self.db.session() as s:
             return await agents_store.get_default_agent(s, self.default_agent_slug)
 
-    async def sessions(self, user_id: int) -> list[AgentSession]:
-        """The user's visible chats, most recent first."""
+    async def sessions(self, user_id: int, search: str | None = None) -> list[AgentSession]:
+        """The user's visible chats, most recent first; `search` keeps those whose title or text has it."""
         async with self.db.session() as s:
-            return await sessions_store.list_sessions(s, user_id=user_id)
+            return await sessions_store.list_sessions(s, user_id=user_id, search=search)
+
+    async def rename(self, user_id: int, session_id: str, title: str) -> AgentSession:
+        """Give a chat a new title (blank titles are refused).
+
+        Raises:
+            SessionNotFound: not this user's chat.
+            InvalidMessage: the title is blank.
+        """
+        if not title.strip():
+            raise InvalidMessage("A chat's title cannot be empty.")
+        async with self.db.session() as s:
+            row = await sessions_store.rename_session(s, session_id=session_id, user_id=user_id, title=title)
+        if row is None:
+            raise SessionNotFound("There is no such chat session.")
+        return row
+
+    async def delete(self, user_id: int, session_id: str) -> bool:
+        """Delete a chat (its running turn is stopped first); `restore` undoes it. False when not theirs."""
+        async with self.db.session() as s:
+            if await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id) is None:
+                return False
+        await self.chat.cancel(session_id)  # outside the transaction: the turn saves in its own
+        async with self.db.session() as s:
+            return await sessions_store.delete_session(s, session_id=session_id, user_id=user_id)
+
+    async def restore(self, user_id: int, session_id: str) -> bool:
+        """Undo `delete`."""
+        async with self.db.session() as s:
+            return await sessions_store.restore_session(s, session_id=session_id, user_id=user_id)
 
     async def open(self, user_id: int, session_id: str) -> SessionView:
         """Load a chat for display.

@@ -15,6 +15,7 @@ May import: `core.chat`, `core.streaming`, `core.auth`, `core.web`, the ground f
 from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgent, RemoteAgentError, RemoteEvent
 from core.delegation.runs import BackgroundTask
 from core.delegation.service import DelegationRefused, DelegationService
+from core.delegation.states import STATE_WORDS, is_terminal, short_task_text, state_word
 from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
@@ -46,9 +47,13 @@ __all__ = [
     "RemoteAgent",
     "RemoteAgentError",
     "RemoteEvent",
+    "STATE_WORDS",
     "TaskDetail",
     "TaskRecords",
     "TaskView",
+    "is_terminal",
     "parse_invoke_arguments",
+    "short_task_text",
+    "state_word",
     "task_stream_key",
 ]

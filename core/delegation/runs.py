@@ -20,7 +20,14 @@ from core.delegation.tasks import CANCELED, COMPLETED, FAILED, task_stream_key
 if TYPE_CHECKING:
     from core.delegation.service import DelegationService
 
-__all__ = ["BackgroundTask", "LocalRun", "RemoteRun", "RunRecord", "message_fields"]
+__all__ = ["BackgroundTask", "LocalRun", "RemoteRun", "RunRecord", "estimate_tokens", "message_fields"]
+
+CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
+
+
+def estimate_tokens(text: str) -> int:
+    """A token count for text whose real count never arrived (a stopped stream): about 4 characters a token."""
+    return max(1, round(len(text) / CHARS_PER_TOKEN)) if text else 0
 
 
 class LocalRun:
@@ -36,7 +43,13 @@ class LocalRun:
 
     @property
     def output_tokens(self) -> int:
-        """Completion tokens over the run."""
+        """Completion tokens over the run.
+
+        For a run stopped before the model reported usage: an estimate from the text it streamed
+        (`estimate_tokens`), so a stopped task does not read as 0 tokens.
+        """
+        if self.run.output_tokens == 0 and self.text():
+            return estimate_tokens(self.text())
         return self.run.output_tokens
 
     def result(self) -> tuple[str, str | None]:

@@ -73,3 +73,33 @@ def install_client_fault_filter() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, ClientFaultFilter) for f in logger.filters):
             logger.addFilter(ClientFaultFilter(messages, drop=drop))
+
+
+# Library records that are detail, not news: logged at INFO by their library, demoted to DEBUG here
+# (issue 14: the a2a-sdk logs a whole agent card at INFO each time it fetches one).
+SDK_DEBUG_DETAIL: dict[str, set[str]] = {
+    "a2a.client.card_resolver": {"Successfully fetched agent card data from %s: %s"},
+}
+
+
+class DemoteToDebugFilter(logging.Filter):
+    """A record with one of `messages` becomes DEBUG: kept only when its logger is enabled for DEBUG."""
+
+    def __init__(self, messages: set[str]) -> None:
+        super().__init__()
+        self.messages = frozenset(messages)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep other records; demote these, and drop them unless DEBUG is on for their logger."""
+        if record.msg not in self.messages:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def install_debug_detail_filter() -> None:
+    """Attach a `DemoteToDebugFilter` to each library logger of `SDK_DEBUG_DETAIL`."""
+    for name, messages in SDK_DEBUG_DETAIL.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DemoteToDebugFilter) for f in logger.filters):
+            logger.addFilter(DemoteToDebugFilter(messages))

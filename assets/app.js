@@ -1,0 +1,139 @@
+// Browser-side behaviour of the pages that the server need not know about (issue 14):
+// following the chat like a chat app, code block toolbars, and Esc.
+// Nothing here changes what the server sends; it only scrolls, decorates and emits `app-escape`.
+(() => {
+  "use strict";
+  const NEAR_BOTTOM_PX = 80;
+
+  // -- the chat follows the newest message while the reader is at the bottom -------------------
+  let following = true;
+  let observed = null;
+  let observer = null;
+
+  const scroller = () => document.scrollingElement || document.documentElement;
+  const atBottom = () => {
+    const s = scroller();
+    return s.scrollHeight - (window.scrollY + window.innerHeight) <= NEAR_BOTTOM_PX;
+  };
+  const setFollowing = (value) => {
+    following = value;
+    document.body.classList.toggle("chat-scrolled-up", !value);
+  };
+  const scrollToEnd = () => {
+    window.scrollTo({ top: scroller().scrollHeight, behavior: "instant" });
+  };
+  window.appChat = {
+    jumpToLatest() {
+      setFollowing(true);
+      scrollToEnd();
+      const input = document.querySelector("[data-testid=msg-input]");
+      if (input) input.focus({ preventScroll: true });
+    },
+    isFollowing: () => following,
+  };
+
+  let lastY = window.scrollY;
+  window.addEventListener("scroll", () => {
+    const y = window.scrollY;
+    if (atBottom()) setFollowing(true);
+    else if (y < lastY) setFollowing(false); // only the reader scrolling up stops following
+    lastY = y;
+  }, { passive: true });
+  window.addEventListener("resize", () => { if (following) scrollToEnd(); });
+
+  const onMutations = (mutations) => {
+    for (const m of mutations) {
+      for (const node of m.addedNodes) {
+        if (node.nodeType !== 1) continue;
+        const notable = node.matches("[data-testid=turn-error], [data-testid=inject-note]")
+          ? node : node.querySelector("[data-testid=turn-error], [data-testid=inject-note]");
+        if (notable) { setFollowing(true); }
+      }
+    }
+    decorateCode(observed);
+    if (following) scrollToEnd();
+  };
+
+  const attach = () => {
+    const messages = document.querySelector("[data-testid=chat-messages]");
+    if (messages && messages !== observed) {
+      if (observer) observer.disconnect();
+      observed = messages;
+      observer = new MutationObserver(onMutations);
+      observer.observe(messages, { childList: true, subtree: true, characterData: true });
+      setFollowing(true);
+      decorateCode(messages);
+      scrollToEnd();
+    }
+    const panel = document.querySelector("[data-testid=agent-invoke-panel]");
+    if (panel && !panel.dataset.codeObserved) {
+      panel.dataset.codeObserved = "1";
+      new MutationObserver(() => decorateCode(panel)).observe(panel, { childList: true, subtree: true });
+    }
+    for (const el of document.querySelectorAll(".decorate-code")) decorateCode(el);
+  };
+  setInterval(attach, 250);
+  document.addEventListener("DOMContentLoaded", attach);
+
+  // -- code blocks: a language label and a copy button; the block scrolls inside itself --------
+  function decorateCode(root) {
+    if (!root) return;
+    for (const pre of root.querySelectorAll(".nicegui-markdown pre")) {
+      if (pre.parentElement && pre.parentElement.classList.contains("code-block")) continue;
+      const code = pre.querySelector("code");
+      const wrapper = document.createElement("div");
+      wrapper.className = "code-block";
+      wrapper.dataset.testid = "code-block";
+      const bar = document.createElement("div");
+      bar.className = "code-block-bar";
+      const lang = document.createElement("span");
+      lang.className = "code-block-lang";
+      lang.dataset.testid = "code-lang";
+      // Label and button words are CSS content (attr()), so the message's text (innerText, copy-paste) stays the code.
+      lang.dataset.lang = languageOf(pre, code);
+      const copy = document.createElement("button");
+      copy.type = "button";
+      copy.className = "code-copy-btn";
+      copy.dataset.testid = "code-copy-btn";
+      copy.dataset.label = "Copy";
+      copy.setAttribute("aria-label", "Copy code");
+      copy.addEventListener("click", async () => {
+        const text = (code || pre).innerText;
+        try {
+          await navigator.clipboard.writeText(text);
+        } catch (e) {
+          const area = document.createElement("textarea");
+          area.value = text; document.body.appendChild(area); area.select();
+          try { document.execCommand("copy"); } finally { area.remove(); }
+        }
+        copy.dataset.label = "Copied";
+        copy.dataset.copied = "1";
+        setTimeout(() => { copy.dataset.label = "Copy"; }, 1500);
+      });
+      bar.append(lang, copy);
+      pre.parentElement.insertBefore(wrapper, pre);
+      wrapper.append(bar, pre);
+    }
+  }
+  function languageOf(pre, code) {
+    const classes = [...(code ? code.classList : []), ...pre.classList, ...(pre.parentElement?.classList || [])];
+    for (const c of classes) {
+      const m = /^(?:language|lang)-(.+)$/.exec(c);
+      if (m) return m[1];
+    }
+    const hinted = pre.closest("[data-lang]");
+    if (hinted) return hinted.dataset.lang;
+    for (const c of classes) {
+      if (!["codehilite", "highlight", "code-block"].includes(c) && /^[a-z0-9+#-]+$/.test(c)) return c;
+    }
+    return "text";
+  }
+  window.appDecorateCode = decorateCode;
+
+  // -- Esc: the page decides (stop a running reply, else close the side panel) ----------------
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.defaultPrevented) return;
+    if (document.querySelector(".q-dialog, .q-menu")) return; // Quasar closes its own popups
+    if (typeof emitEvent === "function") emitEvent("app-escape");
+  });
+})();

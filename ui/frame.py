@@ -1,0 +1,134 @@
+"""The one page frame every page enters: header, left drawer, navigation, dark mode.
+
+    with page_frame(services, title="Delegated tasks", active="/audit") as frame:
+        ...  # the page's content; `frame.drawer` is the left drawer (below the navigation)
+
+The header fits one row at any width: the app name shortens below 600 px, the
+navigation sits in the left drawer, which is a sidebar from 900 px up and a
+closed overlay below. Dark mode follows the system until the user picks light
+or dark with the header's toggle; the choice is kept per user
+(`app.storage.user`). A page adds itself to the navigation with one line in
+`NAV_ITEMS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from nicegui import app, ui
+
+from core.services import Services
+
+APP_NAME = "A2A Delegation Chat"
+SHORT_APP_NAME = "A2A Chat"
+DRAWER_BREAKPOINT_PX = 900  # below it, the drawers are overlays (assets/app.css uses the same width)
+DARK_MODE_KEY = "dark_mode"  # app.storage.user: None (follow the system), True or False
+DARK_MODE_CYCLE: dict[bool | None, bool | None] = {None: True, True: False, False: None}
+DARK_MODE_ICONS = {None: "brightness_auto", True: "dark_mode", False: "light_mode"}
+DARK_MODE_NAMES = {None: "Theme: follows the system", True: "Theme: dark", False: "Theme: light"}
+
+
+@dataclass(frozen=True, slots=True)
+class NavItem:
+    """One entry of the navigation: its label, path, icon and `data-testid` (`nav-<key>`)."""
+
+    label: str
+    path: str
+    icon: str
+    key: str
+
+
+NAV_ITEMS: list[NavItem] = [
+    NavItem("Chat", "/", "chat", "chat"),
+    NavItem("Agents", "/agents", "smart_toy", "agents"),
+    NavItem("Delegated tasks", "/audit", "fact_check", "audit"),
+    NavItem("A2A broker", "/broker", "hub", "broker"),
+    NavItem("Remote agents", "/remote-agents", "travel_explore", "remote-agents"),
+    NavItem("API keys", "/api-keys", "key", "api-keys"),
+]
+
+
+def testid(element: ui.element, name: str) -> ui.element:
+    """Give an element both a server-side marker (User tests) and a DOM test id (Playwright)."""
+    return element.mark(name).props(f"data-testid={name}")
+
+
+@dataclass(slots=True)
+class Frame:
+    """What a page may add to: the left drawer, and the header's right-hand row."""
+
+    drawer: ui.left_drawer
+    actions: ui.row
+    dark: ui.dark_mode
+
+
+def _stored_dark_mode() -> bool | None:
+    try:
+        value = app.storage.user.get(DARK_MODE_KEY)
+    except RuntimeError:  # no storage secret (some unit tests): follow the system
+        return None
+    return value if isinstance(value, bool) else None
+
+
+@contextmanager
+def page_frame(services: Services, *, title: str, active: str) -> Iterator[Frame]:
+    """Lay out the header, the drawer with the navigation and dark mode; the block adds the page's content.
+
+    `title` is the browser tab's title; `active` the path of the navigation entry to highlight. Add to
+    the drawer with `with frame.drawer:` (below the navigation).
+    """
+    yield build_frame(services, title=title, active=active)
+
+
+def build_frame(services: Services, *, title: str, active: str) -> Frame:
+    """`page_frame` as a plain call, for pages that lay out their content after it."""
+    ui.page_title(title)
+    mode = _stored_dark_mode()
+    dark = ui.dark_mode(mode)
+    with ui.header().classes("items-center justify-between bg-primary no-wrap q-px-sm app-header") as header:
+        header.props("data-testid=app-header")
+        with ui.row().classes("items-center gap-1 no-wrap min-w-0"):
+            testid(ui.button(icon="menu", on_click=lambda: drawer.toggle()).props(
+                "flat round color=white aria-label=Menu"), "menu-btn")
+            with ui.link(target="/").classes("text-white no-underline row items-center no-wrap min-w-0"):
+                ui.label(APP_NAME).classes("text-h6 ellipsis gt-xs")
+                ui.label(SHORT_APP_NAME).classes("text-h6 xs")
+        with ui.row().classes("items-center gap-1 no-wrap") as actions:
+            toggle = testid(ui.button(icon=DARK_MODE_ICONS[mode]).props(
+                f"flat round color=white aria-label='{DARK_MODE_NAMES[mode]}'"), "dark-mode-btn")
+            toggle.tooltip(DARK_MODE_NAMES[mode])
+
+            def cycle_dark_mode() -> None:
+                new = DARK_MODE_CYCLE[dark.value]
+                dark.set_value(new)
+                toggle.props(f"icon={DARK_MODE_ICONS[new]} aria-label='{DARK_MODE_NAMES[new]}'")
+                toggle.props(f"data-mode={'auto' if new is None else 'dark' if new else 'light'}")
+                try:
+                    app.storage.user[DARK_MODE_KEY] = new
+                except RuntimeError:
+                    pass
+
+            toggle.on("click", cycle_dark_mode)
+            toggle.props(f"data-mode={'auto' if mode is None else 'dark' if mode else 'light'}")
+            if services.auth.multi_user:
+                testid(ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
+                    "flat round color=white aria-label='Log out'"), "logout-btn")
+    drawer = ui.left_drawer(value=None, bordered=True, bottom_corner=True).props(
+        f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280").classes("app-drawer q-pa-sm column no-wrap")
+    with drawer:
+        testid(drawer, "app-drawer")
+        with ui.column().classes("w-full gap-0").props("role=navigation aria-label=Pages") as nav:
+            testid(nav, "app-nav")
+            for item in NAV_ITEMS:
+                is_active = item.path == active
+                with ui.row().classes("w-full items-center no-wrap gap-3 q-px-sm q-py-xs rounded-borders nav-row" +
+                                      (" nav-row--active text-primary" if is_active else "")):
+                    ui.icon(item.icon, size="sm").props("aria-hidden=true")
+                    link = ui.link(item.label, item.path).classes("col no-underline text-inherit nav-link").props(
+                        f"data-testid=nav-{item.key} data-path={item.path}").mark(f"nav-{item.key}")
+                    if is_active:
+                        link.props("aria-current=page")
+        ui.separator().classes("q-my-sm")
+    return Frame(drawer=drawer, actions=actions, dark=dark)
