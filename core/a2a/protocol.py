@@ -41,7 +41,7 @@ import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
@@ -82,7 +82,14 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    DEFAULT_LIST_TASKS_PAGE_SIZE,
+    MAX_LIST_TASKS_PAGE_SIZE,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+    VERSION_HEADER,
+)
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -93,6 +100,14 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.proto_utils import validate_proto_required_fields
+from a2a.utils.task import (
+    ListTasksCursor,
+    decode_list_tasks_cursor,
+    encode_list_tasks_cursor,
+    validate_history_length,
+    validate_page_size,
+)
+from pydantic import ValidationError
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
@@ -110,6 +125,7 @@ __all__ = [
     "ContentTypeNotSupportedError",
     "IncomingMessage",
     "InvalidParamsError",
+    "ListQuery",
     "ListTasksRequest",
     "ListTasksResponse",
     "PushNotificationNotSupportedError",
@@ -134,10 +150,14 @@ __all__ = [
     "cancel_request",
     "coalesce_sse",
     "create_dispatcher",
+    "cursor_time",
     "endpoint_url",
     "invalid_request_body",
+    "list_page_token",
     "open_client",
     "our_state",
+    "read_history_length",
+    "read_list_request",
     "read_send_request",
     "state_name",
     "text_message_request",
@@ -271,12 +291,13 @@ class TaskSnapshot:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None) -> Task:
+def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifacts: bool = True) -> Task:
     """The protocol's Task for a snapshot: status, the full answer as artifact, the exchange as history.
 
     Args:
         snapshot: the task.
         history_length: keep only this many most recent history messages (None: all; 0: none).
+        artifacts: whether to include the answer as the `result` artifact (ListTasks' `includeArtifacts`).
     """
     task_id, context_id = snapshot.id, snapshot.context_id
     status = TaskStatus(state=_TO_PROTO.get(snapshot.state, TaskState.TASK_STATE_UNSPECIFIED))
@@ -290,12 +311,106 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None) -> Tas
     if history_length is not None:
         history = history[len(history) - history_length:] if history_length > 0 else []
     task = Task(id=task_id, context_id=context_id, status=status, history=history)
-    if snapshot.output and snapshot.state == "completed":
+    if artifacts and snapshot.output and snapshot.state == "completed":
         task.artifacts.append(
             Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)]))
     if snapshot.metadata:
         task.metadata.update(snapshot.metadata)
     return task
+
+
+def read_history_length(params: Any) -> int | None:
+    """A request's `historyLength` (GetTask, ListTasks, a send's configuration): None when unset.
+
+    Raises:
+        InvalidParamsError: a negative value (-32602).
+    """
+    if not params.HasField("history_length"):
+        return None
+    try:
+        validate_history_length(params)
+    except InvalidParamsError:
+        raise InvalidParamsError(
+            message=f"historyLength must be 0 or more (got {params.history_length}): 0 for no history, "
+                    "N for the N most recent messages, or leave it out for all of them.") from None
+    return params.history_length
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """A `ListTasks` request, checked.
+
+    Attributes:
+        page_size: how many tasks at most (1-100, default 50).
+        after: the position after which the page starts (None: the first page).
+        context_id: only the tasks of this context ('' for any).
+        state: only the tasks in this state, one of ours (None for any).
+        updated_after: only the tasks whose status changed at or after this time.
+        history_length: as in GetTask (None: all).
+        artifacts: whether the tasks carry their artifacts (`includeArtifacts`, default false).
+    """
+
+    page_size: int
+    after: ListTasksCursor | None
+    context_id: str
+    state: str | None
+    updated_after: datetime | None
+    history_length: int | None
+    artifacts: bool
+
+
+def read_list_request(params: ListTasksRequest) -> ListQuery:
+    """Validate a `ListTasks` request (§3.1.4) with the SDK's own checks, in words a person can act on.
+
+    Raises:
+        InvalidParamsError: `pageSize` outside 1-100, a negative `historyLength`, or a `pageToken`
+            this server did not hand out (-32602).
+    """
+    history_length = read_history_length(params)
+    page_size = DEFAULT_LIST_TASKS_PAGE_SIZE
+    if params.HasField("page_size"):
+        try:
+            validate_page_size(params.page_size)
+        except InvalidParamsError:
+            raise InvalidParamsError(
+                message=f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE} (got {params.page_size}); "
+                        f"leave it out for {DEFAULT_LIST_TASKS_PAGE_SIZE}.") from None
+        page_size = params.page_size
+    after = None
+    if params.page_token:
+        after = decode_list_tasks_cursor(params.page_token)
+        if after is None or after.timestamp_ns is None or len(after.task_id) > 64:
+            raise InvalidParamsError(
+                message=f"pageToken {params.page_token[:40]!r} is not one this server handed out: pass the "
+                        "nextPageToken of an earlier ListTasks answer, or none for the first page.")
+    state = None
+    if params.status != TaskState.TASK_STATE_UNSPECIFIED:
+        state = _FROM_PROTO.get(params.status, TaskState.Name(params.status))
+    updated_after = params.status_timestamp_after.ToDatetime(tzinfo=UTC) \
+        if params.HasField("status_timestamp_after") else None
+    return ListQuery(page_size=page_size, after=after, context_id=params.context_id, state=state,
+                     updated_after=updated_after, history_length=history_length,
+                     artifacts=params.HasField("include_artifacts") and params.include_artifacts)
+
+
+def list_page_token(updated_at: datetime, task_id: str) -> str:
+    """The `nextPageToken` after a task: its place in the order (status time, then id; both descending)."""
+    return encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=_epoch_ns(updated_at), task_id=task_id))
+
+
+def cursor_time(cursor: ListTasksCursor) -> datetime:
+    """The status time a page token names (UTC, microseconds)."""
+    return _EPOCH + timedelta(microseconds=(cursor.timestamp_ns or 0) // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_ns(when: datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 class TaskEvents:
@@ -392,7 +507,7 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         task_id=message.task_id or None,
         context_id=message.context_id or None,
         return_immediately=config.return_immediately,
-        history_length=config.history_length if config.HasField("history_length") else None,
+        history_length=read_history_length(config),
     )
 
 
@@ -509,12 +624,45 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
         return build_error_response(None, _JsonRpcParseError(
             message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep."))
     method = obj.get("method") if isinstance(obj, dict) else None
-    if isinstance(method, str) and method and not _serves(dispatcher, method):
-        request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
-            else None
+    if not isinstance(method, str) or not method:
+        return None
+    request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
+        else None
+    if not _serves(dispatcher, method):
         known = ", ".join(sorted(dispatcher.METHOD_TO_MODEL))
         return build_error_response(request_id, _JsonRpcMethodNotFound(
             message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."))
+    params = obj.get("params")
+    if method == "ListTasks" and isinstance(params, dict) and isinstance(params.get("status"), str) \
+            and params["status"] not in TaskState.keys():
+        return build_error_response(request_id, InvalidParamsError(
+            message=f"status {params['status'][:40]!r} is not a task state; use one of "
+                    f"{', '.join(k for k in TaskState.keys() if k != 'TASK_STATE_UNSPECIFIED')}."))
+    return _v03_invalid_params(dispatcher, method, obj, request_id)
+
+
+def _v03_invalid_params(dispatcher: JsonRpcDispatcher, method: str, obj: dict[str, Any],
+                        request_id: str | int | None) -> dict[str, Any] | None:
+    """-32602 for a v0.3 request whose `params` do not validate, or None.
+
+    The SDK's v0.3 adapter validates the whole request with its pydantic model and answers
+    any mistake with -32600 (invalid request) and a traceback in the log; JSON-RPC 2.0 §5.1
+    says invalid method parameters are -32602. A mistake outside `params` (the envelope)
+    stays the adapter's -32600.
+    """
+    compat = getattr(dispatcher, "_v03_adapter", None)
+    model = getattr(compat, "METHOD_TO_MODEL", {}).get(method) if compat is not None else None
+    if model is None:
+        return None
+    try:
+        model.model_validate(obj)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if not errors or any(not e["loc"] or e["loc"][0] != "params" for e in errors):
+            return None
+        described = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors[:5])
+        return build_error_response(request_id, InvalidParamsError(
+            message=f"Invalid params for {method}: {described}."))
     return None
 
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy import and_, func, or_
 from sqlmodel import col, select
 
 from core.a2a import api_keys
@@ -61,13 +62,12 @@ from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
 from core.web.input_limits import read_capped
-from models import A2ATaskSession
+from models import A2ATaskSession, AgentMessage
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
 PROVIDER = "A2A Delegation Chat"
-LIST_PAGE_SIZE_MAX = 100
 
 
 def _app_version() -> str:
@@ -239,24 +239,56 @@ class TaskSessionStore(wire.TaskStore):
         raise NotImplementedError("tasks are written by DelegationService, which also streams their events")
 
     async def list(self, params: wire.ListTasksRequest, context: wire.ServerCallContext) -> wire.ListTasksResponse:
-        """The caller's tasks for this agent, newest first, a page at a time (`pageToken` is an offset)."""
+        """The caller's tasks for this agent, filtered, last updated first, a page at a time (§3.1.4).
+
+        The page token is a cursor (status time and id of the last task of a page), so pages
+        stay consistent while tasks are added; `totalSize` counts the tasks that match the filters.
+        """
+        query = wire.read_list_request(params)
         user_id, agent_id = context.state.get("user_id"), context.state.get("agent_id", "")
-        size = min(params.page_size or 50, LIST_PAGE_SIZE_MAX)
-        offset = _page_offset(params.page_token)
+        matching = [A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id]
+        if query.context_id:
+            matching.append(A2ATaskSession.session_id == query.context_id)
+        if query.state is not None:
+            matching.append(A2ATaskSession.state == query.state)
+        if query.updated_after is not None:
+            matching.append(col(A2ATaskSession.updated_at) >= query.updated_after)
+        page_query = select(A2ATaskSession).where(*matching)
+        if query.after is not None:
+            when = wire.cursor_time(query.after)
+            page_query = page_query.where(or_(
+                col(A2ATaskSession.updated_at) < when,
+                and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id)))
+        page_query = page_query.order_by(col(A2ATaskSession.updated_at).desc(), col(A2ATaskSession.id).desc())
         async with self.db.session() as s:
-            query = select(A2ATaskSession).where(
-                A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id,
-            ).order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).offset(offset).limit(size + 1)
-            rows = list((await s.exec(query)).all())
-        page = [wire.to_task(_snapshot(r, ""), history_length=params.history_length or None) for r in rows[:size]]
-        response = wire.ListTasksResponse(tasks=page, page_size=size)
-        if len(rows) > size:
-            response.next_page_token = str(offset + size)
+            total = (await s.exec(select(func.count()).select_from(A2ATaskSession).where(*matching))).one()
+            rows = list((await s.exec(page_query.limit(query.page_size + 1))).all())
+            outputs = await _answers(s, [r.id for r in rows[:query.page_size] if r.state in TERMINAL_STATES])
+        page = rows[:query.page_size]
+        response = wire.ListTasksResponse(
+            tasks=[wire.to_task(_snapshot(r, outputs.get(r.id, "")), history_length=query.history_length,
+                                artifacts=query.artifacts) for r in page],
+            page_size=query.page_size, total_size=total,
+        )
+        if len(rows) > query.page_size:
+            response.next_page_token = wire.list_page_token(page[-1].updated_at, page[-1].id)
         return response
 
     async def delete(self, task_id: str, context: wire.ServerCallContext) -> None:
         """Not offered: tasks are the audit record of delegations."""
         raise NotImplementedError("tasks are kept as the audit record of delegations; they are not deleted over A2A")
+
+
+async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
+    """The saved answers of these tasks (their assistant messages, joined), by task id."""
+    if not task_ids:
+        return {}
+    query = select(AgentMessage).where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant") \
+        .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
+    answers: dict[str, str] = {}
+    for message in (await s.exec(query)).all():
+        answers[message.a2a_task_id] = answers.get(message.a2a_task_id, "") + message.content
+    return answers
 
 
 def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
@@ -325,12 +357,12 @@ class AgentRequestHandler(wire.RequestHandler):
 
     async def on_get_task(self, params: Any, context: wire.ServerCallContext) -> wire.Task | None:
         """The task from the database (answers after a restart too)."""
+        history_length = wire.read_history_length(params)
         agent_id, user_id = _caller(context)
         snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
         if snap is None:
             raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
-        history = params.history_length if params.HasField("history_length") else None
-        return wire.to_task(snap, history_length=history)
+        return wire.to_task(snap, history_length=history_length)
 
     async def on_list_tasks(self, params: Any, context: wire.ServerCallContext) -> wire.ListTasksResponse:
         """This key's tasks for this agent, newest first."""
@@ -448,21 +480,3 @@ def _caller(context: wire.ServerCallContext) -> tuple[str, int]:
     agent_id, user_id = context.state.get("agent_id"), context.state.get("user_id")
     assert agent_id and isinstance(user_id, int), "the route authenticates before dispatching"
     return agent_id, user_id
-
-
-MAX_PAGE_OFFSET = 2**31 - 1
-
-
-def _page_offset(page_token: str) -> int:
-    """The offset a `pageToken` of ours stands for (empty: the first page).
-
-    Raises:
-        InvalidParamsError: not a token this server handed out (-32602).
-    """
-    if not page_token:
-        return 0
-    if not page_token.isdigit() or len(page_token) > 10 or int(page_token) > MAX_PAGE_OFFSET:
-        raise wire.InvalidParamsError(
-            message=f"pageToken {page_token[:40]!r} is not one this server handed out: pass the nextPageToken "
-                    "of an earlier ListTasks answer, or none for the first page.")
-    return int(page_token)

@@ -1,0 +1,199 @@
+"""Issue 16: the A2A specification's rules a compliance run found broken, over real HTTP.
+
+Each rule is checked with the official a2a-sdk client (v1.0, and v0.3 through its compat
+transport where the method exists in v0.3) and, for every -32602 case, with a raw JSON-RPC
+request. Two users (alice, bob) each have an API key, for the scoping rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, TaskState
+
+from core.auth import accounts
+from core.services import Services
+from tests.conftest import make_settings
+from tests.utils.a2a_live import build_a2a_app, rpc, sdk_client, user_message
+from tests.utils.live_server import live_server
+from tests.utils.ports import free_port
+from tests.utils.sync import run_sync
+
+ALICE, BOB = ("alice", "alice-password"), ("bob", "bob-password")
+
+
+@dataclass(slots=True)
+class TwoUsers:
+    """A running app with accounts: alice's and bob's API keys."""
+
+    url: str
+    services: Services
+    alice: str
+    bob: str
+
+    def agent_url(self, agent_id: str) -> str:
+        """The agent's A2A base URL."""
+        return f"{self.url}/a2a/agents/{agent_id}"
+
+
+@contextmanager
+def two_users(tmp_path: Path, **settings) -> Iterator[TwoUsers]:
+    """The app on a free port with two accounts, each with an API key made through the API."""
+    port = free_port()
+    values = {"public_base_url": f"http://127.0.0.1:{port}", "port": port, "demo_model_delay_ms": 2, **settings}
+    seed = Services.build(make_settings(tmp_path, **values))
+    seed.db.migrate()
+
+    async def create_users() -> None:
+        async with seed.db.session() as s:
+            for name, password in (ALICE, BOB):
+                await accounts.create_user(s, username=name, password=password)
+        await seed.db.close()
+
+    run_sync(create_users())
+    services = Services.build(make_settings(tmp_path, **values))
+    services.prepare()
+    with live_server(build_a2a_app(services), port=port) as url:
+        keys = [httpx.post(f"{url}/api/a2a/keys", json={"name": "tests"}, auth=who, timeout=10).json()["key"]
+                for who in (ALICE, BOB)]
+        yield TwoUsers(url=url, services=services, alice=keys[0], bob=keys[1])
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[TwoUsers]:
+    """The app with alice and bob, demo model at 2 ms per token."""
+    with two_users(tmp_path) as live:
+        yield live
+
+
+def send(url: str, key: str, text: str, *, wait: bool = True, **message) -> dict:
+    """A raw `SendMessage`; the task of its answer."""
+    body = {"message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
+                        **message}}
+    if not wait:
+        body["configuration"] = {"returnImmediately": True}
+    response = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+                          headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}, timeout=60)
+    answer = response.json()
+    assert "result" in answer, answer
+    return answer["result"]["task"]
+
+
+def error(response: httpx.Response) -> dict:
+    """The JSON-RPC error of an answer (always HTTP 200)."""
+    assert response.status_code == 200, response.text
+    return response.json()["error"]
+
+
+# -- ListTasks (§3.1.4) and GetTask's historyLength ----------------------------------------------
+
+
+async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: TwoUsers) -> None:
+    """contextId, status, statusTimestampAfter, includeArtifacts, totalSize, cursor pages, caller scope."""
+    url = app.agent_url("coding-assistant")
+    slow = send(url, app.alice, "/lorem 150", wait=False)  # created first, ends last
+    quick = send(url, app.alice, "/lorem 2")
+    running = send(url, app.alice, "/lorem 5000", wait=False)
+    send(app.agent_url("planner"), app.alice, "/lorem 2")  # another agent: not listed here
+    send(url, app.bob, "/lorem 2")  # another caller: not listed for alice
+
+    async with sdk_client(url, app.alice) as (client, _):
+        working = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))
+        assert running["id"] in [t.id for t in working.tasks]
+        assert all(t.status.state == TaskState.TASK_STATE_WORKING for t in working.tasks)
+        await client.cancel_task(CancelTaskRequest(id=running["id"]))
+        deadline = time.monotonic() + 30
+        while (await client.get_task(GetTaskRequest(id=slow["id"]))).status.state != TaskState.TASK_STATE_COMPLETED:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+
+        listed = await client.list_tasks(ListTasksRequest())
+        assert [t.id for t in listed.tasks] == [slow["id"], running["id"], quick["id"]]  # last update first
+        assert (listed.total_size, listed.page_size, listed.next_page_token) == (3, 50, "")
+        assert all(not t.artifacts for t in listed.tasks)  # includeArtifacts defaults to false
+        with_artifacts = await client.list_tasks(ListTasksRequest(include_artifacts=True, history_length=0))
+        [artifact] = [t for t in with_artifacts.tasks if t.id == quick["id"]][0].artifacts
+        assert artifact.parts[0].text == "lorem ipsum"
+        assert all(not t.history for t in with_artifacts.tasks)
+
+        first = await client.list_tasks(ListTasksRequest(page_size=2))
+        assert [t.id for t in first.tasks] == [slow["id"], running["id"]] and first.total_size == 3
+        second = await client.list_tasks(ListTasksRequest(page_size=2, page_token=first.next_page_token))
+        assert [t.id for t in second.tasks] == [quick["id"]] and second.next_page_token == ""
+
+        canceled = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_CANCELED))
+        assert [t.id for t in canceled.tasks] == [running["id"]] and canceled.total_size == 1
+        in_context = await client.list_tasks(ListTasksRequest(context_id=quick["contextId"]))
+        assert [t.id for t in in_context.tasks] == [quick["id"]]
+        request = ListTasksRequest()
+        request.status_timestamp_after.FromJsonString(listed.tasks[0].status.timestamp.ToJsonString())
+        assert [t.id for t in (await client.list_tasks(request)).tasks] == [slow["id"]]  # at or after
+
+    raw = rpc(url, app.alice, "ListTasks", {"statusTimestampAfter": "2099-01-01T00:00:00Z"}).json()["result"]
+    assert raw == {"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0}  # REQUIRED fields, always
+    bobs = rpc(url, app.bob, "ListTasks", {}).json()["result"]
+    assert bobs["totalSize"] == 1 and slow["id"] not in json.dumps(bobs)
+
+
+def test_out_of_range_list_and_get_parameters_are_invalid_params(app: TwoUsers) -> None:
+    """A pageSize outside 1-100, a negative historyLength, a foreign pageToken, an unknown status: -32602."""
+    url = app.agent_url("coding-assistant")
+    task = send(url, app.alice, "/lorem 2")
+    cases = [
+        ("ListTasks", {"pageSize": -1}, "pageSize must be between 1 and 100 (got -1)"),
+        ("ListTasks", {"pageSize": 0}, "pageSize must be between 1 and 100 (got 0)"),
+        ("ListTasks", {"pageSize": 101}, "pageSize must be between 1 and 100 (got 101)"),
+        ("ListTasks", {"historyLength": -1}, "historyLength must be 0 or more (got -1)"),
+        ("ListTasks", {"pageToken": "garbage"}, "is not one this server handed out"),
+        ("ListTasks", {"pageToken": "-1"}, "is not one this server handed out"),
+        ("ListTasks", {"status": "DONE"}, "'DONE' is not a task state"),
+        ("ListTasks", {"statusTimestampAfter": "yesterday"}, "Invalid params"),
+        ("GetTask", {"id": task["id"], "historyLength": -1}, "historyLength must be 0 or more (got -1)"),
+        ("GetTask", {"id": "unknown", "historyLength": -3}, "historyLength must be 0 or more (got -3)"),
+        ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+                         "configuration": {"historyLength": -1}}, "historyLength must be 0 or more"),
+    ]
+    for method, params, says in cases:
+        answer = error(rpc(url, app.alice, method, params))
+        assert (answer["code"], says in answer["message"]) == (-32602, True), (method, params, answer)
+    assert len(rpc(url, app.alice, "ListTasks", {"pageSize": 100}).json()["result"]["tasks"]) == 1
+    assert rpc(url, app.alice, "GetTask", {"id": task["id"], "historyLength": 1}).json()["result"]["history"][0][
+        "role"] == "ROLE_AGENT"
+
+
+# -- v0.3 invalid params: -32602, not the compat layer's -32600 ---------------------------------
+
+
+async def test_v03_invalid_params_answer_32602_and_the_v03_client_still_works(app: TwoUsers) -> None:
+    """JSON-RPC 2.0 §5.1 on the v0.3 methods, corrected in front of the SDK's compat layer."""
+    url = app.agent_url("coding-assistant")
+    cases = [
+        ("tasks/get", {}, "params.id: Field required"),
+        ("tasks/get", {"id": 5}, "params.id: Input should be a valid string"),
+        ("tasks/get", {"id": "x", "historyLength": -1}, "historyLength must be 0 or more"),
+        ("tasks/cancel", {"taskId": "x"}, "params.id: Field required"),
+        ("tasks/resubscribe", {}, "params.id: Field required"),
+        ("message/send", {"message": {"role": "user"}}, "params.message.messageId: Field required"),
+        ("message/stream", {"message": {"role": "robot", "parts": [], "messageId": "m", "kind": "message"}},
+         "params.message.role"),
+    ]
+    for method, params, says in cases:
+        answer = error(rpc(url, app.alice, method, params, version=None))
+        assert answer["code"] == -32602 and says in answer["message"], (method, answer)
+    envelope = error(httpx.post(url, json={"jsonrpc": "1.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}},
+                                headers={"Authorization": f"Bearer {app.alice}"}, timeout=10))
+    assert envelope["code"] == -32600  # a bad envelope is still an invalid request
+
+    async with sdk_client(url, app.alice, only_v03=True) as (client, _):
+        events = [e async for e in client.send_message(user_message("/lorem 3"))]
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+        task = await client.get_task(GetTaskRequest(id=events[0].task.id, history_length=1))
+        assert len(task.history) == 1
