@@ -197,3 +197,44 @@ async def test_v03_invalid_params_answer_32602_and_the_v03_client_still_works(ap
         assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         task = await client.get_task(GetTaskRequest(id=events[0].task.id, history_length=1))
         assert len(task.history) == 1
+
+
+# -- the card: strict v1.0 by default, v0.3 when asked, and one at the server root ----------------
+
+
+async def test_the_card_is_strict_v1_protojson_and_v03_only_when_asked(app: TwoUsers) -> None:
+    """A strict v1.0 parser reads the card; `A2A-Version: 0.3` gets the v0.3 card; the root serves one too."""
+    from a2a.compat.v0_3.types import AgentCard as AgentCardV03
+    from a2a.types import AgentCard
+    from google.protobuf.json_format import Parse
+
+    agent = app.agent_url("coding-assistant")
+    response = httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10)
+    strict = Parse(response.text, AgentCard(), ignore_unknown_fields=False)  # raises on any v0.3 field
+    assert strict.name == "Coding Assistant" and response.headers["vary"] == "A2A-Version"
+    assert {"url", "protocolVersion", "preferredTransport", "security"}.isdisjoint(response.json())
+    assert "type" not in response.json()["securitySchemes"]["apiKey"]
+
+    for asked in ({"headers": {"A2A-Version": "0.3"}}, {"params": {"A2A-Version": "0.3"}}):
+        legacy = httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10, **asked).json()
+        card03 = AgentCardV03.model_validate(legacy)  # the 0.3.x SDK client's own model
+        assert (card03.url, card03.protocol_version, card03.preferred_transport) == (agent, "0.3", "JSONRPC")
+        assert legacy["securitySchemes"]["apiKey"]["type"] == "http" and "supportedInterfaces" not in legacy
+    assert response.headers["etag"] != httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10,
+                                                 headers={"A2A-Version": "0.3"}).headers["etag"]
+
+    root = httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10)
+    assert root.status_code == 200
+    root_card = Parse(root.text, AgentCard(), ignore_unknown_fields=False)
+    assert root_card.name == "General Assistant"
+    assert [i.url for i in root_card.supported_interfaces] == [app.agent_url("general-assistant")] * 2
+    async with sdk_client(app.url, app.alice) as (client, card):  # a generic client given the server's root
+        assert card.name == "General Assistant"
+        events = [e async for e in client.send_message(user_message("/lorem 2"))]
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+def test_the_root_card_follows_default_agent(tmp_path: Path) -> None:
+    """`DEFAULT_AGENT` chooses which agent's card is at the server root."""
+    with two_users(tmp_path, default_agent="planner") as app:
+        assert httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10).json()["name"] == "Planner"

@@ -23,7 +23,7 @@ Divergences from the SDK's usual shape (don't "fix" these):
    of one `JsonRpcDispatcher`, instead of `create_jsonrpc_routes` per agent:
    agents come and go at run time, and the route first checks the API key and
    the body size before the dispatcher sees the request.
-2. SDK-internal helpers (`JsonRpcDispatcher`, `agent_card_to_dict`,
+2. SDK-internal helpers (`JsonRpcDispatcher`, `to_compat_agent_card`,
    `build_error_response`, `parse_agent_card`, `validate_proto_required_fields`)
    are used; they are importable but not in `__all__`, hence the exact pin.
 3. A streamed answer's SSE events that are ready at the same moment are written
@@ -48,12 +48,13 @@ from urllib.parse import urlparse
 import httpx
 from a2a.client import A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
 from a2a.server.jsonrpc_models import JSONParseError as _JsonRpcParseError
 from a2a.server.jsonrpc_models import MethodNotFoundError as _JsonRpcMethodNotFound
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
+from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.tasks.task_store import TaskStore
@@ -107,6 +108,7 @@ from a2a.utils.task import (
     validate_history_length,
     validate_page_size,
 )
+from google.protobuf.json_format import MessageToDict
 from pydantic import ValidationError
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
@@ -257,9 +259,21 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
     )
 
 
-def card_json(card: AgentCard) -> dict[str, Any]:
-    """The card as served: v1.0 ProtoJSON plus the legacy v0.3 top-level fields (`url`, `protocolVersion`)."""
-    return agent_card_to_dict(card)
+def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
+    """The card as served, in the shape of the protocol version the client asked for.
+
+    v1.0 (the default): strict ProtoJSON, nothing else, so a strict v1.0 parser reads it.
+    The SDK's own serializer (`agent_card_to_dict`) merges the v0.3 fields into it (top-level
+    `url`, `protocolVersion`, and `type`/`scheme` inside each security scheme), which such a
+    parser rejects. v0.3 (`A2A-Version: 0.3`): the SDK's v0.3 card (`to_compat_agent_card`).
+
+    Args:
+        card: the card.
+        version: the `A2A-Version` the client sent (header or query parameter), if any.
+    """
+    if version and version.strip().startswith("0."):
+        return to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    return MessageToDict(card)
 
 
 # -- tasks (server side) ---------------------------------------------------------------
@@ -486,8 +500,6 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         if kind == "text":
             pieces.append(part.text)
         elif kind == "data":
-            from google.protobuf.json_format import MessageToDict
-
             pieces.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
         else:
             raise ContentTypeNotSupportedError(
@@ -744,8 +756,6 @@ def _pick_interface(card: AgentCard) -> AgentInterface | None:
 
 def card_to_storage(card: AgentCard) -> dict[str, Any]:
     """The card as JSON, for the database."""
-    from google.protobuf.json_format import MessageToDict
-
     return MessageToDict(card)
 
 

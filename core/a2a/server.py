@@ -5,7 +5,8 @@ and `AgentRequestHandler` are the a2a-sdk server interfaces of one endpoint over
 (`a2a_task_sessions`); they change together when the SDK does, and the wire itself is in
 `core/a2a/protocol.py`.
 
-    GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0, with the v0.3 fields)
+    GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0; v0.3 with `A2A-Version: 0.3`)
+    GET  /.well-known/agent-card.json                    the same for the default agent (`DEFAULT_AGENT`)
     POST /a2a/agents/{id}                                JSON-RPC: v1.0 (A2A-Version: 1.0) and v0.3
 
 Local agents (database) and remote ones (`AgentRegistry`) are looked up by id
@@ -95,15 +96,25 @@ class A2AServer:
         self.dispatcher = wire.create_dispatcher(self.handler)
 
     async def card_response(self, agent_id: str, request: Request) -> Response:
-        """The agent's public card (no key needed), with a weak ETag."""
+        """The agent's public card (no key needed), with a weak ETag.
+
+        A v1.0 card unless the client asks for v0.3 (`A2A-Version: 0.3`, as a header or a query
+        parameter): one document cannot be both (`protocol.card_json`).
+        """
         spec = await self.cards.spec(agent_id)
         if spec is None:
             return JSONResponse({"detail": f"There is no agent {agent_id!r}."}, status_code=404)
-        body = wire.card_json(wire.build_card(spec))
+        version = request.headers.get(wire.VERSION_HEADER) or request.query_params.get(wire.VERSION_HEADER)
+        body = wire.card_json(wire.build_card(spec), version=version)
         etag = 'W/"' + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32] + '"'
+        headers = {"ETag": etag, "Vary": wire.VERSION_HEADER}
         if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"ETag": etag})
-        return JSONResponse(body, headers={"ETag": etag})
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
+
+    async def root_card_response(self, request: Request) -> Response:
+        """The card at the server root (`/.well-known/agent-card.json`): the default agent's (`DEFAULT_AGENT`)."""
+        return await self.card_response(self.settings.default_agent, request)
 
     async def rpc_response(self, agent_id: str, request: Request) -> Response:
         """Check the key and the body, then hand the request to the dispatcher."""
