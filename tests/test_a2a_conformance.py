@@ -99,7 +99,7 @@ def error(response: httpx.Response) -> dict:
 async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: TwoUsers) -> None:
     """contextId, status, statusTimestampAfter, includeArtifacts, totalSize, cursor pages, caller scope."""
     url = app.agent_url("coding-assistant")
-    slow = send(url, app.alice, "/lorem 150", wait=False)  # created first, ends last
+    slow = send(url, app.alice, "/lorem 1500", wait=False)  # created first, ends after `quick`
     quick = send(url, app.alice, "/lorem 2")
     running = send(url, app.alice, "/lorem 5000", wait=False)
     send(app.agent_url("planner"), app.alice, "/lorem 2")  # another agent: not listed here
@@ -116,7 +116,11 @@ async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: Two
             await asyncio.sleep(0.05)
 
         listed = await client.list_tasks(ListTasksRequest())
-        assert [t.id for t in listed.tasks] == [slow["id"], running["id"], quick["id"]]  # last update first
+        assert {t.id for t in listed.tasks} == {slow["id"], running["id"], quick["id"]}
+        times = [t.status.timestamp.ToDatetime() for t in listed.tasks]
+        assert times == sorted(times, reverse=True)  # last update first...
+        order = [t.id for t in listed.tasks]
+        assert order.index(slow["id"]) < order.index(quick["id"])  # ...not creation
         assert (listed.total_size, listed.page_size, listed.next_page_token) == (3, 50, "")
         assert all(not t.artifacts for t in listed.tasks)  # includeArtifacts defaults to false
         with_artifacts = await client.list_tasks(ListTasksRequest(include_artifacts=True, history_length=0))
@@ -125,9 +129,9 @@ async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: Two
         assert all(not t.history for t in with_artifacts.tasks)
 
         first = await client.list_tasks(ListTasksRequest(page_size=2))
-        assert [t.id for t in first.tasks] == [slow["id"], running["id"]] and first.total_size == 3
+        assert [t.id for t in first.tasks] == order[:2] and first.total_size == 3
         second = await client.list_tasks(ListTasksRequest(page_size=2, page_token=first.next_page_token))
-        assert [t.id for t in second.tasks] == [quick["id"]] and second.next_page_token == ""
+        assert [t.id for t in second.tasks] == order[2:] and second.next_page_token == ""
 
         canceled = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_CANCELED))
         assert [t.id for t in canceled.tasks] == [running["id"]] and canceled.total_size == 1
@@ -135,7 +139,7 @@ async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: Two
         assert [t.id for t in in_context.tasks] == [quick["id"]]
         request = ListTasksRequest()
         request.status_timestamp_after.FromJsonString(listed.tasks[0].status.timestamp.ToJsonString())
-        assert [t.id for t in (await client.list_tasks(request)).tasks] == [slow["id"]]  # at or after
+        assert [t.id for t in (await client.list_tasks(request)).tasks] == order[:1]  # at or after
 
     raw = rpc(url, app.alice, "ListTasks", {"statusTimestampAfter": "2099-01-01T00:00:00Z"}).json()["result"]
     assert raw == {"tasks": [], "nextPageToken": "", "pageSize": 50, "totalSize": 0}  # REQUIRED fields, always
@@ -238,3 +242,101 @@ def test_the_root_card_follows_default_agent(tmp_path: Path) -> None:
     """`DEFAULT_AGENT` chooses which agent's card is at the server root."""
     with two_users(tmp_path, default_agent="planner") as app:
         assert httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10).json()["name"] == "Planner"
+
+
+# -- contextId (§3.4.1, §3.4.2): multi-turn conversations, never a silently new context ------------
+
+
+async def test_a_second_message_in_a_context_is_a_new_task_that_sees_the_first_exchange(app: TwoUsers) -> None:
+    """Two turns through one contextId with the 1.x client: the second answer quotes the first exchange."""
+    url = app.agent_url("coding-assistant")
+    async with sdk_client(url, app.alice, streaming=False) as (client, _):
+        [first] = [e.task async for e in client.send_message(user_message("my name is Ada"))]
+        second_request = user_message("/history")
+        second_request.message.context_id = first.context_id
+        [second] = [e.task async for e in client.send_message(second_request)]
+    assert second.context_id == first.context_id and second.id != first.id
+    answer = second.artifacts[0].parts[0].text
+    assert answer.startswith("Earlier in our conversation:\n\n- you: my name is Ada\n- me: You wrote 4 words: > my")
+    assert [m.parts[0].text for m in second.history] == ["/history", answer]  # the task's own exchange
+
+    # The same through the v0.3 compat transport, streaming: a third turn sees both earlier ones.
+    async with sdk_client(url, app.alice, only_v03=True) as (client, _):
+        third_request = user_message("/history")
+        third_request.message.context_id = first.context_id
+        events = [e async for e in client.send_message(third_request)]
+    assert {e.task.context_id for e in events if e.WhichOneof("payload") == "task"} == {first.context_id}
+    third = events[-2].artifact_update.artifact.parts[0].text
+    assert [line for line in third.splitlines() if line.startswith("- you: ")] == [
+        "- you: my name is Ada", "- you: /history"]
+    listed = rpc(url, app.alice, "ListTasks", {"contextId": first.context_id}).json()["result"]
+    assert listed["totalSize"] == 3
+
+
+def test_an_unknown_or_foreign_context_is_refused_never_replaced(app: TwoUsers) -> None:
+    """Unknown, another caller's, another agent's contextId: the same -32602; a mismatching taskId too."""
+    url = app.agent_url("coding-assistant")
+    alices = send(url, app.alice, "hello")
+    other_agent = send(app.agent_url("planner"), app.alice, "hello")
+    refusals = [
+        (app.alice, "as_000000000000000000000000"),
+        (app.alice, "a-context-id-the-client-made-up"),
+        (app.bob, alices["contextId"]),  # another caller's: the same answer as unknown
+        (app.alice, other_agent["contextId"]),  # another agent's conversation
+    ]
+    for key, context_id in refusals:
+        for method in ("SendMessage", "SendStreamingMessage"):
+            answer = error(rpc(url, key, method, {"message": {
+                "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": context_id}}))
+            assert answer["code"] == -32602, answer
+            assert answer["message"] == (
+                f"There is no context {context_id!r} for this agent and key: send the contextId of one of your "
+                "earlier tasks with this agent to continue that conversation, or none to start a new one.")
+    assert rpc(url, app.bob, "ListTasks", {}).json()["result"]["totalSize"] == 0  # nothing was started
+
+    mismatch = error(rpc(url, app.alice, "SendMessage", {"message": {
+        "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hi"}], "taskId": alices["id"],
+        "contextId": other_agent["contextId"]}}))
+    assert mismatch["code"] == -32602 and f"belongs to context {alices['contextId']!r}" in mismatch["message"]
+    v03 = error(rpc(url, app.alice, "message/send", {"message": {
+        "kind": "message", "messageId": "m3", "role": "user", "parts": [{"kind": "text", "text": "hi"}],
+        "contextId": "unknown-context"}}, version=None))
+    assert v03["code"] == -32602 and "There is no context 'unknown-context'" in v03["message"]
+
+    card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10).json()
+    assert "an unknown contextId is refused (-32602)" in card["description"]
+
+
+def test_a_context_with_a_running_task_takes_no_second_message(app: TwoUsers) -> None:
+    """One task at a time per context: the next message waits for the running one's end."""
+    url = app.agent_url("coding-assistant")
+    running = send(url, app.alice, "/lorem 5000", wait=False)
+    busy = error(rpc(url, app.alice, "SendMessage", {"message": {
+        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": running["contextId"]}}))
+    assert busy["code"] == -32004 and f"Task {running['id']}" in busy["message"]
+    assert "result" in rpc(url, app.alice, "CancelTask", {"id": running["id"]}).json()
+    assert send(url, app.alice, "again", contextId=running["contextId"])["contextId"] == running["contextId"]
+
+
+# -- the client's messageId is kept ------------------------------------------------------------
+
+
+async def test_the_clients_message_id_is_kept_in_the_tasks_history(app: TwoUsers) -> None:
+    """SendMessage, SendStreamingMessage, GetTask, ListTasks, v0.3: the history shows the client's messageId."""
+    url = app.agent_url("coding-assistant")
+    async with sdk_client(url, app.alice) as (client, _):
+        request = user_message("/lorem 3")
+        request.message.message_id = "client-message-0001"
+        events = [e async for e in client.send_message(request)]
+        assert events[0].task.history[0].message_id == "client-message-0001"
+        task = await client.get_task(GetTaskRequest(id=events[0].task.id))
+        assert task.history[0].message_id == "client-message-0001"
+    assert rpc(url, app.alice, "ListTasks", {}).json()["result"]["tasks"][0]["history"][0]["messageId"] \
+        == "client-message-0001"
+    v03 = rpc(url, app.alice, "message/send", {"message": {
+        "kind": "message", "messageId": "v03-message-id", "role": "user",
+        "parts": [{"kind": "text", "text": "/lorem 2"}]}}, version=None).json()["result"]
+    assert v03["history"][0]["messageId"] == "v03-message-id"
+    too_long = error(rpc(url, app.alice, "SendMessage", {"message": {
+        "messageId": "m" * 256, "role": "ROLE_USER", "parts": [{"text": "hi"}]}}))
+    assert too_long["code"] == -32602 and "messageId is 256 characters long; the limit is 255" in too_long["message"]

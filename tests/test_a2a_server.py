@@ -208,7 +208,7 @@ async def test_an_agent_added_at_run_time_is_served_at_once(app: LiveApp) -> Non
     created = httpx.post(f"{app.url}/api/agents", json={"id": "poet", "name": "Poet", "description": "Writes verse"})
     assert created.status_code == 201
     async with sdk_client(app.agent_url("poet"), app.key) as (client, card):
-        assert card.name == "Poet" and card.description == "Writes verse"
+        assert card.name == "Poet" and card.description.startswith("Writes verse\n\nConversations: ")
         events = [e async for e in client.send_message(user_message("/lorem 5"))]
     assert events[-2].artifact_update.artifact.parts[0].text == lorem(5)
 

@@ -169,6 +169,7 @@ __all__ = [
 SECURITY_SCHEME = "apiKey"
 TEXT_MODES = ("text/plain", "text/markdown")
 RESULT_ARTIFACT_ID = "result"
+MAX_MESSAGE_ID_CHARS = 255  # a2a_task_sessions.input_message_id
 
 # Our task states (a2a_task_sessions.state) and the protocol's.
 _TO_PROTO: dict[str, int] = {
@@ -221,6 +222,7 @@ class CardSpec:
         provider: who runs it, and `provider_url` where.
         skills: its skills; at least one (the card requires them).
         extra_skills: skills listed on the extended card only (for callers with a key).
+        notes: how this server treats requests (e.g. contextIds), after the description.
     """
 
     name: str
@@ -231,6 +233,7 @@ class CardSpec:
     provider_url: str
     skills: tuple[SkillSpec, ...]
     extra_skills: tuple[SkillSpec, ...] = ()
+    notes: str = ""
 
 
 def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
@@ -238,7 +241,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
     skills = [*spec.skills, *(spec.extra_skills if extended else ())]
     return AgentCard(
         name=spec.name,
-        description=spec.description or spec.name,
+        description="\n\n".join(t for t in (spec.description or spec.name, spec.notes) if t),
         version=spec.version,
         provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
         supported_interfaces=[
@@ -292,6 +295,7 @@ class TaskSnapshot:
         error: why it failed or stopped, if it did.
         created_at: when it was created; `updated_at` when its state last changed.
         metadata: extra facts for the client (callee id, tokens, ...).
+        input_message_id: the client's `messageId` of the input (None: `<taskId>-in`).
     """
 
     id: str
@@ -303,6 +307,7 @@ class TaskSnapshot:
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] = field(default_factory=dict)
+    input_message_id: str | None = None
 
 
 def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifacts: bool = True) -> Task:
@@ -318,8 +323,8 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifa
     status.timestamp.FromDatetime(snapshot.updated_at)
     if snapshot.error and snapshot.state in {"failed", "canceled", "rejected"}:
         status.message.CopyFrom(_agent_message(task_id, context_id, f"{task_id}-status", snapshot.error))
-    history = [Message(message_id=f"{task_id}-in", context_id=context_id, task_id=task_id, role=Role.ROLE_USER,
-                       parts=[Part(text=snapshot.input)])]
+    history = [Message(message_id=snapshot.input_message_id or f"{task_id}-in", context_id=context_id,
+                       task_id=task_id, role=Role.ROLE_USER, parts=[Part(text=snapshot.input)])]
     if snapshot.output:
         history.append(_agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
     if history_length is not None:
@@ -470,6 +475,7 @@ class IncomingMessage:
 
     Attributes:
         text: the message's text (text parts, then JSON data parts).
+        message_id: the client's id of the message (kept in the task's history).
         task_id: the task it continues, when the client named one.
         context_id: the context the client named, if any.
         return_immediately: answer with the task as soon as it exists instead of waiting for its end.
@@ -477,6 +483,7 @@ class IncomingMessage:
     """
 
     text: str
+    message_id: str
     task_id: str | None
     context_id: str | None
     return_immediately: bool
@@ -514,8 +521,12 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
     if accepted and not any(m in TEXT_MODES or m in {"text/*", "*/*"} for m in accepted):
         raise ContentTypeNotSupportedError(
             message=f"This agent answers in {' or '.join(TEXT_MODES)}; acceptedOutputModes allows only {accepted}.")
+    if len(message.message_id) > MAX_MESSAGE_ID_CHARS:
+        raise InvalidParamsError(message=f"The messageId is {len(message.message_id):,} characters long; "
+                                         f"the limit is {MAX_MESSAGE_ID_CHARS}.")
     return IncomingMessage(
         text=text,
+        message_id=message.message_id,
         task_id=message.task_id or None,
         context_id=message.context_id or None,
         return_immediately=config.return_immediately,

@@ -68,6 +68,11 @@ from models import A2ATaskSession, AgentMessage
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+# What a message with a contextId this caller does not have gets (-32602), also said on every card.
+UNKNOWN_CONTEXT = ("There is no context {context_id!r} for this agent and key: send the contextId of one of your "
+                   "earlier tasks with this agent to continue that conversation, or none to start a new one.")
+CONTEXT_RULE = ("Conversations: send the contextId of one of your earlier tasks with this agent to continue it "
+                "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced.")
 PROVIDER = "A2A Delegation Chat"
 
 
@@ -189,7 +194,7 @@ class AgentCards:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
         common = {"rpc_url": self.rpc_url(agent_id), "version": self.version, "provider": PROVIDER,
-                  "provider_url": self.settings.base_url}
+                  "provider_url": self.settings.base_url, "notes": CONTEXT_RULE}
         if agent is not None:
             extra = (wire.SkillSpec(id="delegate", name="Delegates to other agents", tags=("delegation",),
                                     description="May hand parts of a request to the app's other agents."),) \
@@ -238,6 +243,20 @@ class TaskSessionStore(wire.TaskStore):
                 messages = await sessions_store.list_messages(s, session_id=row.session_id)
                 output = "".join(m.content for m in messages if m.role == "assistant" and m.a2a_task_id == row.id)
         return _snapshot(row, output)
+
+    async def context_running_task(self, context_id: str, *, user_id: int, agent_id: str) -> str | None:
+        """For a context of this caller with this agent: the id of its running task, or '' when none runs.
+
+        None when the context is unknown, another caller's, or another agent's (the same answer for all three).
+        """
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(A2ATaskSession).where(
+                A2ATaskSession.session_id == context_id, A2ATaskSession.caller_user_id == user_id,
+                A2ATaskSession.callee_agent_slug == agent_id,
+            ))).all())
+        if not rows:
+            return None
+        return next((r.id for r in rows if r.state not in TERMINAL_STATES), "")
 
     async def get(self, task_id: str, context: wire.ServerCallContext) -> wire.Task | None:
         """The Task, or None when unknown to this caller."""
@@ -305,7 +324,7 @@ async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
 def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
     return wire.TaskSnapshot(
         id=row.id, context_id=row.session_id, state=row.state, input=row.input, output=output, error=row.error,
-        created_at=row.created_at, updated_at=row.updated_at,
+        created_at=row.created_at, updated_at=row.updated_at, input_message_id=row.input_message_id,
         metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens,
                   "outputTokens": row.output_tokens},
     )
@@ -352,15 +371,31 @@ class AgentRequestHandler(wire.RequestHandler):
             yield event
 
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> str:
+        """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4)."""
         if incoming.task_id is not None:
             snap = await self.store.snapshot(incoming.task_id, user_id=user_id, agent_id=agent_id)
             if snap is None:
                 raise wire.TaskNotFoundError(message=f"There is no task {incoming.task_id!r} for this agent and key.")
+            if incoming.context_id is not None and incoming.context_id != snap.context_id:
+                raise wire.InvalidParamsError(
+                    message=f"Task {snap.id} belongs to context {snap.context_id!r}, not {incoming.context_id!r}: "
+                            "send the task's own contextId, or none.")
             raise wire.UnsupportedOperationError(
                 message=f"Task {incoming.task_id} is {wire.state_name(snap.state)}; this agent does not take "
-                        "follow-up messages in a task. Send the message without taskId to start a new task.")
+                        "follow-up messages in a task. Send the message without taskId to start a new task "
+                        f"(with contextId {snap.context_id!r} to continue the same conversation).")
+        if incoming.context_id is not None:
+            running = await self.store.context_running_task(incoming.context_id, user_id=user_id, agent_id=agent_id)
+            if running is None:
+                raise wire.InvalidParamsError(message=UNKNOWN_CONTEXT.format(context_id=incoming.context_id[:80]))
+            if running:
+                raise wire.UnsupportedOperationError(
+                    message=f"Task {running} of context {incoming.context_id!r} is still running: wait for its end "
+                            "(SubscribeToTask) or cancel it before sending the next message in this context.")
         try:
-            return await self.delegation.start_external_task(agent_id, incoming.text, user_id=user_id)
+            return await self.delegation.start_external_task(
+                agent_id, incoming.text, user_id=user_id, session_id=incoming.context_id,
+                message_id=incoming.message_id or None)
         except DelegationRefused as exc:
             raise wire.InvalidParamsError(message=str(exc)) from exc
 

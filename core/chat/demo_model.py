@@ -24,6 +24,8 @@ Behaviour (documented in the README, relied on by the tests):
    offered (so do mentions when `agent_invoke` is not offered but the tool is).
 3. `/lorem N`: N words of lorem ipsum (N up to 100,000), for long streams.
 4. `/error`: a few tokens, then a failure (to try error handling end to end).
+   `/history`: what came before in the conversation, one line per message
+   ("- you: …", "- me: …"), to see what an agent was given (A2A contexts).
 5. Otherwise: an echo of the message with a short guide. When the system prompt
    mentions code, the reply carries a fenced Python block.
 
@@ -44,6 +46,7 @@ BACKGROUND_COMMAND = "/background"
 BACKGROUND_RESULT = INJECT_LABELS["auto"]  # how the engine labels a result (an `auto` inject) for the model
 _INJECT_TEXT = re.compile(r"^[^:]*:\s*\[([^\]]+)\]\s*(.*)$", re.DOTALL)
 LOREM_MAX_WORDS = 100_000
+HISTORY_COMMAND = "/history"
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _LOREM = (
@@ -154,7 +157,20 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     if text == "/error":
         return DemoReply(tokenize("This reply will fail part way through"), fail_after_tokens=4)
 
+    if text == HISTORY_COMMAND:
+        return DemoReply(tokenize(_history(messages[:-1])))
+
     return DemoReply(tokenize(_echo(text, wants_code="code" in system.lower())))
+
+
+def _history(earlier: list[dict[str, Any]]) -> str:
+    said = [(m["role"], " ".join(_content_text(m).split())) for m in earlier if m.get("role") in ("user", "assistant")]
+    said = [(role, text) for role, text in said if text]
+    if not said:
+        return "Nothing came before this message in our conversation."
+    lines = [f"- {'you' if role == 'user' else 'me'}: {text if len(text) <= 80 else text[:79] + '…'}"
+             for role, text in said]
+    return "Earlier in our conversation:\n\n" + "\n".join(lines)
 
 
 def _echo(text: str, *, wants_code: bool) -> str:

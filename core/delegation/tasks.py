@@ -94,28 +94,43 @@ class TaskRecords:
     # -- writing -------------------------------------------------------------------------
 
     async def create_task(
-        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
+        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext, *,
+        session_id: str | None = None, message_id: str | None = None,
     ) -> tuple[A2ATaskSession, AgentMessage]:
-        """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`."""
-        # A remote callee has no local agent row: its hidden session belongs to the caller's agent
-        # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
-        owner_id = callee_id if callee_id is not None else ctx.agent_id
-        if owner_id is None:
-            owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
-        hidden = await sessions_store.create_session(
-            s, user_id=ctx.user_id, agent_id=owner_id,
-            title=sessions_store.make_title(f"Task: {text}"),
-        )
+        """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`.
+
+        Args:
+            s: the database session to write in.
+            slug: the callee's registry id; `callee_id` its local agent row (None for a remote agent).
+            callee_id: see `slug`.
+            text: what the caller asks.
+            depth: the task's recursion depth.
+            ctx: the caller (user, agent, session, parent task, tool call).
+            session_id: continue this hidden session (an A2A context) instead of opening a new one;
+                the caller has checked that it is one of its own with this callee.
+            message_id: the A2A client's `messageId` of the input, kept on the task.
+        """
+        if session_id is None:
+            # A remote callee has no local agent row: its hidden session belongs to the caller's agent
+            # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
+            owner_id = callee_id if callee_id is not None else ctx.agent_id
+            if owner_id is None:
+                owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
+            hidden = await sessions_store.create_session(
+                s, user_id=ctx.user_id, agent_id=owner_id,
+                title=sessions_store.make_title(f"Task: {text}"),
+            )
+            session_id = hidden.id
         task = A2ATaskSession(
-            session_id=hidden.id, callee_agent_id=callee_id, callee_agent_slug=slug,
+            session_id=session_id, callee_agent_id=callee_id, callee_agent_slug=slug,
             caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
             parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
-            input=text, tool_call_id=ctx.tool_call_id or None,
+            input=text, tool_call_id=ctx.tool_call_id or None, input_message_id=message_id,
         )
         s.add(task)
         await s.commit()
         await s.refresh(task)
-        [user_row] = await sessions_store.add_messages(s, session_id=hidden.id, messages=[{
+        [user_row] = await sessions_store.add_messages(s, session_id=session_id, messages=[{
             "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
             "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
         }])
