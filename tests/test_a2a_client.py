@@ -108,7 +108,7 @@ async def test_register_by_card_url_then_delegate_from_a_chat_with_the_stream_an
     [task] = [t for t in httpx.get(f"{app.url}/api/tasks").json() if t["callerSessionId"] == session]
     assert (task["calleeAgentId"], task["calleeAgentName"], task["state"]) == ("echo", "Echo Agent", "completed")
     # The panel's stream: the remote agent's words as they came, one text-delta each.
-    deltas = [data["delta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta"]
+    deltas = [data["textDelta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta"]
     assert deltas == ["Echo:", " hello", " there,", " remote", " agent"]
     # The audit data: the exchange saved with source='a2a'.
     detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()

@@ -50,6 +50,7 @@ from core.delegation.tasks import (
     TaskDetail,
     TaskRecords,
     TaskView,
+    state_event,
     task_stream_key,
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
@@ -237,7 +238,7 @@ class DelegationService:
             "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
-        await self.hub.append(key, "state", {"state": SUBMITTED})
+        await self.hub.append(key, "state", state_event(SUBMITTED, None))
         self.tasks_started += 1
         if ctx.emit is not None:
             await ctx.emit("a2a-task-started", {

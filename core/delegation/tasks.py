@@ -24,7 +24,9 @@ from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
-from core.streaming.hub import StreamHub
+from core.streaming.hub import StreamEvent, StreamHub
+from core.streaming.sse import Shape
+from core.streaming.sse_stream import iso_now
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
@@ -34,6 +36,39 @@ TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 def task_stream_key(task_id: str) -> str:
     """The hub key of a task's events (seed 000: `a2a_${taskId}`)."""
     return f"a2a_{task_id}"
+
+
+def state_event(state: str, previous: str | None, error: str | None = None) -> dict[str, Any]:
+    """The payload of a task buffer's `state` event: `{state, previous, timestamp}` (and `error`)."""
+    data: dict[str, Any] = {"state": state, "previous": previous, "timestamp": iso_now()}
+    if error:
+        data["error"] = error
+    return data
+
+
+def seed_task_shape(task_id: str) -> Shape:
+    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes.
+
+    Seed 000 (§3.2.2, §3.3.1): text `{"type": "text-delta", "textDelta": …}`, an error
+    `{"type": "error", "message": …}`, the end `{"type": "done", …}` (with the state,
+    error, durationMs and usage). Seed 002: the named `state` event is `{taskId, from, to,
+    timestamp}` (and `error` when the task failed). Every other event is sent as it is in
+    the buffer (the chat turn's shape, which the side panel and the A2A server read).
+    """
+
+    def shape(event: StreamEvent) -> tuple[str, dict[str, Any]]:
+        kind, data = event.type, event.data
+        if kind == "text-delta":
+            return kind, {"textDelta": data.get("delta", "")}
+        if kind == "error":
+            return kind, {"message": data.get("errorText") or data.get("message") or ""}
+        if kind == "state":
+            seed = {"taskId": task_id, "from": data.get("previous"), "to": data.get("state"),
+                    "timestamp": data.get("timestamp")}
+            return kind, {**seed, "error": data["error"]} if data.get("error") else seed
+        return kind, data
+
+    return shape
 
 
 @dataclass(slots=True)
@@ -137,7 +172,7 @@ class TaskRecords:
         return task, user_row
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Record the task's new state, then tell its stream (`state` {state, previous, error})."""
+        """Record the task's new state, then tell its stream (`state` {state, previous, timestamp, error})."""
         async with self.db.session() as s:
             row = await s.get(A2ATaskSession, task_id)
             if row is not None:
@@ -146,10 +181,7 @@ class TaskRecords:
                     row.finished_at = row.updated_at
                 s.add(row)
                 await s.commit()
-        data = {"state": state, "previous": previous}
-        if error:
-            data["error"] = error
-        await self.hub.append(task_stream_key(task_id), "state", data)
+        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
 
     async def save_answer(self, task_id: str, rows: list[dict[str, Any]], *, input_tokens: int,
                           output_tokens: int) -> None:
