@@ -322,7 +322,7 @@ class TaskStream:
     async def _send(self) -> None:
         self._rpc_id, self._queue = self.conn._register_stream()
         await self.conn._send_line(wire.stream_request(
-            self._rpc_id, self.text, message_id=f"{self.task_id}-{uuid.uuid4().hex[:8]}",
+            self._rpc_id, self.text, message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
             context_id=self.context_id, v1=self.conn.v1))
 
     async def _next(self) -> Any:

@@ -416,8 +416,9 @@ class Broker:
                         await self._observe(record, record.observer.on_text(wire.answer_piece(event)))
                     if event.kind == "artifact":
                         result.add_artifact(event)
-                        if event.text:
+                        if event.text:  # seed 003: each event's text is injected, artifacts' too (throttled)
                             record.last_text = event.text
+                            await self._progress(record, event.text)
                         continue
                     if event.final:
                         # Interrupted states (input-required, auth-required) end the relay too, under their name.
