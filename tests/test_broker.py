@@ -4,8 +4,8 @@ a real Redis subscriber checks the injects (texts, modes, throttling, idle timeo
 from __future__ import annotations
 
 import asyncio
-import uuid
 import random
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
