@@ -825,10 +825,15 @@ class RemoteStreamReader:
 
     Agents stream in two styles: text in `working` status messages (ours, and
     many SDK agents), or the answer as artifacts (whole or in appended chunks).
-    Both are relayed. An artifact that only repeats the text already streamed as
-    status messages (what this app's own server sends at the end) is not
-    relayed again; any other artifact is, after a blank line when status text
-    came first.
+    Both are shown as they come (the side panel). An artifact that only repeats
+    the text already streamed as status messages (what this app's own server
+    sends at the end) is not shown again; any other artifact is, after a blank
+    line when status text came first.
+
+    The task's result is its answer as an A2A client reads it (`RemoteEvent.answer`
+    on the final event): its artifacts, else its final status message (or, for a
+    finished task sent whole, its last agent message). Progress notes are not part
+    of it. An agent that gives neither leaves the answer to what it streamed.
 
     Attributes:
         remote_task_id: the remote task's id, once the stream named it (for CancelTask).
@@ -839,13 +844,14 @@ class RemoteStreamReader:
         self.remote_task_id: str | None = None
         self._status_text: list[str] = []
         self._artifact_text: dict[str, str] = {}
+        self._last_agent_message = ""
 
     def read(self, response: StreamResponse) -> list[RemoteEvent]:
         """The events in one stream response (usually one)."""
         kind = response.WhichOneof("payload")
         if kind == "message":
             text = _text_of(response.message.parts)
-            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=text)]
         if kind == "task":
             return self._read_task(response.task)
         if kind == "status_update":
@@ -867,7 +873,8 @@ class RemoteStreamReader:
             if not task.artifacts:
                 answers = [m for m in task.history if m.role == Role.ROLE_AGENT]
                 if answers:
-                    events.append(RemoteEvent(text=_text_of(answers[-1].parts)))
+                    self._last_agent_message = _text_of(answers[-1].parts)
+                    events.append(RemoteEvent(text=self._last_agent_message))
         events.extend(self._read_status(task.status))
         return events
 
@@ -876,15 +883,15 @@ class RemoteStreamReader:
         text = _text_of(status.message.parts) if status.HasField("message") else ""
         if status.state in _PROTO_TERMINAL:
             if state == "completed":
-                return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)] if text else [
-                    RemoteEvent(state="completed", final=True)]
+                end = RemoteEvent(state="completed", final=True, answer=self._answer(text))
+                return [RemoteEvent(text=text), end] if text else [end]
             if state == "rejected":
                 return [RemoteEvent(state="failed", final=True,
                                     error=f"{self.agent_name} rejected the task" + (f": {text}" if text else "."))]
             return [RemoteEvent(state=state, final=True, error=text or None)]
         if status.state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
             # A delegation cannot answer back; what the agent asked is its answer.
-            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=self._answer(text))]
         if text:
             self._status_text.append(text)
         return [RemoteEvent(text=text, state=state)]
@@ -901,6 +908,15 @@ class RemoteStreamReader:
         if seen is None and streamed and not streamed.endswith("\n"):
             text = "\n\n" + text
         return [RemoteEvent(text=text)]
+
+    def _answer(self, final_text: str) -> str | None:
+        """The result: the artifacts (in the order they came), then the final message; None when neither."""
+        pieces = [t for t in self._artifact_text.values() if t.strip()]
+        if final_text.strip() and final_text not in pieces:
+            pieces.append(final_text)
+        if not pieces and self._last_agent_message.strip():
+            pieces.append(self._last_agent_message)
+        return "\n\n".join(p.strip("\n") for p in pieces) or None
 
 
 def _text_of(parts: Iterable[Part]) -> str:

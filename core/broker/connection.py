@@ -231,14 +231,18 @@ class AgentConnection:
     async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
         """Run a task for the registry (RemoteAgent protocol): plain events until the final one."""
         task = self.open_task(text, task_id=task_id, context_id=context_id)
+        answer = wire.Answer()
         async with contextlib.aclosing(task.events()) as events:
             try:
                 async for event in events:
                     failed = event.state in {"failed", "rejected"}
+                    if event.kind == "artifact":
+                        answer.add_artifact(event)
                     yield RemoteEvent(text=wire.answer_piece(event), state="failed" if failed else event.state,
                                       final=event.final,
                                       error=(event.text or f"{self.name} reported that the task failed")
-                                      if failed else None)
+                                      if failed else None,
+                                      answer=(answer.text(event) or None) if event.final and not failed else None)
             except TaskIdle as exc:
                 raise RemoteAgentError(str(exc)) from exc
 

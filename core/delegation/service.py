@@ -199,6 +199,8 @@ class DelegationService:
                 if event.text:
                     record.chunks.append(event.text)
                     await self.hub.append(key, "text-delta", {"id": "text-0", "delta": event.text})
+                if event.answer is not None:  # the result, not the progress notes around it
+                    record.answer = event.answer
                 if event.error:
                     record.error = event.error
                 if event.final or (event.state in TERMINAL_STATES):
