@@ -74,6 +74,13 @@ def app(tmp_path: Path) -> Iterator[TwoUsers]:
         yield live
 
 
+@pytest.fixture
+def app_on_each_db(tmp_path: Path, database_url: str) -> Iterator[TwoUsers]:
+    """The same on SQLite, then on PostgreSQL (the queries of ListTasks and contexts)."""
+    with two_users(tmp_path, database_url=database_url) as live:
+        yield live
+
+
 def send(url: str, key: str, text: str, *, wait: bool = True, **message) -> dict:
     """A raw `SendMessage`; the task of its answer."""
     body = {"message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
@@ -96,8 +103,9 @@ def error(response: httpx.Response) -> dict:
 # -- ListTasks (§3.1.4) and GetTask's historyLength ----------------------------------------------
 
 
-async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app: TwoUsers) -> None:
+async def test_list_tasks_filters_sorts_by_last_update_counts_and_pages(app_on_each_db: TwoUsers) -> None:
     """contextId, status, statusTimestampAfter, includeArtifacts, totalSize, cursor pages, caller scope."""
+    app = app_on_each_db
     url = app.agent_url("coding-assistant")
     slow = send(url, app.alice, "/lorem 1500", wait=False)  # created first, ends after `quick`
     quick = send(url, app.alice, "/lorem 2")
@@ -247,8 +255,10 @@ def test_the_root_card_follows_default_agent(tmp_path: Path) -> None:
 # -- contextId (§3.4.1, §3.4.2): multi-turn conversations, never a silently new context ------------
 
 
-async def test_a_second_message_in_a_context_is_a_new_task_that_sees_the_first_exchange(app: TwoUsers) -> None:
+async def test_a_second_message_in_a_context_is_a_new_task_that_sees_the_first_exchange(
+        app_on_each_db: TwoUsers) -> None:
     """Two turns through one contextId with the 1.x client: the second answer quotes the first exchange."""
+    app = app_on_each_db
     url = app.agent_url("coding-assistant")
     async with sdk_client(url, app.alice, streaming=False) as (client, _):
         [first] = [e.task async for e in client.send_message(user_message("my name is Ada"))]
@@ -307,6 +317,19 @@ def test_an_unknown_or_foreign_context_is_refused_never_replaced(app: TwoUsers) 
     assert "an unknown contextId is refused (-32602)" in card["description"]
 
 
+async def test_the_sdk_clients_see_the_context_refusal_as_invalid_params(app: TwoUsers) -> None:
+    """The 1.x client and the v0.3 compat transport both raise the SDK's InvalidParamsError, with the message."""
+    from a2a.utils.errors import InvalidParamsError
+
+    for only_v03 in (False, True):
+        async with sdk_client(app.agent_url("coding-assistant"), app.bob, only_v03=only_v03) as (client, _):
+            request = user_message("hi")
+            request.message.context_id = "not-a-context-of-bobs"
+            with pytest.raises(InvalidParamsError, match="There is no context 'not-a-context-of-bobs'"):
+                async for _ in client.send_message(request):
+                    pass
+
+
 def test_a_context_with_a_running_task_takes_no_second_message(app: TwoUsers) -> None:
     """One task at a time per context: the next message waits for the running one's end."""
     url = app.agent_url("coding-assistant")
@@ -337,6 +360,12 @@ async def test_the_clients_message_id_is_kept_in_the_tasks_history(app: TwoUsers
         "kind": "message", "messageId": "v03-message-id", "role": "user",
         "parts": [{"kind": "text", "text": "/lorem 2"}]}}, version=None).json()["result"]
     assert v03["history"][0]["messageId"] == "v03-message-id"
+    async with sdk_client(url, app.alice, only_v03=True) as (client, _):
+        request = user_message("/lorem 2")
+        request.message.message_id = "compat-client-message"
+        events = [e async for e in client.send_message(request)]
+        task = await client.get_task(GetTaskRequest(id=events[0].task.id))
+    assert events[0].task.history[0].message_id == task.history[0].message_id == "compat-client-message"
     too_long = error(rpc(url, app.alice, "SendMessage", {"message": {
         "messageId": "m" * 256, "role": "ROLE_USER", "parts": [{"text": "hi"}]}}))
     assert too_long["code"] == -32602 and "messageId is 256 characters long; the limit is 255" in too_long["message"]
