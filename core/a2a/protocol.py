@@ -108,7 +108,7 @@ from a2a.utils.task import (
     validate_history_length,
     validate_page_size,
 )
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from pydantic import ValidationError
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
@@ -661,7 +661,31 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
         return build_error_response(request_id, InvalidParamsError(
             message=f"status {params['status'][:40]!r} is not a task state; use one of "
                     f"{', '.join(k for k in TaskState.keys() if k != 'TASK_STATE_UNSPECIFIED')}."))
+    if method in dispatcher.METHOD_TO_MODEL:
+        return _v1_invalid_params(dispatcher, method, params, request_id)
     return _v03_invalid_params(dispatcher, method, obj, request_id)
+
+
+MAX_PARSE_ERROR_CHARS = 300
+
+
+def _v1_invalid_params(dispatcher: JsonRpcDispatcher, method: str, params: Any,
+                       request_id: str | int | None) -> dict[str, Any] | None:
+    """-32602 naming the field for v1.0 `params` that do not parse, or None.
+
+    The SDK's dispatcher answers them with a bare "Invalid params" (the reason only in `data`)
+    and logs a traceback, as for a fault of the server. Parsed the same way here (unknown
+    fields ignored), the answer says which field and why.
+    """
+    try:
+        ParseDict(params if params is not None else {}, dispatcher.METHOD_TO_MODEL[method](),
+                  ignore_unknown_fields=True)
+    except Exception as exc:  # protobuf's ParseError, or a TypeError for params that are not an object
+        reason = str(exc).strip() or type(exc).__name__
+        if len(reason) > MAX_PARSE_ERROR_CHARS:
+            reason = reason[:MAX_PARSE_ERROR_CHARS - 1] + "…"
+        return build_error_response(request_id, InvalidParamsError(message=f"Invalid params for {method}: {reason}"))
+    return None
 
 
 def _v03_invalid_params(dispatcher: JsonRpcDispatcher, method: str, obj: dict[str, Any],
