@@ -203,6 +203,8 @@ class A2ATaskSession(SQLModel, table=True):
     # What the caller asked, and the model's id for the call (links the chat's tool card to the task).
     input: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     tool_call_id: str | None = Field(default=None, sa_type=String(128))
+    # The `messageId` an A2A client gave the input message (shown back in the task's history).
+    input_message_id: str | None = Field(default=None, sa_type=String(255))
     # Totals of the callee's run, for the audit view.
     input_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
     output_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))

@@ -26,9 +26,9 @@ LOCAL_AGENTS = ["127.0.0.1"]  # the echo agents run on this machine: allow-list 
 
 
 @contextmanager
-def echo_server(*args: str) -> Iterator[str]:
-    """Run the plain a2a-sdk echo agent in its own process; yields its card URL."""
-    port = free_port()
+def echo_server(*args: str, port: int | None = None) -> Iterator[str]:
+    """Run the plain a2a-sdk echo agent in its own process (on `port`, or a free one); yields its card URL."""
+    port = port or free_port()
     process = subprocess.Popen([sys.executable, str(ECHO_SERVER), "--port", str(port), *args],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     card_url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
@@ -108,7 +108,7 @@ async def test_register_by_card_url_then_delegate_from_a_chat_with_the_stream_an
     [task] = [t for t in httpx.get(f"{app.url}/api/tasks").json() if t["callerSessionId"] == session]
     assert (task["calleeAgentId"], task["calleeAgentName"], task["state"]) == ("echo", "Echo Agent", "completed")
     # The panel's stream: the remote agent's words as they came, one text-delta each.
-    deltas = [data["delta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta"]
+    deltas = [data["textDelta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta"]
     assert deltas == ["Echo:", " hello", " there,", " remote", " agent"]
     # The audit data: the exchange saved with source='a2a'.
     detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
@@ -189,3 +189,46 @@ async def test_canceling_a_task_on_a_remote_agent_stops_it(app: LiveApp) -> None
             saved = await client.get_task(GetTaskRequest(id=task_id))
         assert saved.status.state == TaskState.TASK_STATE_CANCELED
         assert json.dumps(httpx.get(f"{app.url}/api/tasks/{task_id}").json()["state"]) == '"canceled"'
+
+
+async def test_the_result_of_a_remote_agent_is_its_answer_not_its_progress_notes(app: LiveApp, echo: str) -> None:
+    """Status notes and artifact chunks stream to the panel; the result is the artifact (issue 16 item 7)."""
+    assert register(app, echo, "echo").status_code == 201
+    session = chat(app, "@echo /chunks hello remote world")
+    [task] = [t for t in httpx.get(f"{app.url}/api/tasks").json() if t["callerSessionId"] == session]
+    assert task["state"] == "completed", task
+    shown = "".join(data["textDelta"] for kind, data in task_events(app, task["id"]) if kind == "text-delta")
+    assert "starting…" in shown and "chunk 3/3" in shown and "world" in shown  # the panel shows everything
+    detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
+    assert detail["messages"][-1]["content"] == "hello remote world"  # the result: the artifact only
+    answer = httpx.get(f"{app.url}/api/sessions/{session}/messages").json()[-1]["content"]
+    assert "hello remote world" in answer and "starting" not in answer and "chunk" not in answer
+    async with sdk_client(app.agent_url("echo"), app.key, streaming=False) as (client, _):  # served on: the same
+        [event] = [e async for e in client.send_message(user_message("/chunks just this"))]
+    assert event.task.artifacts[0].parts[0].text == "just this"
+
+
+async def test_a_remote_agent_whose_server_died_is_shown_offline_until_it_is_back(
+        app: LiveApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reachability: a failed call marks the agent offline at once; a look at the list re-checks it."""
+    from core.a2a import client as a2a_client
+
+    def online() -> bool:
+        [agent] = httpx.get(f"{app.url}/api/a2a/remote-agents", timeout=10).json()
+        return agent["online"]
+
+    port = free_port()
+    with echo_server("--name", "Mortal", port=port) as card_url:
+        assert register(app, card_url, "mortal").status_code == 201
+        assert online()
+    session = chat(app, "@mortal are you there")  # the server is gone: the call fails...
+    [task] = [t for t in httpx.get(f"{app.url}/api/tasks").json() if t["callerSessionId"] == session]
+    assert task["state"] == "failed" and task["error"].startswith("Mortal is unreachable: "), task
+    assert online() is False  # ...and says so at once
+    monkeypatch.setattr(a2a_client, "REACHABILITY_MAX_AGE_S", 0.0)  # every look re-checks
+    assert online() is False
+    with echo_server("--name", "Mortal", port=port):
+        assert online() is True  # back
+        chat(app, "@mortal welcome back")
+        assert online() is True
+    assert online() is False

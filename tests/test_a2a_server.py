@@ -69,7 +69,7 @@ async def test_card_is_public_and_advertises_v1_and_v03_on_one_absolute_url(app:
         assert scheme.scheme == "bearer"
         assert [list(r.schemes) for r in card.security_requirements] == [["apiKey"]]
     raw = httpx.get(f"{app.agent_url('coding-assistant')}/.well-known/agent-card.json").json()
-    assert raw["url"] == app.agent_url("coding-assistant") and raw["protocolVersion"] == "0.3"  # v0.3 readers
+    assert "url" not in raw and raw["supportedInterfaces"][0]["protocolVersion"] == "1.0"  # strict v1.0
     missing = httpx.get(f"{app.agent_url('nobody')}/.well-known/agent-card.json")
     assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
 
@@ -208,7 +208,7 @@ async def test_an_agent_added_at_run_time_is_served_at_once(app: LiveApp) -> Non
     created = httpx.post(f"{app.url}/api/agents", json={"id": "poet", "name": "Poet", "description": "Writes verse"})
     assert created.status_code == 201
     async with sdk_client(app.agent_url("poet"), app.key) as (client, card):
-        assert card.name == "Poet" and card.description == "Writes verse"
+        assert card.name == "Poet" and card.description.startswith("Writes verse\n\nConversations: ")
         events = [e async for e in client.send_message(user_message("/lorem 5"))]
     assert events[-2].artifact_update.artifact.parts[0].text == lorem(5)
 

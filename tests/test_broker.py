@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -182,7 +183,7 @@ async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_sho
         assert request["jsonrpc"] == "2.0" and isinstance(request["id"], int)
         assert message["role"] == "user"
         assert message["parts"] == [{"kind": "text", "text": "帮我查明天到上海的高铁并比价"}]
-        assert message["messageId"]
+        assert str(uuid.UUID(message["messageId"])) == message["messageId"]  # seed 003: "messageId": "<uuid>"
         await agent.result(request["id"], task_event("t1"))
         await agent.working(request["id"], "已查到 6 个车次…")
         await agent.result(request["id"], status_update("t1", "completed", "已订好备选，最优 G1234。", final=True))
@@ -223,11 +224,14 @@ async def test_many_tasks_share_one_socket_and_several_lines_share_one_frame(tmp
             frame.append({"jsonrpc": "2.0", "id": by_text[f"task {i}"],
                           "result": status_update(f"r{i}", "completed", final=True)})
         await agent.send(*frame)
-        messages = await listener.wait(lambda m: len(m) == 3)
+        messages = await listener.wait(lambda m: sum(x["mode"] == "auto" for x in m) == 3)
         assert sorted((m["chatId"], m["text"], m["mode"]) for m in messages) == [
             ("chat-0", "[出行助手] result 0", "auto"),
+            ("chat-0", "[出行助手] result 0", "delay"),  # seed 003: artifact text is progress too
+            ("chat-1", "[出行助手] result 1", "delay"),  # " (more)" came within the throttle interval
             ("chat-1", "[出行助手] result 1 (more)", "auto"),
             ("chat-2", "[出行助手] result 2", "auto"),
+            ("chat-2", "[出行助手] result 2", "delay"),
         ]
         assert {t.id for t in broker.recent_tasks()} == {a["taskId"] for a in acks}
         await agent.close()
@@ -263,6 +267,30 @@ async def test_progress_is_throttled_per_task_leading_edge_and_results_never(tmp
         assert len(messages) == 5
         stats = (await http.get("/a2a/stats")).json()
         assert stats["injects"]["throttled"] == 9 and stats["tasks"]["byState"]["failed"] == 1
+        await agent.close()
+
+
+async def test_artifact_updates_are_progress_injects_of_their_own_and_throttled(tmp_path: Path,
+                                                                               redis_url: str) -> None:
+    """Seed 003 injects the text of every event: an artifact-update is a `delay` too, under the same throttle."""
+    chat_agent = chat_agent_id()
+    async with running(tmp_path, redis={"url": redis_url}, inject_min_interval=400) as (host, _, broker, http), \
+            RedisListener(redis_url, chat_agent) as listener:
+        agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
+        await dispatch(http, "查车次", agent_id=chat_agent, chat_id="c1")
+        rid = (await agent.next_request("message/stream"))["id"]
+        await agent.result(rid, artifact_update("t1", "G1234 08:00"))
+        await listener.wait(lambda m: len(m) == 1)
+        await agent.result(rid, artifact_update("t1", " 二等座", append=True))  # inside the window: dropped
+        await asyncio.sleep(0.5)
+        await agent.result(rid, artifact_update("t1", " ¥553", append=True))  # the window is over: passes
+        await listener.wait(lambda m: len(m) == 2)
+        await agent.result(rid, status_update("t1", "completed", final=True))
+        messages = await listener.wait(lambda m: len(m) == 3)
+        assert [(m["text"], m["mode"]) for m in messages] == [
+            ("[出行助手] G1234 08:00", "delay"), ("[出行助手]  ¥553", "delay"),
+            ("[出行助手] G1234 08:00 二等座 ¥553", "auto")]  # the result is the whole artifact
+        assert (await http.get("/a2a/stats")).json()["injects"]["throttled"] == 1
         await agent.close()
 
 

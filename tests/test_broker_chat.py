@@ -119,17 +119,18 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
             rows = await saved(services, chat.id)
             assert [(m.role, m.inject_mode) for m in rows] == [
                 ("user", None), ("assistant", None), ("assistant", None),  # the call, then the answer to it
-                ("system", "delay"), ("system", "auto"), ("assistant", None)]
-            assert rows[4].content == "[出行助手] 已订好备选，最优 G1234。"
+                ("system", "delay"), ("system", "delay"), ("system", "auto"), ("assistant", None)]
+            assert rows[4].content == rows[5].content == "[出行助手] 已订好备选，最优 G1234。"  # artifact, then result
             assert rows[-1].content == "Result from **出行助手**:\n\n> 已订好备选，最优 G1234。"
             api = (await http.get(f"/api/sessions/{chat.id}/messages")).json()
-            assert [(m["role"], m["injectMode"], m["a2aTaskId"]) for m in api[3:5]] == [
-                ("system", "delay", task_id), ("system", "auto", task_id)]
+            assert [(m["role"], m["injectMode"], m["a2aTaskId"]) for m in api[3:6]] == [
+                ("system", "delay", task_id), ("system", "delay", task_id), ("system", "auto", task_id)]
 
             # The same injects went to Redis, as for any chat system.
-            messages = await listener.wait(lambda m: sum(x["chatId"] == chat.id for x in m) == 2)
+            messages = await listener.wait(lambda m: sum(x["chatId"] == chat.id for x in m) == 3)
             assert [(m["agentId"], m["text"], m["mode"]) for m in messages if m["chatId"] == chat.id] == [
                 (general.id, "[出行助手] 已查到 6 个车次…", "delay"),
+                (general.id, "[出行助手] 已订好备选，最优 G1234。", "delay"),  # the artifact-update (seed 003)
                 (general.id, "[出行助手] 已订好备选，最优 G1234。", "auto")]
 
         # It is a delegation like any other: the side panel's stream and the saved task.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,7 +134,7 @@ async def test_a_running_task_streams_live_to_a_late_subscriber(two_users_api) -
             await asyncio.sleep(0.01)
         assert task_id, "the task never started"
         response, events = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}")
-        text = "".join(e["data"]["delta"] for e in events if kind(e) == "text-delta")
+        text = "".join(e["data"]["textDelta"] for e in events if kind(e) == "text-delta")
         assert len(text.split()) == 600 and events[-1]["data"]["state"] == "completed"
 
 
@@ -160,3 +162,56 @@ async def test_agents_can_be_added_over_the_api_and_delegate_at_once(two_users_a
         assert detail["calleeAgentId"] == "architect" and detail["state"] == "completed"
         [child] = detail["children"]
         assert child["calleeAgentId"] == "coding-assistant" and child["recursionDepth"] == 2
+
+
+def seed_000_panel(raw: bytes) -> dict:
+    """Seed 000 §3.3.1's `AgentInvokePanel.onmessage`, translated line by line, over the raw SSE bytes."""
+    streamed_text, is_done, error = "", False, None
+    for frame in raw.decode().split("\n\n"):
+        lines = frame.split("\n")
+        if any(line.startswith("event:") for line in lines):
+            continue  # a named event: `onmessage` does not see it
+        data = "\n".join(line[5:].lstrip(" ") for line in lines if line.startswith("data:"))
+        if not data:
+            continue
+        chunk = json.loads(data)
+        if chunk["type"] == "text-delta":
+            streamed_text += chunk["textDelta"]
+        elif chunk["type"] == "done":
+            is_done = True
+            break  # eventSource.close()
+        elif chunk["type"] == "error":
+            error = chunk["message"]
+            break  # eventSource.close()
+    return {"streamedText": streamed_text, "isDone": is_done, "error": error}
+
+
+async def test_the_task_stream_speaks_seed_000_and_seed_002_on_the_wire(two_users_api) -> None:
+    """text-delta {textDelta}, error {message}, done, X-Stream-Resume; `state` is {taskId, from, to, timestamp}."""
+    url, _ = two_users_api
+    async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=20) as alice:
+        _, task_id = await delegate(alice, "@coding-assistant write hello")
+        async with alice.stream("GET", f"/api/agents/a2a/stream?taskId={task_id}") as response:
+            raw = b"".join([chunk async for chunk in response.aiter_bytes()])
+        assert response.headers["x-stream-resume"] == "true"
+        assert response.headers["content-type"].startswith("text/event-stream")
+        answer = (await alice.get(f"/api/tasks/{task_id}")).json()["messages"][-1]["content"]
+        assert seed_000_panel(raw) == {"streamedText": answer, "isDone": True, "error": None}
+
+        frames = [f for f in raw.decode().split("\n\n") if f.strip()]
+        states = [json.loads(f.split("data: ", 1)[1]) for f in frames if "\nevent: state\n" in f"\n{f}"]
+        assert [(s["from"], s["to"]) for s in states] == [(None, "submitted"), ("submitted", "working"),
+                                                          ("working", "completed")]
+        assert all(list(s) == ["taskId", "from", "to", "timestamp"] and s["taskId"] == task_id for s in states)
+        assert all(s["timestamp"].endswith("Z") for s in states)
+        delta = next(f for f in frames if '"type":"text-delta"' in f)
+        assert re.fullmatch(r'id: \d+\ndata: \{"type":"text-delta","textDelta":"[^"]*"\}', delta.split("\n", 1)[1]
+                            if delta.startswith("retry:") else delta)
+        assert frames[-1].split("\n")[1].startswith('data: {"type":"done","state":"completed"')
+
+        _, failed_id = await delegate(alice, "@coding-assistant /error")
+        async with alice.stream("GET", f"/api/agents/a2a/stream?taskId={failed_id}") as response:
+            failed = b"".join([chunk async for chunk in response.aiter_bytes()])
+        panel = seed_000_panel(failed)
+        assert panel["error"] and not panel["isDone"] and panel["streamedText"]
+        assert b'"type":"error","message":' in failed and b"errorText" not in failed

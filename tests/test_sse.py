@@ -150,15 +150,15 @@ async def test_listeners_hear_every_event_and_one_close(server) -> None:
     def broken(*_args) -> None:
         raise RuntimeError("a listener bug")
 
-    async def async_listener(event, data) -> None:
+    async def async_listener(sent) -> None:
         heard_async.set()
 
     def setup() -> None:
         stream.on("event", broken)
-        stream.on("event", lambda event, data: seen.append((event, data)))
+        stream.on("event", lambda sent: seen.append((sent["event"], sent["data"])))  # seed 002: one {event, data}
         stream.on("event", async_listener)
-        stream.on("close", closes.append)
-        temporary = stream.on("close", lambda reason: closes.append("removed"))
+        stream.on("close", lambda: closes.append(stream.close_reason))  # seed 002: no argument
+        temporary = stream.on("close", lambda: closes.append("removed"))
         stream.off("close", temporary)
         stream.off("close", temporary)  # not there any more: no error
         with pytest.raises(ValueError, match="unknown"):
@@ -216,7 +216,7 @@ async def test_keep_alive_comments_on_the_interval(server, client) -> None:
 async def test_a_client_disconnect_closes_the_stream_and_tells_the_listeners(server, client) -> None:
     url, stream = new_stream(server)
     closes: list[str] = []
-    stream.on("close", closes.append)
+    stream.on("close", lambda: closes.append(stream.close_reason))
     await server.call(stream.send_event, "a", 1)
     async with client.stream("GET", url) as response:
         await RawReader(response).events(1)
@@ -244,7 +244,7 @@ async def test_a_stream_kept_open_on_disconnect_buffers_and_resumes(server, clie
 async def test_a_stalled_client_is_a_write_error_that_closes_without_raising(server) -> None:
     url, stream = new_stream(server, send_timeout_s=0.3, max_buffer_size=8)
     closes: list[str] = []
-    stream.on("close", closes.append)
+    stream.on("close", lambda: closes.append(stream.close_reason))
     host, port = server.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
@@ -270,7 +270,7 @@ async def test_a_failing_write_closes_the_stream_and_the_response_returns(server
     """The ASGI `send` raising (a broken socket on a server that reports it)."""
     stream = SSEStream(keepalive_s=None)
     closes: list[str] = []
-    stream.on("close", closes.append)
+    stream.on("close", lambda: closes.append(stream.close_reason))
     stream.send_event("a", 1)
     sent: list[dict] = []
     disconnect = asyncio.Event()
@@ -384,3 +384,34 @@ async def test_a_slow_subscriber_gets_an_overflow_event_and_is_cut_off(server, c
 async def test_an_unknown_stream_is_a_404_with_json(client) -> None:
     response = await client.get("/sse/no-such-stream")
     assert response.status_code == 404 and response.json() == {"detail": "There is no such stream."}
+
+
+async def test_seed_style_listeners_get_one_event_object_and_a_bare_close(server, client) -> None:
+    """Seed 002's listeners, translated as they are written there (issue 16 item 9).
+
+    sse.on('event', ({ event, data }) => console.log(`发送事件: ${event}`, data));
+    sse.on('close', () => console.log('SSE 流已关闭'));
+    """
+    url, stream = new_stream(server)
+    log: list[str] = []
+
+    def on_event(sent: dict) -> None:
+        event, data = sent["event"], sent["data"]  # the seed's destructuring of one object
+        log.append(f"发送事件: {event} {data}")
+
+    def on_close() -> None:  # called with no argument
+        log.append("SSE 流已关闭")
+
+    await server.call(lambda: (stream.on("event", on_event), stream.on("close", on_close)))
+    async with client.stream("GET", url) as response:
+        reader = RawReader(response)
+        await server.call(stream.send_state_change, "task-123", "running", "completed")
+        body = await reader.until(lambda b: b.count(b"\n\n") >= 1)
+        await server.call(stream.close)
+    frame = parse_sse(body).events[0]
+    assert frame.type == "state"
+    state = frame.json
+    assert list(state) == ["taskId", "from", "to", "timestamp"]
+    assert (state["taskId"], state["from"], state["to"]) == ("task-123", "running", "completed")
+    iso(state["timestamp"])
+    assert log == [f"发送事件: state {state}", "SSE 流已关闭"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,6 +34,10 @@ from core.delegation.registry import RemoteAgentError, RemoteEvent
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
+# How a registered agent's reachability is known: every call says it; a look at the list re-checks
+# (GET of its card, this short) an agent whose last word is older than REACHABILITY_MAX_AGE_S.
+PROBE_TIMEOUT_S = 3.0
+REACHABILITY_MAX_AGE_S = 30.0
 # Between two events of a stream; a working agent's SSE pings (every 15 s) keep a quiet stream alive.
 READ_TIMEOUT_S = 300.0
 CANCEL_TIMEOUT_S = 5.0
@@ -61,6 +66,29 @@ class HttpRemoteAgent:
         self._card = card
         self._http = outbound.guarded_client(allow, bearer_token=bearer_token, token_origin=outbound.origin(card_url),
                                              timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S))
+        #: Whether the agent answered the last call or check (it was reachable when registered or restored).
+        self.reachable = True
+        self._known_at = time.monotonic()
+
+    async def check_reachable(self, *, max_age_s: float | None = None) -> bool:
+        """Re-check reachability (GET of its card) unless a call or a check said it within `max_age_s`.
+
+        Args:
+            max_age_s: how old the last word may be (default `REACHABILITY_MAX_AGE_S`).
+        """
+        if time.monotonic() - self._known_at < (REACHABILITY_MAX_AGE_S if max_age_s is None else max_age_s):
+            return self.reachable
+        try:
+            response = await self._http.get(self.card_url, timeout=PROBE_TIMEOUT_S)
+            self._mark(response.status_code < 500)
+        except httpx.HTTPError:
+            self._mark(False)
+        return self.reachable
+
+    def _mark(self, reachable: bool) -> None:
+        if reachable != self.reachable:
+            log.info("remote agent %s is %s", self.id, "reachable again" if reachable else "unreachable")
+        self.reachable, self._known_at = reachable, time.monotonic()
 
     def visible_to(self, agent_id: Any) -> bool:
         """Registered agents serve every local agent."""
@@ -81,6 +109,7 @@ class HttpRemoteAgent:
         request = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
         try:
             async for response in client.send_message(request):
+                self._mark(True)
                 for event in reader.read(response):
                     yield event
         except asyncio.CancelledError:
@@ -90,6 +119,8 @@ class HttpRemoteAgent:
         except Exception as exc:
             if not wire.is_client_error(exc):
                 raise
+            if _unreachable(exc):
+                self._mark(False)
             raise RemoteAgentError(_describe(exc)) from exc
         finally:
             await client.close()  # the transport leaves our shared httpx client open
@@ -105,6 +136,18 @@ class HttpRemoteAgent:
         """Close the HTTP connections (when the agent leaves the registry)."""
         with contextlib.suppress(Exception):
             await self._http.aclose()
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """True when the failure is the network's (no connection, timeout), not an answer of the agent."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, httpx.TransportError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ Divergences from the SDK's usual shape (don't "fix" these):
    of one `JsonRpcDispatcher`, instead of `create_jsonrpc_routes` per agent:
    agents come and go at run time, and the route first checks the API key and
    the body size before the dispatcher sees the request.
-2. SDK-internal helpers (`JsonRpcDispatcher`, `agent_card_to_dict`,
+2. SDK-internal helpers (`JsonRpcDispatcher`, `to_compat_agent_card`,
    `build_error_response`, `parse_agent_card`, `validate_proto_required_fields`)
    are used; they are importable but not in `__all__`, hence the exact pin.
 3. A streamed answer's SSE events that are ready at the same moment are written
@@ -41,19 +41,20 @@ import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 from a2a.client import A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
+from a2a.compat.v0_3.conversions import to_compat_agent_card
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
 from a2a.server.jsonrpc_models import JSONParseError as _JsonRpcParseError
 from a2a.server.jsonrpc_models import MethodNotFoundError as _JsonRpcMethodNotFound
 from a2a.server.request_handlers.request_handler import RequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
+from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.server.tasks.task_store import TaskStore
@@ -82,7 +83,14 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0, VERSION_HEADER
+from a2a.utils.constants import (
+    AGENT_CARD_WELL_KNOWN_PATH,
+    DEFAULT_LIST_TASKS_PAGE_SIZE,
+    MAX_LIST_TASKS_PAGE_SIZE,
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+    VERSION_HEADER,
+)
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -93,6 +101,15 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from a2a.utils.proto_utils import validate_proto_required_fields
+from a2a.utils.task import (
+    ListTasksCursor,
+    decode_list_tasks_cursor,
+    encode_list_tasks_cursor,
+    validate_history_length,
+    validate_page_size,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from pydantic import ValidationError
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
@@ -110,6 +127,7 @@ __all__ = [
     "ContentTypeNotSupportedError",
     "IncomingMessage",
     "InvalidParamsError",
+    "ListQuery",
     "ListTasksRequest",
     "ListTasksResponse",
     "PushNotificationNotSupportedError",
@@ -134,10 +152,14 @@ __all__ = [
     "cancel_request",
     "coalesce_sse",
     "create_dispatcher",
+    "cursor_time",
     "endpoint_url",
     "invalid_request_body",
+    "list_page_token",
     "open_client",
     "our_state",
+    "read_history_length",
+    "read_list_request",
     "read_send_request",
     "state_name",
     "text_message_request",
@@ -147,6 +169,7 @@ __all__ = [
 SECURITY_SCHEME = "apiKey"
 TEXT_MODES = ("text/plain", "text/markdown")
 RESULT_ARTIFACT_ID = "result"
+MAX_MESSAGE_ID_CHARS = 255  # a2a_task_sessions.input_message_id
 
 # Our task states (a2a_task_sessions.state) and the protocol's.
 _TO_PROTO: dict[str, int] = {
@@ -199,6 +222,7 @@ class CardSpec:
         provider: who runs it, and `provider_url` where.
         skills: its skills; at least one (the card requires them).
         extra_skills: skills listed on the extended card only (for callers with a key).
+        notes: how this server treats requests (e.g. contextIds), after the description.
     """
 
     name: str
@@ -209,6 +233,7 @@ class CardSpec:
     provider_url: str
     skills: tuple[SkillSpec, ...]
     extra_skills: tuple[SkillSpec, ...] = ()
+    notes: str = ""
 
 
 def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
@@ -216,7 +241,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
     skills = [*spec.skills, *(spec.extra_skills if extended else ())]
     return AgentCard(
         name=spec.name,
-        description=spec.description or spec.name,
+        description="\n\n".join(t for t in (spec.description or spec.name, spec.notes) if t),
         version=spec.version,
         provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
         supported_interfaces=[
@@ -237,9 +262,21 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
     )
 
 
-def card_json(card: AgentCard) -> dict[str, Any]:
-    """The card as served: v1.0 ProtoJSON plus the legacy v0.3 top-level fields (`url`, `protocolVersion`)."""
-    return agent_card_to_dict(card)
+def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
+    """The card as served, in the shape of the protocol version the client asked for.
+
+    v1.0 (the default): strict ProtoJSON, nothing else, so a strict v1.0 parser reads it.
+    The SDK's own serializer (`agent_card_to_dict`) merges the v0.3 fields into it (top-level
+    `url`, `protocolVersion`, and `type`/`scheme` inside each security scheme), which such a
+    parser rejects. v0.3 (`A2A-Version: 0.3`): the SDK's v0.3 card (`to_compat_agent_card`).
+
+    Args:
+        card: the card.
+        version: the `A2A-Version` the client sent (header or query parameter), if any.
+    """
+    if version and version.strip().startswith("0."):
+        return to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    return MessageToDict(card)
 
 
 # -- tasks (server side) ---------------------------------------------------------------
@@ -258,6 +295,7 @@ class TaskSnapshot:
         error: why it failed or stopped, if it did.
         created_at: when it was created; `updated_at` when its state last changed.
         metadata: extra facts for the client (callee id, tokens, ...).
+        input_message_id: the client's `messageId` of the input (None: `<taskId>-in`).
     """
 
     id: str
@@ -269,33 +307,129 @@ class TaskSnapshot:
     created_at: datetime
     updated_at: datetime
     metadata: dict[str, Any] = field(default_factory=dict)
+    input_message_id: str | None = None
 
 
-def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None) -> Task:
+def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifacts: bool = True) -> Task:
     """The protocol's Task for a snapshot: status, the full answer as artifact, the exchange as history.
 
     Args:
         snapshot: the task.
         history_length: keep only this many most recent history messages (None: all; 0: none).
+        artifacts: whether to include the answer as the `result` artifact (ListTasks' `includeArtifacts`).
     """
     task_id, context_id = snapshot.id, snapshot.context_id
     status = TaskStatus(state=_TO_PROTO.get(snapshot.state, TaskState.TASK_STATE_UNSPECIFIED))
     status.timestamp.FromDatetime(snapshot.updated_at)
     if snapshot.error and snapshot.state in {"failed", "canceled", "rejected"}:
         status.message.CopyFrom(_agent_message(task_id, context_id, f"{task_id}-status", snapshot.error))
-    history = [Message(message_id=f"{task_id}-in", context_id=context_id, task_id=task_id, role=Role.ROLE_USER,
-                       parts=[Part(text=snapshot.input)])]
+    history = [Message(message_id=snapshot.input_message_id or f"{task_id}-in", context_id=context_id,
+                       task_id=task_id, role=Role.ROLE_USER, parts=[Part(text=snapshot.input)])]
     if snapshot.output:
         history.append(_agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
     if history_length is not None:
         history = history[len(history) - history_length:] if history_length > 0 else []
     task = Task(id=task_id, context_id=context_id, status=status, history=history)
-    if snapshot.output and snapshot.state == "completed":
+    if artifacts and snapshot.output and snapshot.state == "completed":
         task.artifacts.append(
             Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)]))
     if snapshot.metadata:
         task.metadata.update(snapshot.metadata)
     return task
+
+
+def read_history_length(params: Any) -> int | None:
+    """A request's `historyLength` (GetTask, ListTasks, a send's configuration): None when unset.
+
+    Raises:
+        InvalidParamsError: a negative value (-32602).
+    """
+    if not params.HasField("history_length"):
+        return None
+    try:
+        validate_history_length(params)
+    except InvalidParamsError:
+        raise InvalidParamsError(
+            message=f"historyLength must be 0 or more (got {params.history_length}): 0 for no history, "
+                    "N for the N most recent messages, or leave it out for all of them.") from None
+    return params.history_length
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """A `ListTasks` request, checked.
+
+    Attributes:
+        page_size: how many tasks at most (1-100, default 50).
+        after: the position after which the page starts (None: the first page).
+        context_id: only the tasks of this context ('' for any).
+        state: only the tasks in this state, one of ours (None for any).
+        updated_after: only the tasks whose status changed at or after this time.
+        history_length: as in GetTask (None: all).
+        artifacts: whether the tasks carry their artifacts (`includeArtifacts`, default false).
+    """
+
+    page_size: int
+    after: ListTasksCursor | None
+    context_id: str
+    state: str | None
+    updated_after: datetime | None
+    history_length: int | None
+    artifacts: bool
+
+
+def read_list_request(params: ListTasksRequest) -> ListQuery:
+    """Validate a `ListTasks` request (§3.1.4) with the SDK's own checks, in words a person can act on.
+
+    Raises:
+        InvalidParamsError: `pageSize` outside 1-100, a negative `historyLength`, or a `pageToken`
+            this server did not hand out (-32602).
+    """
+    history_length = read_history_length(params)
+    page_size = DEFAULT_LIST_TASKS_PAGE_SIZE
+    if params.HasField("page_size"):
+        try:
+            validate_page_size(params.page_size)
+        except InvalidParamsError:
+            raise InvalidParamsError(
+                message=f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE} (got {params.page_size}); "
+                        f"leave it out for {DEFAULT_LIST_TASKS_PAGE_SIZE}.") from None
+        page_size = params.page_size
+    after = None
+    if params.page_token:
+        after = decode_list_tasks_cursor(params.page_token)
+        if after is None or after.timestamp_ns is None or len(after.task_id) > 64:
+            raise InvalidParamsError(
+                message=f"pageToken {params.page_token[:40]!r} is not one this server handed out: pass the "
+                        "nextPageToken of an earlier ListTasks answer, or none for the first page.")
+    state = None
+    if params.status != TaskState.TASK_STATE_UNSPECIFIED:
+        state = _FROM_PROTO.get(params.status, TaskState.Name(params.status))
+    updated_after = params.status_timestamp_after.ToDatetime(tzinfo=UTC) \
+        if params.HasField("status_timestamp_after") else None
+    return ListQuery(page_size=page_size, after=after, context_id=params.context_id, state=state,
+                     updated_after=updated_after, history_length=history_length,
+                     artifacts=params.HasField("include_artifacts") and params.include_artifacts)
+
+
+def list_page_token(updated_at: datetime, task_id: str) -> str:
+    """The `nextPageToken` after a task: its place in the order (status time, then id; both descending)."""
+    return encode_list_tasks_cursor(ListTasksCursor(timestamp_ns=_epoch_ns(updated_at), task_id=task_id))
+
+
+def cursor_time(cursor: ListTasksCursor) -> datetime:
+    """The status time a page token names (UTC, microseconds)."""
+    return _EPOCH + timedelta(microseconds=(cursor.timestamp_ns or 0) // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_ns(when: datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 class TaskEvents:
@@ -341,6 +475,7 @@ class IncomingMessage:
 
     Attributes:
         text: the message's text (text parts, then JSON data parts).
+        message_id: the client's id of the message (kept in the task's history).
         task_id: the task it continues, when the client named one.
         context_id: the context the client named, if any.
         return_immediately: answer with the task as soon as it exists instead of waiting for its end.
@@ -348,6 +483,7 @@ class IncomingMessage:
     """
 
     text: str
+    message_id: str
     task_id: str | None
     context_id: str | None
     return_immediately: bool
@@ -371,8 +507,6 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         if kind == "text":
             pieces.append(part.text)
         elif kind == "data":
-            from google.protobuf.json_format import MessageToDict
-
             pieces.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
         else:
             raise ContentTypeNotSupportedError(
@@ -387,12 +521,16 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
     if accepted and not any(m in TEXT_MODES or m in {"text/*", "*/*"} for m in accepted):
         raise ContentTypeNotSupportedError(
             message=f"This agent answers in {' or '.join(TEXT_MODES)}; acceptedOutputModes allows only {accepted}.")
+    if len(message.message_id) > MAX_MESSAGE_ID_CHARS:
+        raise InvalidParamsError(message=f"The messageId is {len(message.message_id):,} characters long; "
+                                         f"the limit is {MAX_MESSAGE_ID_CHARS}.")
     return IncomingMessage(
         text=text,
+        message_id=message.message_id,
         task_id=message.task_id or None,
         context_id=message.context_id or None,
         return_immediately=config.return_immediately,
-        history_length=config.history_length if config.HasField("history_length") else None,
+        history_length=read_history_length(config),
     )
 
 
@@ -509,12 +647,69 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
         return build_error_response(None, _JsonRpcParseError(
             message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep."))
     method = obj.get("method") if isinstance(obj, dict) else None
-    if isinstance(method, str) and method and not _serves(dispatcher, method):
-        request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
-            else None
+    if not isinstance(method, str) or not method:
+        return None
+    request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
+        else None
+    if not _serves(dispatcher, method):
         known = ", ".join(sorted(dispatcher.METHOD_TO_MODEL))
         return build_error_response(request_id, _JsonRpcMethodNotFound(
             message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."))
+    params = obj.get("params")
+    if method == "ListTasks" and isinstance(params, dict) and isinstance(params.get("status"), str) \
+            and params["status"] not in TaskState.keys():
+        return build_error_response(request_id, InvalidParamsError(
+            message=f"status {params['status'][:40]!r} is not a task state; use one of "
+                    f"{', '.join(k for k in TaskState.keys() if k != 'TASK_STATE_UNSPECIFIED')}."))
+    if method in dispatcher.METHOD_TO_MODEL:
+        return _v1_invalid_params(dispatcher, method, params, request_id)
+    return _v03_invalid_params(dispatcher, method, obj, request_id)
+
+
+MAX_PARSE_ERROR_CHARS = 300
+
+
+def _v1_invalid_params(dispatcher: JsonRpcDispatcher, method: str, params: Any,
+                       request_id: str | int | None) -> dict[str, Any] | None:
+    """-32602 naming the field for v1.0 `params` that do not parse, or None.
+
+    The SDK's dispatcher answers them with a bare "Invalid params" (the reason only in `data`)
+    and logs a traceback, as for a fault of the server. Parsed the same way here (unknown
+    fields ignored), the answer says which field and why.
+    """
+    try:
+        ParseDict(params if params is not None else {}, dispatcher.METHOD_TO_MODEL[method](),
+                  ignore_unknown_fields=True)
+    except Exception as exc:  # protobuf's ParseError, or a TypeError for params that are not an object
+        reason = str(exc).strip() or type(exc).__name__
+        if len(reason) > MAX_PARSE_ERROR_CHARS:
+            reason = reason[:MAX_PARSE_ERROR_CHARS - 1] + "…"
+        return build_error_response(request_id, InvalidParamsError(message=f"Invalid params for {method}: {reason}"))
+    return None
+
+
+def _v03_invalid_params(dispatcher: JsonRpcDispatcher, method: str, obj: dict[str, Any],
+                        request_id: str | int | None) -> dict[str, Any] | None:
+    """-32602 for a v0.3 request whose `params` do not validate, or None.
+
+    The SDK's v0.3 adapter validates the whole request with its pydantic model and answers
+    any mistake with -32600 (invalid request) and a traceback in the log; JSON-RPC 2.0 §5.1
+    says invalid method parameters are -32602. A mistake outside `params` (the envelope)
+    stays the adapter's -32600.
+    """
+    compat = getattr(dispatcher, "_v03_adapter", None)
+    model = getattr(compat, "METHOD_TO_MODEL", {}).get(method) if compat is not None else None
+    if model is None:
+        return None
+    try:
+        model.model_validate(obj)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if not errors or any(not e["loc"] or e["loc"][0] != "params" for e in errors):
+            return None
+        described = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors[:5])
+        return build_error_response(request_id, InvalidParamsError(
+            message=f"Invalid params for {method}: {described}."))
     return None
 
 
@@ -596,8 +791,6 @@ def _pick_interface(card: AgentCard) -> AgentInterface | None:
 
 def card_to_storage(card: AgentCard) -> dict[str, Any]:
     """The card as JSON, for the database."""
-    from google.protobuf.json_format import MessageToDict
-
     return MessageToDict(card)
 
 
@@ -656,10 +849,15 @@ class RemoteStreamReader:
 
     Agents stream in two styles: text in `working` status messages (ours, and
     many SDK agents), or the answer as artifacts (whole or in appended chunks).
-    Both are relayed. An artifact that only repeats the text already streamed as
-    status messages (what this app's own server sends at the end) is not
-    relayed again; any other artifact is, after a blank line when status text
-    came first.
+    Both are shown as they come (the side panel). An artifact that only repeats
+    the text already streamed as status messages (what this app's own server
+    sends at the end) is not shown again; any other artifact is, after a blank
+    line when status text came first.
+
+    The task's result is its answer as an A2A client reads it (`RemoteEvent.answer`
+    on the final event): its artifacts, else its final status message (or, for a
+    finished task sent whole, its last agent message). Progress notes are not part
+    of it. An agent that gives neither leaves the answer to what it streamed.
 
     Attributes:
         remote_task_id: the remote task's id, once the stream named it (for CancelTask).
@@ -670,13 +868,14 @@ class RemoteStreamReader:
         self.remote_task_id: str | None = None
         self._status_text: list[str] = []
         self._artifact_text: dict[str, str] = {}
+        self._last_agent_message = ""
 
     def read(self, response: StreamResponse) -> list[RemoteEvent]:
         """The events in one stream response (usually one)."""
         kind = response.WhichOneof("payload")
         if kind == "message":
             text = _text_of(response.message.parts)
-            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=text)]
         if kind == "task":
             return self._read_task(response.task)
         if kind == "status_update":
@@ -698,7 +897,8 @@ class RemoteStreamReader:
             if not task.artifacts:
                 answers = [m for m in task.history if m.role == Role.ROLE_AGENT]
                 if answers:
-                    events.append(RemoteEvent(text=_text_of(answers[-1].parts)))
+                    self._last_agent_message = _text_of(answers[-1].parts)
+                    events.append(RemoteEvent(text=self._last_agent_message))
         events.extend(self._read_status(task.status))
         return events
 
@@ -707,15 +907,15 @@ class RemoteStreamReader:
         text = _text_of(status.message.parts) if status.HasField("message") else ""
         if status.state in _PROTO_TERMINAL:
             if state == "completed":
-                return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)] if text else [
-                    RemoteEvent(state="completed", final=True)]
+                end = RemoteEvent(state="completed", final=True, answer=self._answer(text))
+                return [RemoteEvent(text=text), end] if text else [end]
             if state == "rejected":
                 return [RemoteEvent(state="failed", final=True,
                                     error=f"{self.agent_name} rejected the task" + (f": {text}" if text else "."))]
             return [RemoteEvent(state=state, final=True, error=text or None)]
         if status.state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
             # A delegation cannot answer back; what the agent asked is its answer.
-            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True)]
+            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=self._answer(text))]
         if text:
             self._status_text.append(text)
         return [RemoteEvent(text=text, state=state)]
@@ -732,6 +932,15 @@ class RemoteStreamReader:
         if seen is None and streamed and not streamed.endswith("\n"):
             text = "\n\n" + text
         return [RemoteEvent(text=text)]
+
+    def _answer(self, final_text: str) -> str | None:
+        """The result: the artifacts (in the order they came), then the final message; None when neither."""
+        pieces = [t for t in self._artifact_text.values() if t.strip()]
+        if final_text.strip() and final_text not in pieces:
+            pieces.append(final_text)
+        if not pieces and self._last_agent_message.strip():
+            pieces.append(self._last_agent_message)
+        return "\n\n".join(p.strip("\n") for p in pieces) or None
 
 
 def _text_of(parts: Iterable[Part]) -> str:

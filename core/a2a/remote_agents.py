@@ -166,9 +166,15 @@ class RemoteAgentDirectory:
         return True
 
     async def list(self) -> list[RemoteAgentView]:
-        """Every registration, by id (`online`: it is in the registry)."""
+        """Every registration, by id (`online`: in the registry and reachable).
+
+        Reachability is what the agent's last call said, or a check of its card when that is
+        older than `REACHABILITY_MAX_AGE_S` (made here, all agents at once, a few seconds at most).
+        """
         async with self.db.session() as s:
             rows = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
+        http_agents = [a for a in (self.registry.remote(r.id) for r in rows) if getattr(a, "kind", None) == "http"]
+        await asyncio.gather(*(a.check_reachable() for a in http_agents))
         views = []
         for row in rows:
             agent = self.registry.remote(row.id)
@@ -273,7 +279,7 @@ def _view(agent: Any, owner_id: int | None) -> RemoteAgentView:
     return RemoteAgentView(
         id=agent.id, name=agent.name, description=agent.description, card_url=agent.card_url,
         url=info.get("url"), protocol_version=info.get("protocolVersion"), streaming=bool(info.get("streaming")),
-        skills=list(info.get("skills") or []), online=True, owner_id=owner_id,
+        skills=list(info.get("skills") or []), online=agent.reachable, owner_id=owner_id,
     )
 
 

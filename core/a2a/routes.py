@@ -1,6 +1,7 @@
 """HTTP routes of issue 6: standard A2A for every agent, API keys, remote agents by card URL.
 
     GET    /a2a/agents/{id}/.well-known/agent-card.json   the agent's card (public)
+    GET    /.well-known/agent-card.json                    the default agent's card (public)
     POST   /a2a/agents/{id}                                A2A JSON-RPC, v1.0 and v0.3 (API key required)
     GET    /api/a2a/keys            POST /api/a2a/keys            DELETE /api/a2a/keys/{key_id}
     GET    /api/a2a/remote-agents   POST /api/a2a/remote-agents   DELETE /api/a2a/remote-agents/{id}
@@ -33,15 +34,20 @@ KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from 
 
 
 def a2a_router() -> APIRouter:
-    """`/a2a/agents/{id}`: the card and the JSON-RPC endpoint of every agent in the registry."""
-    router = APIRouter(prefix="/a2a/agents", tags=["a2a"])
+    """`/a2a/agents/{id}`: the card and the JSON-RPC endpoint of every agent; the root card."""
+    router = APIRouter(tags=["a2a"])
 
-    @router.get("/{agent_id}/.well-known/agent-card.json", response_model=None)
+    @router.get("/.well-known/agent-card.json", response_model=None)
+    async def read_root_agent_card(request: Request, services: ServicesDep) -> Response:
+        """The default agent's A2A card (`DEFAULT_AGENT`), where generic clients look for one; no key needed."""
+        return await (await a2a_server(services)).root_card_response(request)
+
+    @router.get("/a2a/agents/{agent_id}/.well-known/agent-card.json", response_model=None)
     async def read_agent_card(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
-        """The agent's A2A card (v1.0, with the v0.3 fields); no key needed."""
+        """The agent's A2A card (v1.0; v0.3 with `A2A-Version: 0.3`); no key needed."""
         return await (await a2a_server(services)).card_response(agent_id, request)
 
-    @router.post("/{agent_id}", response_model=None)
+    @router.post("/a2a/agents/{agent_id}", response_model=None)
     async def call_agent(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
         """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
         return await (await a2a_server(services)).rpc_response(agent_id, request)

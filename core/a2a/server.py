@@ -5,7 +5,8 @@ and `AgentRequestHandler` are the a2a-sdk server interfaces of one endpoint over
 (`a2a_task_sessions`); they change together when the SDK does, and the wire itself is in
 `core/a2a/protocol.py`.
 
-    GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0, with the v0.3 fields)
+    GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0; v0.3 with `A2A-Version: 0.3`)
+    GET  /.well-known/agent-card.json                    the same for the default agent (`DEFAULT_AGENT`)
     POST /a2a/agents/{id}                                JSON-RPC: v1.0 (A2A-Version: 1.0) and v0.3
 
 Local agents (database) and remote ones (`AgentRegistry`) are looked up by id
@@ -47,6 +48,7 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy import and_, func, or_
 from sqlmodel import col, select
 
 from core.a2a import api_keys
@@ -61,13 +63,17 @@ from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
 from core.web.input_limits import read_capped
-from models import A2ATaskSession
+from models import A2ATaskSession, AgentMessage
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+# What a message with a contextId this caller does not have gets (-32602), also said on every card.
+UNKNOWN_CONTEXT = ("There is no context {context_id!r} for this agent and key: send the contextId of one of your "
+                   "earlier tasks with this agent to continue that conversation, or none to start a new one.")
+CONTEXT_RULE = ("Conversations: send the contextId of one of your earlier tasks with this agent to continue it "
+                "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced.")
 PROVIDER = "A2A Delegation Chat"
-LIST_PAGE_SIZE_MAX = 100
 
 
 def _app_version() -> str:
@@ -95,15 +101,25 @@ class A2AServer:
         self.dispatcher = wire.create_dispatcher(self.handler)
 
     async def card_response(self, agent_id: str, request: Request) -> Response:
-        """The agent's public card (no key needed), with a weak ETag."""
+        """The agent's public card (no key needed), with a weak ETag.
+
+        A v1.0 card unless the client asks for v0.3 (`A2A-Version: 0.3`, as a header or a query
+        parameter): one document cannot be both (`protocol.card_json`).
+        """
         spec = await self.cards.spec(agent_id)
         if spec is None:
             return JSONResponse({"detail": f"There is no agent {agent_id!r}."}, status_code=404)
-        body = wire.card_json(wire.build_card(spec))
+        version = request.headers.get(wire.VERSION_HEADER) or request.query_params.get(wire.VERSION_HEADER)
+        body = wire.card_json(wire.build_card(spec), version=version)
         etag = 'W/"' + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:32] + '"'
+        headers = {"ETag": etag, "Vary": wire.VERSION_HEADER}
         if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"ETag": etag})
-        return JSONResponse(body, headers={"ETag": etag})
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
+
+    async def root_card_response(self, request: Request) -> Response:
+        """The card at the server root (`/.well-known/agent-card.json`): the default agent's (`DEFAULT_AGENT`)."""
+        return await self.card_response(self.settings.default_agent, request)
 
     async def rpc_response(self, agent_id: str, request: Request) -> Response:
         """Check the key and the body, then hand the request to the dispatcher."""
@@ -178,7 +194,7 @@ class AgentCards:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
         common = {"rpc_url": self.rpc_url(agent_id), "version": self.version, "provider": PROVIDER,
-                  "provider_url": self.settings.base_url}
+                  "provider_url": self.settings.base_url, "notes": CONTEXT_RULE}
         if agent is not None:
             extra = (wire.SkillSpec(id="delegate", name="Delegates to other agents", tags=("delegation",),
                                     description="May hand parts of a request to the app's other agents."),) \
@@ -228,6 +244,20 @@ class TaskSessionStore(wire.TaskStore):
                 output = "".join(m.content for m in messages if m.role == "assistant" and m.a2a_task_id == row.id)
         return _snapshot(row, output)
 
+    async def context_running_task(self, context_id: str, *, user_id: int, agent_id: str) -> str | None:
+        """For a context of this caller with this agent: the id of its running task, or '' when none runs.
+
+        None when the context is unknown, another caller's, or another agent's (the same answer for all three).
+        """
+        async with self.db.session() as s:
+            rows = list((await s.exec(select(A2ATaskSession).where(
+                A2ATaskSession.session_id == context_id, A2ATaskSession.caller_user_id == user_id,
+                A2ATaskSession.callee_agent_slug == agent_id,
+            ))).all())
+        if not rows:
+            return None
+        return next((r.id for r in rows if r.state not in TERMINAL_STATES), "")
+
     async def get(self, task_id: str, context: wire.ServerCallContext) -> wire.Task | None:
         """The Task, or None when unknown to this caller."""
         snap = await self.snapshot(task_id, user_id=context.state.get("user_id"),
@@ -239,19 +269,39 @@ class TaskSessionStore(wire.TaskStore):
         raise NotImplementedError("tasks are written by DelegationService, which also streams their events")
 
     async def list(self, params: wire.ListTasksRequest, context: wire.ServerCallContext) -> wire.ListTasksResponse:
-        """The caller's tasks for this agent, newest first, a page at a time (`pageToken` is an offset)."""
+        """The caller's tasks for this agent, filtered, last updated first, a page at a time (§3.1.4).
+
+        The page token is a cursor (status time and id of the last task of a page), so pages
+        stay consistent while tasks are added; `totalSize` counts the tasks that match the filters.
+        """
+        query = wire.read_list_request(params)
         user_id, agent_id = context.state.get("user_id"), context.state.get("agent_id", "")
-        size = min(params.page_size or 50, LIST_PAGE_SIZE_MAX)
-        offset = _page_offset(params.page_token)
+        matching = [A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id]
+        if query.context_id:
+            matching.append(A2ATaskSession.session_id == query.context_id)
+        if query.state is not None:
+            matching.append(A2ATaskSession.state == query.state)
+        if query.updated_after is not None:
+            matching.append(col(A2ATaskSession.updated_at) >= query.updated_after)
+        page_query = select(A2ATaskSession).where(*matching)
+        if query.after is not None:
+            when = wire.cursor_time(query.after)
+            page_query = page_query.where(or_(
+                col(A2ATaskSession.updated_at) < when,
+                and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id)))
+        page_query = page_query.order_by(col(A2ATaskSession.updated_at).desc(), col(A2ATaskSession.id).desc())
         async with self.db.session() as s:
-            query = select(A2ATaskSession).where(
-                A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id,
-            ).order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).offset(offset).limit(size + 1)
-            rows = list((await s.exec(query)).all())
-        page = [wire.to_task(_snapshot(r, ""), history_length=params.history_length or None) for r in rows[:size]]
-        response = wire.ListTasksResponse(tasks=page, page_size=size)
-        if len(rows) > size:
-            response.next_page_token = str(offset + size)
+            total = (await s.exec(select(func.count()).select_from(A2ATaskSession).where(*matching))).one()
+            rows = list((await s.exec(page_query.limit(query.page_size + 1))).all())
+            outputs = await _answers(s, [r.id for r in rows[:query.page_size] if r.state in TERMINAL_STATES])
+        page = rows[:query.page_size]
+        response = wire.ListTasksResponse(
+            tasks=[wire.to_task(_snapshot(r, outputs.get(r.id, "")), history_length=query.history_length,
+                                artifacts=query.artifacts) for r in page],
+            page_size=query.page_size, total_size=total,
+        )
+        if len(rows) > query.page_size:
+            response.next_page_token = wire.list_page_token(page[-1].updated_at, page[-1].id)
         return response
 
     async def delete(self, task_id: str, context: wire.ServerCallContext) -> None:
@@ -259,10 +309,22 @@ class TaskSessionStore(wire.TaskStore):
         raise NotImplementedError("tasks are kept as the audit record of delegations; they are not deleted over A2A")
 
 
+async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
+    """The saved answers of these tasks (their assistant messages, joined), by task id."""
+    if not task_ids:
+        return {}
+    query = select(AgentMessage).where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant") \
+        .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
+    answers: dict[str, str] = {}
+    for message in (await s.exec(query)).all():
+        answers[message.a2a_task_id] = answers.get(message.a2a_task_id, "") + message.content
+    return answers
+
+
 def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
     return wire.TaskSnapshot(
         id=row.id, context_id=row.session_id, state=row.state, input=row.input, output=output, error=row.error,
-        created_at=row.created_at, updated_at=row.updated_at,
+        created_at=row.created_at, updated_at=row.updated_at, input_message_id=row.input_message_id,
         metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens,
                   "outputTokens": row.output_tokens},
     )
@@ -309,15 +371,31 @@ class AgentRequestHandler(wire.RequestHandler):
             yield event
 
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> str:
+        """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4)."""
         if incoming.task_id is not None:
             snap = await self.store.snapshot(incoming.task_id, user_id=user_id, agent_id=agent_id)
             if snap is None:
                 raise wire.TaskNotFoundError(message=f"There is no task {incoming.task_id!r} for this agent and key.")
+            if incoming.context_id is not None and incoming.context_id != snap.context_id:
+                raise wire.InvalidParamsError(
+                    message=f"Task {snap.id} belongs to context {snap.context_id!r}, not {incoming.context_id!r}: "
+                            "send the task's own contextId, or none.")
             raise wire.UnsupportedOperationError(
                 message=f"Task {incoming.task_id} is {wire.state_name(snap.state)}; this agent does not take "
-                        "follow-up messages in a task. Send the message without taskId to start a new task.")
+                        "follow-up messages in a task. Send the message without taskId to start a new task "
+                        f"(with contextId {snap.context_id!r} to continue the same conversation).")
+        if incoming.context_id is not None:
+            running = await self.store.context_running_task(incoming.context_id, user_id=user_id, agent_id=agent_id)
+            if running is None:
+                raise wire.InvalidParamsError(message=UNKNOWN_CONTEXT.format(context_id=incoming.context_id[:80]))
+            if running:
+                raise wire.UnsupportedOperationError(
+                    message=f"Task {running} of context {incoming.context_id!r} is still running: wait for its end "
+                            "(SubscribeToTask) or cancel it before sending the next message in this context.")
         try:
-            return await self.delegation.start_external_task(agent_id, incoming.text, user_id=user_id)
+            return await self.delegation.start_external_task(
+                agent_id, incoming.text, user_id=user_id, session_id=incoming.context_id,
+                message_id=incoming.message_id or None)
         except DelegationRefused as exc:
             raise wire.InvalidParamsError(message=str(exc)) from exc
 
@@ -325,12 +403,12 @@ class AgentRequestHandler(wire.RequestHandler):
 
     async def on_get_task(self, params: Any, context: wire.ServerCallContext) -> wire.Task | None:
         """The task from the database (answers after a restart too)."""
+        history_length = wire.read_history_length(params)
         agent_id, user_id = _caller(context)
         snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
         if snap is None:
             raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
-        history = params.history_length if params.HasField("history_length") else None
-        return wire.to_task(snap, history_length=history)
+        return wire.to_task(snap, history_length=history_length)
 
     async def on_list_tasks(self, params: Any, context: wire.ServerCallContext) -> wire.ListTasksResponse:
         """This key's tasks for this agent, newest first."""
@@ -448,21 +526,3 @@ def _caller(context: wire.ServerCallContext) -> tuple[str, int]:
     agent_id, user_id = context.state.get("agent_id"), context.state.get("user_id")
     assert agent_id and isinstance(user_id, int), "the route authenticates before dispatching"
     return agent_id, user_id
-
-
-MAX_PAGE_OFFSET = 2**31 - 1
-
-
-def _page_offset(page_token: str) -> int:
-    """The offset a `pageToken` of ours stands for (empty: the first page).
-
-    Raises:
-        InvalidParamsError: not a token this server handed out (-32602).
-    """
-    if not page_token:
-        return 0
-    if not page_token.isdigit() or len(page_token) > 10 or int(page_token) > MAX_PAGE_OFFSET:
-        raise wire.InvalidParamsError(
-            message=f"pageToken {page_token[:40]!r} is not one this server handed out: pass the nextPageToken "
-                    "of an earlier ListTasks answer, or none for the first page.")
-    return int(page_token)

@@ -231,14 +231,18 @@ class AgentConnection:
     async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
         """Run a task for the registry (RemoteAgent protocol): plain events until the final one."""
         task = self.open_task(text, task_id=task_id, context_id=context_id)
+        answer = wire.Answer()
         async with contextlib.aclosing(task.events()) as events:
             try:
                 async for event in events:
                     failed = event.state in {"failed", "rejected"}
+                    if event.kind == "artifact":
+                        answer.add_artifact(event)
                     yield RemoteEvent(text=wire.answer_piece(event), state="failed" if failed else event.state,
                                       final=event.final,
                                       error=(event.text or f"{self.name} reported that the task failed")
-                                      if failed else None)
+                                      if failed else None,
+                                      answer=(answer.text(event) or None) if event.final and not failed else None)
             except TaskIdle as exc:
                 raise RemoteAgentError(str(exc)) from exc
 
@@ -322,7 +326,7 @@ class TaskStream:
     async def _send(self) -> None:
         self._rpc_id, self._queue = self.conn._register_stream()
         await self.conn._send_line(wire.stream_request(
-            self._rpc_id, self.text, message_id=f"{self.task_id}-{uuid.uuid4().hex[:8]}",
+            self._rpc_id, self.text, message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
             context_id=self.context_id, v1=self.conn.v1))
 
     async def _next(self) -> Any:

@@ -122,24 +122,6 @@ class BrokerTask:
         }
 
 
-@dataclass(slots=True)
-class _Result:
-    """What a task answered, assembled from its events for the final inject."""
-
-    artifacts: dict[str, str] = field(default_factory=dict)
-    last_progress: str = ""
-
-    def add_artifact(self, event: wire.WireEvent) -> None:
-        key = event.artifact_id or f"artifact-{len(self.artifacts)}"
-        self.artifacts[key] = (self.artifacts.get(key, "") + event.text) if event.append else event.text
-
-    def text(self, final: wire.WireEvent) -> str:
-        pieces = [t for t in self.artifacts.values() if t.strip()]
-        if final.text.strip() and final.text not in pieces:
-            pieces.append(final.text)
-        return "\n".join(pieces).strip() or self.last_progress
-
-
 class Broker:
     """Connections, tasks and the return path."""
 
@@ -402,7 +384,7 @@ class Broker:
 
     async def _relay(self, record: BrokerTask) -> None:
         stream = record.agent.open_task(record.text, task_id=record.id)
-        result = _Result()
+        result = wire.Answer()
         state, final_text = "failed", ""
         try:
             async with contextlib.aclosing(stream.events()) as events:
@@ -416,8 +398,9 @@ class Broker:
                         await self._observe(record, record.observer.on_text(wire.answer_piece(event)))
                     if event.kind == "artifact":
                         result.add_artifact(event)
-                        if event.text:
+                        if event.text:  # seed 003: each event's text is injected, artifacts' too (throttled)
                             record.last_text = event.text
+                            await self._progress(record, event.text)
                         continue
                     if event.final:
                         # Interrupted states (input-required, auth-required) end the relay too, under their name.

@@ -187,6 +187,30 @@ def answer_piece(event: WireEvent) -> str:
     return event.text if event.final else f"{event.text}\n\n"
 
 
+@dataclass(slots=True)
+class Answer:
+    """What a task answered, as an A2A client reads it: its artifacts, else its final status message.
+
+    Progress (working status messages) is not the answer; `last_progress` is what to fall back
+    on when a caller wants one (the broker's final inject does).
+    """
+
+    artifacts: dict[str, str] = field(default_factory=dict)
+    last_progress: str = ""
+
+    def add_artifact(self, event: WireEvent) -> None:
+        """Take an artifact update (a whole artifact, or a chunk appended to one)."""
+        key = event.artifact_id or f"artifact-{len(self.artifacts)}"
+        self.artifacts[key] = (self.artifacts.get(key, "") + event.text) if event.append else event.text
+
+    def text(self, final: WireEvent) -> str:
+        """The answer once `final` (the last event) came: the artifacts, then the final message, one per line."""
+        pieces = [t for t in self.artifacts.values() if t.strip()]
+        if final.text.strip() and final.text not in pieces:
+            pieces.append(final.text)
+        return "\n".join(pieces).strip() or self.last_progress
+
+
 def normalise_state(value: Any) -> str | None:
     """`TASK_STATE_INPUT_REQUIRED` and `input-required` both become `input-required`."""
     if not isinstance(value, str) or not value:

@@ -24,6 +24,8 @@ Behaviour (documented in the README, relied on by the tests):
    offered (so do mentions when `agent_invoke` is not offered but the tool is).
 3. `/lorem N`: N words of lorem ipsum (N up to 100,000), for long streams.
 4. `/error`: a few tokens, then a failure (to try error handling end to end).
+   `/history`: what came before in the conversation, one line per message
+   ("- you: …", "- me: …"), to see what an agent was given (A2A contexts).
 5. Otherwise: an echo of the message with a short guide. When the system prompt
    mentions code, the reply carries a fenced Python block.
 
@@ -65,6 +67,7 @@ _SLOW = re.compile(r"/slow\s+(\d+)\s+(\d+)")
 _FAIL = re.compile(r"/fail\s+(\d+)")
 _TIMEOUT = re.compile(r"/timeout\s+(\d+)\s+(.*)", re.DOTALL)
 _PARALLEL = re.compile(r"/parallel\s+(\d+)\s+(.*)", re.DOTALL)
+HISTORY_COMMAND = "/history"
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _LOREM = (
@@ -191,6 +194,8 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
 
     if text == "/hang":
         return DemoReply(tokenize(HANG_LINE), hang=True)
+    if text == HISTORY_COMMAND:
+        return DemoReply(tokenize(_history(messages[:-1])))
 
     return DemoReply(tokenize(_echo(text, wants_code="code" in system.lower())))
 
@@ -210,6 +215,16 @@ def _delegate(mentions: list[tuple[str, str]], timeout_ms: int | None) -> DemoRe
         calls.append(DemoToolCall(id=f"call_{i}_{slug}"[:40], name=AGENT_INVOKE_TOOL,
                                   arguments=json.dumps(arguments, ensure_ascii=False)))
     return DemoReply(tokenize(f"Delegating to {names}.\n\n"), tool_calls=calls)
+
+
+def _history(earlier: list[dict[str, Any]]) -> str:
+    said = [(m["role"], " ".join(_content_text(m).split())) for m in earlier if m.get("role") in ("user", "assistant")]
+    said = [(role, text) for role, text in said if text]
+    if not said:
+        return "Nothing came before this message in our conversation."
+    lines = [f"- {'you' if role == 'user' else 'me'}: {text if len(text) <= 80 else text[:79] + '…'}"
+             for role, text in said]
+    return "Earlier in our conversation:\n\n" + "\n".join(lines)
 
 
 def _echo(text: str, *, wants_code: bool) -> str:

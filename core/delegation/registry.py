@@ -26,16 +26,19 @@ class RemoteEvent:
     """One piece of a remote agent's answer, already out of its wire format.
 
     Attributes:
-        text: text to append to the answer (may be empty).
+        text: text to show after what was shown so far (the side panel's stream; may be empty).
         state: the task state the remote agent reported, if it did (working, completed, failed, canceled, ...).
         final: the remote agent says this is its last event.
         error: why it failed, when it failed.
+        answer: on the final event, the agent's answer as an A2A client reads it (its artifacts, else its
+            final status message): the task's result. None: the text shown is the answer.
     """
 
     text: str = ""
     state: str | None = None
     final: bool = False
     error: str | None = None
+    answer: str | None = None
 
 
 class RemoteAgent(Protocol):

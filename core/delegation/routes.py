@@ -18,8 +18,11 @@ from pydantic import BaseModel, Field
 
 from core.auth.deps import CurrentUser, ServicesDep
 from core.chat.routes import MessageOut, message_out
-from core.delegation.tasks import TaskView, task_stream_key
+from core.delegation.tasks import TaskView, seed_task_shape, task_stream_key
 from core.streaming.sse import hub_sse_response, last_event_id
+
+# Seed 000 §3.2.5: the task stream says it can be resumed (here with Last-Event-ID or ?lastEventId=).
+RESUMABLE = {"X-Stream-Resume": "true"}
 
 
 class TaskOut(BaseModel):
@@ -64,6 +67,9 @@ def tasks_router() -> APIRouter:
     ):
         """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
 
+        Seed 000's shapes: `{"type": "text-delta", "textDelta"}`, `{"type": "error", "message"}`,
+        `{"type": "done", ...}`; the named `state` event is `{taskId, from, to, timestamp}` (seed 002).
+
         `{"active": false, "reason": "no-buffer"}` when nothing is buffered for the task
         (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
         """
@@ -73,7 +79,8 @@ def tasks_router() -> APIRouter:
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
         if await services.delegation.owned_task(user.id, task_id) is None or services.hub.get(key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
-        return hub_sse_response(services.hub, key, last_event_id(request))
+        return hub_sse_response(services.hub, key, last_event_id(request), shape=seed_task_shape(task_id),
+                                headers=RESUMABLE)
 
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
     async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:

@@ -79,11 +79,12 @@ class LocalRun:
 
 @dataclass(slots=True)
 class RemoteRun:
-    """The record of a remote callee's answer, relayed chunk by chunk."""
+    """The record of a remote callee's answer: its stream relayed chunk by chunk, and its result."""
 
     agent_id: str
     fields: dict[str, Any]
     chunks: list[str] = field(default_factory=list)
+    answer: str | None = None  # the agent's answer, when it said which (else: what it streamed)
     state: str | None = None
     error: str | None = None
     status: str = "complete"
@@ -105,14 +106,14 @@ class RemoteRun:
 
     def rows(self) -> list[dict[str, Any]]:
         """The assistant row to save in the task's hidden session (none for an empty, complete answer)."""
-        if not self.chunks and self.status == "complete":
+        if not self.chunks and self.answer is None and self.status == "complete":
             return []
         return [{"role": "assistant", "content": self.text(), "model_id": f"a2a/{self.agent_id}",
                  "status": self.status, "error": self.error, **self.fields}]
 
     def text(self) -> str:
-        """What the remote agent said."""
-        return "".join(self.chunks)
+        """The remote agent's answer: what it gave as its result, else everything it streamed."""
+        return self.answer if self.answer is not None else "".join(self.chunks)
 
 
 RunRecord = LocalRun | RemoteRun

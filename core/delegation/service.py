@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
@@ -49,6 +50,7 @@ from core.delegation.tasks import (
     TaskDetail,
     TaskRecords,
     TaskView,
+    state_event,
     task_stream_key,
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
@@ -99,7 +101,9 @@ class DelegationService:
             if ctx.turnstile is not None:
                 ctx.turnstile.release()
 
-    async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext, *,
+                      session_id: str | None = None, message_id: str | None = None) -> ToolResult:
+        """Run one delegation; `session_id` continues a hidden session (an A2A context), see `create_task`."""
         started = time.monotonic()
         limits = InvokeLimits.from_config(config).for_call(arguments)
         try:
@@ -129,13 +133,17 @@ class DelegationService:
             tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
             callee_name = callee.name if callee is not None else remote.name
             task, user_row = await self.records.create_task(
-                s, slug, callee.id if callee is not None else None, text, depth, ctx
+                s, slug, callee.id if callee is not None else None, text, depth, ctx,
+                session_id=session_id, message_id=message_id,
             )
+            # In a continued context the callee sees the earlier exchanges too.
+            history = await sessions_store.list_messages(s, session_id=task.session_id) \
+                if session_id is not None else [user_row]
         await self._announce(task.id, slug, callee_name, depth, ctx)
         key = task_stream_key(task.id)
         fields = message_fields(task.id, ctx)
         if callee is not None:
-            record: RunRecord = LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, [user_row]),
+            record: RunRecord = LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, history),
                                                     fields=fields))
         else:
             record = RemoteRun(slug, fields)
@@ -191,6 +199,8 @@ class DelegationService:
                 if event.text:
                     record.chunks.append(event.text)
                     await self.hub.append(key, "text-delta", {"id": "text-0", "delta": event.text})
+                if event.answer is not None:  # the result, not the progress notes around it
+                    record.answer = event.answer
                 if event.error:
                     record.error = event.error
                 if event.final or (event.state in TERMINAL_STATES):
@@ -230,7 +240,7 @@ class DelegationService:
             "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
-        await self.hub.append(key, "state", {"state": SUBMITTED})
+        await self.hub.append(key, "state", state_event(SUBMITTED, None))
         self.tasks_started += 1
         if ctx.emit is not None:
             await ctx.emit("a2a-task-started", {
@@ -276,7 +286,8 @@ class DelegationService:
     # -- tasks for callers outside the app (A2A JSON-RPC, issue 6) ---------------------------
 
     async def start_external_task(
-        self, agent_slug: str, text: str, *, user_id: int, config: dict[str, Any] | None = None
+        self, agent_slug: str, text: str, *, user_id: int, config: dict[str, Any] | None = None,
+        session_id: str | None = None, message_id: str | None = None,
     ) -> str:
         """Start a delegation for a caller outside the app (an A2A client); returns its id once it exists.
 
@@ -284,6 +295,9 @@ class DelegationService:
         `a2a_<taskId>`, the audit view), with no caller agent and no caller session, owned by
         `user_id`. It runs in the background until it ends, `cancel_external_task` stops it, or
         the service shuts down; `config` is an `agent-invoke` config (limits; default limits when None).
+        `session_id` continues the hidden session of an earlier task of the same caller and callee
+        (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
+        the message, kept on the task.
 
         Raises:
             DelegationRefused: no such agent, or the request is not acceptable; the message says why.
@@ -299,7 +313,8 @@ class DelegationService:
         ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None,  # type: ignore[arg-type]
                           emit=on_event)
         arguments = {"agentSlug": agent_slug, "input": text}
-        run = self._external.spawn(self.invoke(arguments, config or {}, ctx), name=f"a2a task for {agent_slug}")
+        run = self._external.spawn(self._invoke(arguments, config or {}, ctx, session_id=session_id,
+                                                message_id=message_id), name=f"a2a task for {agent_slug}")
         await asyncio.wait([created, run], return_when=asyncio.FIRST_COMPLETED)
         if not created.done():  # refused before a task existed
             result: ToolResult = run.result()

@@ -24,7 +24,9 @@ from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
-from core.streaming.hub import StreamHub
+from core.streaming.hub import StreamEvent, StreamHub
+from core.streaming.sse import Shape
+from core.streaming.sse_stream import iso_now
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
@@ -34,6 +36,39 @@ TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 def task_stream_key(task_id: str) -> str:
     """The hub key of a task's events (seed 000: `a2a_${taskId}`)."""
     return f"a2a_{task_id}"
+
+
+def state_event(state: str, previous: str | None, error: str | None = None) -> dict[str, Any]:
+    """The payload of a task buffer's `state` event: `{state, previous, timestamp}` (and `error`)."""
+    data: dict[str, Any] = {"state": state, "previous": previous, "timestamp": iso_now()}
+    if error:
+        data["error"] = error
+    return data
+
+
+def seed_task_shape(task_id: str) -> Shape:
+    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes.
+
+    Seed 000 (§3.2.2, §3.3.1): text `{"type": "text-delta", "textDelta": …}`, an error
+    `{"type": "error", "message": …}`, the end `{"type": "done", …}` (with the state,
+    error, durationMs and usage). Seed 002: the named `state` event is `{taskId, from, to,
+    timestamp}` (and `error` when the task failed). Every other event is sent as it is in
+    the buffer (the chat turn's shape, which the side panel and the A2A server read).
+    """
+
+    def shape(event: StreamEvent) -> tuple[str, dict[str, Any]]:
+        kind, data = event.type, event.data
+        if kind == "text-delta":
+            return kind, {"textDelta": data.get("delta", "")}
+        if kind == "error":
+            return kind, {"message": data.get("errorText") or data.get("message") or ""}
+        if kind == "state":
+            seed = {"taskId": task_id, "from": data.get("previous"), "to": data.get("state"),
+                    "timestamp": data.get("timestamp")}
+            return kind, {**seed, "error": data["error"]} if data.get("error") else seed
+        return kind, data
+
+    return shape
 
 
 @dataclass(slots=True)
@@ -94,35 +129,50 @@ class TaskRecords:
     # -- writing -------------------------------------------------------------------------
 
     async def create_task(
-        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext
+        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext, *,
+        session_id: str | None = None, message_id: str | None = None,
     ) -> tuple[A2ATaskSession, AgentMessage]:
-        """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`."""
-        # A remote callee has no local agent row: its hidden session belongs to the caller's agent
-        # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
-        owner_id = callee_id if callee_id is not None else ctx.agent_id
-        if owner_id is None:
-            owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
-        hidden = await sessions_store.create_session(
-            s, user_id=ctx.user_id, agent_id=owner_id,
-            title=sessions_store.make_title(f"Task: {text}"),
-        )
+        """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`.
+
+        Args:
+            s: the database session to write in.
+            slug: the callee's registry id; `callee_id` its local agent row (None for a remote agent).
+            callee_id: see `slug`.
+            text: what the caller asks.
+            depth: the task's recursion depth.
+            ctx: the caller (user, agent, session, parent task, tool call).
+            session_id: continue this hidden session (an A2A context) instead of opening a new one;
+                the caller has checked that it is one of its own with this callee.
+            message_id: the A2A client's `messageId` of the input, kept on the task.
+        """
+        if session_id is None:
+            # A remote callee has no local agent row: its hidden session belongs to the caller's agent
+            # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
+            owner_id = callee_id if callee_id is not None else ctx.agent_id
+            if owner_id is None:
+                owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
+            hidden = await sessions_store.create_session(
+                s, user_id=ctx.user_id, agent_id=owner_id,
+                title=sessions_store.make_title(f"Task: {text}"),
+            )
+            session_id = hidden.id
         task = A2ATaskSession(
-            session_id=hidden.id, callee_agent_id=callee_id, callee_agent_slug=slug,
+            session_id=session_id, callee_agent_id=callee_id, callee_agent_slug=slug,
             caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
             parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
-            input=text, tool_call_id=ctx.tool_call_id or None,
+            input=text, tool_call_id=ctx.tool_call_id or None, input_message_id=message_id,
         )
         s.add(task)
         await s.commit()
         await s.refresh(task)
-        [user_row] = await sessions_store.add_messages(s, session_id=hidden.id, messages=[{
+        [user_row] = await sessions_store.add_messages(s, session_id=session_id, messages=[{
             "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
             "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
         }])
         return task, user_row
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Record the task's new state, then tell its stream (`state` {state, previous, error})."""
+        """Record the task's new state, then tell its stream (`state` {state, previous, timestamp, error})."""
         async with self.db.session() as s:
             row = await s.get(A2ATaskSession, task_id)
             if row is not None:
@@ -131,10 +181,7 @@ class TaskRecords:
                     row.finished_at = row.updated_at
                 s.add(row)
                 await s.commit()
-        data = {"state": state, "previous": previous}
-        if error:
-            data["error"] = error
-        await self.hub.append(task_stream_key(task_id), "state", data)
+        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
 
     async def save_answer(self, task_id: str, rows: list[dict[str, Any]], *, input_tokens: int,
                           output_tokens: int) -> None:

@@ -57,7 +57,7 @@ import inspect
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any, Generic, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -77,6 +77,8 @@ KEEPALIVE_S = 30.0
 SEND_TIMEOUT_S = 30.0
 #: Hub event types sent as named SSE events (the seed's typed events).
 SEED_EVENT_TYPES: frozenset[str] = frozenset({"progress", "state", "artifact"})
+#: An endpoint's own wire shape of hub events: `(type, payload)` for one event (`hub_sse_response`).
+Shape = Callable[[StreamEvent], tuple[str, dict[str, Any]]]
 
 # One write carries at most this many queued events, or about this many bytes.
 _MAX_BATCH_EVENTS = 512
@@ -87,7 +89,7 @@ _lenient_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), d
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _KEEPALIVE = ServerSentEvent(comment="keep-alive", sep="\n")
 
-#: Why a connection or a stream ended (`SSEStream.close_reason`, the "close" listeners' argument).
+#: Why a connection or a stream ended (`SSEStream.close_reason`).
 CLOSED = "closed"  # close() was called
 DISCONNECT = "disconnect"  # the client went away
 WRITE_ERROR = "write-error"  # a write failed or stalled past send_timeout_s
@@ -194,7 +196,7 @@ class SSEResponse(EventSourceResponse):
         on_end: Callable[[str], None] | None = None,
         keepalive_s: float | None = KEEPALIVE_S,
         send_timeout_s: float | None = SEND_TIMEOUT_S,
-        headers: dict[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             content,
@@ -271,6 +273,8 @@ def hub_sse_response(
     keepalive_s: float | None = KEEPALIVE_S,
     retry_ms: int | None = RETRY_MS,
     send_timeout_s: float | None = SEND_TIMEOUT_S,
+    shape: Shape | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     """An SSE response of the hub buffer `key`, resuming after `resume_after` (the raw header value).
 
@@ -278,6 +282,9 @@ def hub_sse_response(
     is answered 404 (JSON); a finished buffer with nothing after the client's id,
     204. Hub events whose type is in `named` are sent as `event: <type>` with
     their payload as data; the others unnamed, as `{"type": ..., **payload}`.
+    `shape`, when given, turns each hub event into the `(type, payload)` this
+    endpoint sends (an endpoint's own wire shape; ids stay the hub's); `headers`
+    are added to the response's.
     """
     info = hub.get(key)
     if info is None:
@@ -297,19 +304,21 @@ def hub_sse_response(
         subscription.close()
         return nothing_more()
     return SSEResponse(
-        _hub_connection(subscription, reset_reason, frozenset(named), _retry_line(retry_ms), after or 0),
+        _hub_connection(subscription, reset_reason, frozenset(named), _retry_line(retry_ms), after or 0, shape),
         on_end=lambda _reason: subscription.close(),
         keepalive_s=keepalive_s,
         send_timeout_s=send_timeout_s,
+        headers=headers,
     )
 
 
-def _hub_frame(event: StreamEvent, named: frozenset[str]) -> bytes:
-    if event.type in named:
-        payload: Any = event.data
-        name: str | None = event.type
+def _hub_frame(event: StreamEvent, named: frozenset[str], shape: Shape | None = None) -> bytes:
+    kind, data = shape(event) if shape is not None else (event.type, event.data)
+    if kind in named:
+        payload: Any = data
+        name: str | None = kind
     else:
-        payload = {"type": event.type, **event.data}
+        payload = {"type": kind, **data}
         name = None
     try:
         text = _encoder.encode(payload)
@@ -321,7 +330,8 @@ def _hub_frame(event: StreamEvent, named: frozenset[str]) -> bytes:
 
 
 async def _hub_connection(
-    subscription: Subscription, reset_reason: str | None, named: frozenset[str], prefix: bytes, after: int
+    subscription: Subscription, reset_reason: str | None, named: frozenset[str], prefix: bytes, after: int,
+    shape: Shape | None = None,
 ) -> AsyncIterator[bytes]:
     last_id = after
     batches = _ReadyBatches(subscription, _MAX_BATCH_EVENTS)
@@ -338,8 +348,8 @@ async def _hub_connection(
                 yield prefix + _notice("overflow", reason=str(exc), lastEventId=last_id)
                 return
             last_id = events[-1].id
-            chunk = b"".join([_hub_frame(event, named) for event in events]) if len(events) > 1 else \
-                _hub_frame(events[0], named)
+            chunk = b"".join([_hub_frame(event, named, shape) for event in events]) if len(events) > 1 else \
+                _hub_frame(events[0], named, shape)
             if prefix:
                 chunk = prefix + chunk
                 prefix = b""

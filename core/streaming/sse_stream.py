@@ -161,11 +161,13 @@ class SSEStream:
             its last client goes away, as the seed's `req.on('close', ...)` does.
             Set it to False for a stream that clients may leave and resume.
 
-    Listeners: `on("event", fn)` calls `fn(event, data)` for every event sent
-    (data as given, before serialisation); `on("close", fn)` calls `fn(reason)`
-    once, with `"closed"`, `"disconnect"`, `"write-error"` or `"shutdown"`. A
-    listener that raises is logged; it never breaks the producer. A listener may
-    be a coroutine function; it is then scheduled on the running loop.
+    Listeners, as seed 002 calls them: `on("event", fn)` calls `fn({"event": event,
+    "data": data})` (one object, data as given, before serialisation) for every
+    event sent; `on("close", fn)` calls `fn()` once, with no argument (why it
+    closed is `close_reason`: `"closed"`, `"disconnect"`, `"write-error"` or
+    `"shutdown"`). A listener that raises is logged; it never breaks the
+    producer. A listener may be a coroutine function; it is then scheduled on
+    the running loop.
     """
 
     def __init__(
@@ -229,7 +231,7 @@ class SSEStream:
             for sub in tuple(self._subscribers):
                 sub.push(item)
         if self._listeners["event"]:
-            self._emit("event", event, data)
+            self._emit("event", {"event": event, "data": data})
         return event_id
 
     def send_progress(self, task_id: str, message: str, progress: float | None = None) -> int | None:
@@ -259,7 +261,7 @@ class SSEStream:
         return [e for e in self._events if e.id > self._handed_up_to]
 
     def on(self, name: str, listener: Listener) -> Listener:
-        """Call `listener` on "event" (`listener(event, data)`) or "close" (`listener(reason)`); returns it."""
+        """Call `listener` on "event" (`listener({"event": …, "data": …})`) or "close" (`listener()`); returns it."""
         if name not in self._listeners:
             raise ValueError(f"unknown SSEStream event {name!r}; use 'event' or 'close'")
         self._listeners[name].append(listener)
@@ -368,7 +370,7 @@ class SSEStream:
         for sub in tuple(self._subscribers):
             sub.end()
         self._subscribers.clear()
-        self._emit("close", reason)
+        self._emit("close")
 
     def _emit(self, name: str, *args: Any) -> None:
         for listener in tuple(self._listeners[name]):

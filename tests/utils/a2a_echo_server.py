@@ -8,6 +8,9 @@ the SDK's own routes, handler and in-memory task store. What it answers:
 - `/ticks N`: N `working` status updates with the text `tick i`, then the
   artifact `done after N ticks`, then completed (the bench's trivial agent);
 - `/fail`: one status update, then failed with a reason;
+- `/chunks <words>`: a status note `starting…`, then the words as chunks of one
+  artifact (appended), each after a note `chunk i/N`, then completed: the answer
+  is the artifact alone, the notes are progress;
 - anything else: `Echo: <text>` word by word in status updates, then the
   whole sentence as the artifact, then completed.
 
@@ -52,6 +55,15 @@ class EchoExecutor(AgentExecutor):
             await self._say(updater, task, "trying… ")
             await updater.failed(new_text_message("the echo agent was told to fail", context_id=task.context_id,
                                                   task_id=task.id))
+            return
+        if text.startswith("/chunks "):
+            words = text.split()[1:]
+            await self._say(updater, task, "starting…")
+            for i, word in enumerate(words, 1):
+                await self._say(updater, task, f"chunk {i}/{len(words)}")
+                await updater.add_artifact([Part(text=word if i == 1 else f" {word}")], artifact_id="answer",
+                                           name="answer", append=i > 1, last_chunk=i == len(words))
+            await updater.complete()
             return
         if ticks:
             count = int(ticks.group(1))
