@@ -29,6 +29,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
+from a2a_chat_testing.panel import CHROMIUM_ARGS as KIT_CHROMIUM_ARGS
 from tests.utils.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,14 +37,7 @@ E2E_DIR = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 SERVER_START_TIMEOUT_S = 30.0
 DEMO_MODEL_DELAY_MS = 15
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
+CHROMIUM_ARGS = KIT_CHROMIUM_ARGS  # one list: the testing kit's (a2a_chat_testing/panel.py)
 VIEWPORT = {"width": 1280, "height": 800}
 # NiceGUI treats a child that inherits these as running under pytest and `ui.run` crashes.
 _PYTEST_ONLY_ENV = ("PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION")
@@ -179,6 +173,12 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
         yield launched
     finally:
         launched.close()
+
+
+@pytest.fixture(scope="session")
+def chat_browser(browser: Browser) -> Browser:
+    """The testing kit's browser is this run's (one Playwright driver per process: its sync API allows one)."""
+    return browser
 
 
 @pytest.fixture

@@ -84,5 +84,5 @@ def test_create_an_agent_that_calls_the_coding_assistant_and_chat_with_it(sized_
     send(page, "@coding-assistant write a function that greets")
     expect(page.get_by_test_id("agent-invoke-panel")).to_be_visible(timeout=TURN_TIMEOUT_MS)
     expect(page.get_by_test_id("agent-invoke-tab")).to_contain_text("Coding Assistant")
-    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("done", timeout=SLOW_MS)
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=SLOW_MS)
     wait_for_turn_end(page)

@@ -3,7 +3,7 @@
 It has no conftest, imports no module of the app and uses only the kit's fixtures (the `pytest11`
 plugin) and Playwright.
 
-The suite is the two examples of docs/TESTING.md (tests/testing_kit/), copied into a temporary
+The suite is the two examples of docs/TESTING.md (e2e/testing_kit/), copied into a temporary
 folder and run by pytest in a child process: a delegation that streams into the panel, a failure half
 way with its reason, a timeout, Stop during a callee that never ends, and the REST + SSE path.
 """
