@@ -29,6 +29,7 @@ from tests.utils.app_process import ROOT, app_process, child_env, free_port
 from tests.utils.sync import run_sync
 
 COMMAND_TIMEOUT_S = 30
+HTTP_TIMEOUT_S = 30  # generous: a busy machine (a CI runner, parallel test runs) can stall a fresh app for seconds
 
 
 @dataclass(frozen=True)
@@ -250,16 +251,16 @@ def test_with_an_account_the_app_serves_login_and_docs(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the app did not start listening"
                 time.sleep(0.1)
         assert docs.status_code == 200 and "swagger-ui" in docs.text.lower()
-        assert httpx.get(f"{base}/redoc", timeout=5).status_code == 200  # the docs need no login
-        schema = httpx.get(f"{base}/openapi.json", timeout=5)
+        assert httpx.get(f"{base}/redoc", timeout=HTTP_TIMEOUT_S).status_code == 200  # the docs need no login
+        schema = httpx.get(f"{base}/openapi.json", timeout=HTTP_TIMEOUT_S)
         assert schema.status_code == 200 and "/api/sessions" in schema.json()["paths"]
-        page = httpx.get(f"{base}/", timeout=5)
+        page = httpx.get(f"{base}/", timeout=HTTP_TIMEOUT_S)
         assert page.status_code in {302, 303, 307}
         assert page.headers["location"] == "/login?redirect_to=%2F"
-        login = httpx.get(f"{base}/login", timeout=5)
+        login = httpx.get(f"{base}/login", timeout=HTTP_TIMEOUT_S)
         assert login.status_code == 200 and login.headers.get("x-nicegui-content") == "page"
-        assert httpx.get(f"{base}/api/sessions", timeout=5).status_code == 401
-        assert httpx.get(f"{base}/api/sessions", auth=("alice", "alice-password"), timeout=5).json() == []
+        assert httpx.get(f"{base}/api/sessions", timeout=HTTP_TIMEOUT_S).status_code == 401
+        assert httpx.get(f"{base}/api/sessions", auth=("alice", "alice-password"), timeout=HTTP_TIMEOUT_S).json() == []
         assert "mode: accounts" in app.output
         assert app.stop() == 0
 
@@ -332,8 +333,9 @@ def test_a_stop_signal_while_serving_exits_0_and_keeps_the_running_turn(tmp_path
     data = tmp_path / "data"
     with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
         app.wait_until_serving()
-        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
-        httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"}, timeout=5)
+        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=HTTP_TIMEOUT_S).json()["id"]
+        httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"},
+                   timeout=HTTP_TIMEOUT_S)
         # A client following the answer keeps a connection open while the app stops. The first turn of a
         # fresh app imports LiteLLM: on a busy machine the first token can take over 10 s.
         with httpx.stream("GET", f"{app.base_url}/api/sessions/{session_id}/stream", timeout=30) as stream:
@@ -350,9 +352,9 @@ def test_a_kill_during_an_answer_keeps_what_was_streamed_as_interrupted(tmp_path
     data = tmp_path / "data"
     with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
         app.wait_until_serving()
-        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
+        session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=HTTP_TIMEOUT_S).json()["id"]
         posted = httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"},
-                            timeout=5)
+                            timeout=HTTP_TIMEOUT_S)
         assert posted.status_code == 202
         with httpx.stream("GET", f"{app.base_url}{posted.json()['streamUrl']}", timeout=10) as stream:
             lines = stream.iter_lines()
@@ -364,7 +366,7 @@ def test_a_kill_during_an_answer_keeps_what_was_streamed_as_interrupted(tmp_path
 
     with app_process(data) as app:
         app.wait_until_serving()
-        messages = httpx.get(f"{app.base_url}/api/sessions/{session_id}/messages", timeout=5).json()
+        messages = httpx.get(f"{app.base_url}/api/sessions/{session_id}/messages", timeout=HTTP_TIMEOUT_S).json()
         assert "marked interrupted" in app.output, app.output
     [question, answer] = messages
     assert (question["role"], question["content"]) == ("user", "/lorem 3000")
