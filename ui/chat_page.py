@@ -12,41 +12,35 @@ latest" button); a new chat shows a welcome with the agents and example prompts;
 the left drawer renames, deletes (with undo) and searches chats; the browser tab
 is titled after the chat; Esc stops a reply, or closes the side panel. The user's
 text is shown as written: plain text with its line breaks, and only fenced code
-blocks (```) rendered as code.
+blocks (```) rendered as code. Its pieces are in `ui/chat_parts.py` (welcome,
+tool call cards, the user's text) and `ui/session_drawer.py` (the chat list);
+what is left, at about 440 lines, is one page's life cycle: layout, sending,
+following the turn's stream and applying its events.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import re
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
 from nicegui import Client, background_tasks, ui
 
-from core.broker.tools import TOOL_NAME_PREFIX
 from core.chat.engine import ChatError, SessionChange
-from core.delegation import TaskView, is_terminal, short_task_text, state_word
+from core.delegation import TaskView
 from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
-from models import AgentMessage, AgentSession
-from ui.agent_invoke_panel import STATUS_COLORS, AgentInvokePanel
+from models import AgentMessage
+from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
+from ui.chat_parts import ToolCallCard, parse_json, user_text, welcome
 from ui.frame import page_frame, testid
-from ui.streaming import ChatMarkdown, StreamingMarkdown
+from ui.session_drawer import SessionDrawer
+from ui.streaming import StreamingMarkdown
 
 FLUSH_INTERVAL_S = 0.08  # coalesces streamed chunks into at most ~12 renders per second
 NEW_CHAT_TITLE = "New chat"
-# Shown on a new chat's welcome; each runs with the offline demo model (core/chat/demo_model.py).
-EXAMPLE_PROMPTS = (
-    "Hello! What can you do?",
-    "@coding-assistant write a function that greets",
-    "@planner plan a launch party and ask @@coding-assistant for the invitation script",
-)
-_FENCED = re.compile(r"(^```[^\n]*\n.*?^```[ \t]*$)", re.MULTILINE | re.DOTALL)
 
 
 def register_chat_pages(services: Services) -> None:
@@ -79,7 +73,6 @@ class ChatPage:
         self._typing: ui.element | None = None
         self._running = False
         self.agent_names: dict[str, str] = {}
-        self.search_text = ""
         self._has_messages = False
         self._unwatch: Callable[[], None] | None = None
         client.on_delete(self._stop_following)
@@ -109,24 +102,15 @@ class ChatPage:
         title = view.session.title if view is not None else NEW_CHAT_TITLE
         with page_frame(self.services, title=title, active="/") as frame:
             with frame.drawer:
-                testid(ui.button("New chat", icon="add", on_click=self._new_chat), "new-session-btn").classes(
-                    "w-full")
-                self.search = testid(
-                    ui.input(placeholder="Search chats", on_change=self._on_search).props(
-                        "dense outlined clearable debounce=250 aria-label='Search chats'"),
-                    "session-search",
-                ).classes("w-full q-mt-sm")
-                with self.search.add_slot("prepend"):
-                    ui.icon("search", size="xs")
-                self.session_list = testid(ui.list().props("dense separator"), "session-list").classes("w-full mt-2")
+                self.sessions = SessionDrawer(self.services, self.user_id, lambda: self.session_id, self._new_chat)
             self.frame = frame
-        await self._render_session_list()
+        await self.sessions.render()
         self.panel = AgentInvokePanel(self.services, self.client, self.user_id)
         self.panel.state_listeners.append(self._on_task_state)
 
         with ui.column().classes("w-full max-w-3xl mx-auto pb-4 chat-column") as column:
             self.messages = testid(column, "chat-messages").props("role=log aria-label=Messages")
-            self.welcome = self._welcome(agents)
+            self.welcome = welcome(agents, self._try_example)
             if view is not None:
                 for message in view.messages:
                     self._render_saved(message)
@@ -175,121 +159,9 @@ class ChatPage:
         if self.session_id is not None:
             self._watch()
 
-    def _welcome(self, agents: list) -> ui.element:
-        """A new chat's first screen: the agents, what `@agent` and `/background` do, and example prompts."""
-        with ui.column().classes("w-full gap-3 q-pa-md welcome-card").props("data-testid=welcome") as welcome:
-            ui.label("Start a conversation").classes("text-h5")
-            ui.label("Pick an agent below and write to it. Agents can hand part of the work to other agents: "
-                     "their answers stream into the side panel.").classes("text-grey-8")
-            with ui.column().classes("w-full gap-2").props("data-testid=welcome-agents"):
-                for agent in agents:
-                    with ui.row().classes("w-full items-start gap-2 no-wrap").props(
-                            f"data-testid=welcome-agent data-agent={agent.slug}"):
-                        ui.icon("smart_toy", size="sm").classes("text-primary q-mt-xs")
-                        with ui.column().classes("gap-0 min-w-0"):
-                            with ui.row().classes("items-baseline gap-2"):
-                                ui.label(agent.name).classes("text-weight-medium")
-                                ui.label(f"@{agent.slug}").classes("font-mono text-caption text-grey-7")
-                            if agent.description:
-                                ui.label(agent.description).classes("text-grey-8 text-body2")
-            with ui.column().classes("gap-1 text-body2 text-grey-8").props("data-testid=welcome-help"):
-                ui.markdown("**`@agent-id` …** hands that part of your message to another agent "
-                            "(`@coding-assistant write a function`); the answer streams into the side panel.")
-                ui.markdown("**`/background @agent-id` …** sends a task to an agent connected to the broker; "
-                            "it keeps working while you chat, and its progress shows as notes.")
-            ui.label("Try one:").classes("text-weight-medium")
-            with ui.row().classes("w-full gap-2"):
-                for prompt in EXAMPLE_PROMPTS:
-                    ui.button(prompt, on_click=lambda p=prompt: self._try_example(p)).props(
-                        "outline no-caps align=left data-testid=example-prompt").classes(
-                        "text-left").mark("example-prompt")
-        return welcome
-
     async def _try_example(self, prompt: str) -> None:
         self.input.value = prompt
         await self.send()
-
-    async def _render_session_list(self) -> None:
-        sessions = await self.services.workspace.sessions(self.user_id, self.search_text) if self.user_id else []
-        self.session_list.clear()
-        with self.session_list:
-            if not sessions:
-                ui.item_label("No chats match." if self.search_text else "No chats yet").props("caption").classes(
-                    "q-pa-md").props("data-testid=session-list-empty")
-            for row in sessions:
-                self._session_item(row)
-                if row.id == self.session_id:
-                    ui.page_title(row.title)
-
-    async def _on_search(self, event) -> None:
-        self.search_text = (event.value or "").strip()
-        await self._render_session_list()
-
-    def _session_item(self, row: AgentSession) -> None:
-        active = row.id == self.session_id
-        item = ui.item(on_click=lambda r=row: ui.navigate.to(f"/chat/{r.id}")).props(
-            f"clickable {'active' if active else ''} data-testid=session-item data-session-id={row.id}"
-        ).mark("session-item")
-        with item:
-            with ui.item_section():
-                ui.item_label(row.title).classes("ellipsis").props("data-testid=session-title")
-                ui.item_label(row.updated_at.strftime("%Y-%m-%d %H:%M")).props("caption")
-            with ui.item_section().props("side"):
-                menu_btn = ui.button(icon="more_vert").props(
-                    f"flat round dense size=sm aria-label='Chat actions: {_quote(row.title)}' "
-                    "data-testid=session-menu-btn")
-                # The menu is made when it is first opened: the list is re-rendered after every answer.
-                menu_btn.on("click.stop", lambda b=menu_btn, r=row: self._session_menu(b, r))
-
-    def _session_menu(self, button: ui.button, row: AgentSession) -> None:
-        for child in list(button.default_slot.children):
-            if isinstance(child, ui.menu):
-                child.delete()
-        with button, ui.menu() as menu:
-            ui.menu_item("Rename", lambda: self._rename_dialog(row)).props("data-testid=session-rename")
-            ui.menu_item("Delete", lambda: self._delete(row)).props("data-testid=session-delete")
-        menu.open()
-
-    def _rename_dialog(self, row: AgentSession) -> None:
-        with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full"):
-            ui.label("Rename chat").classes("text-h6")
-            name = testid(ui.input("Title", value=row.title).props("autofocus outlined dense"),
-                          "session-rename-input").classes("w-full")
-
-            async def save() -> None:
-                try:
-                    await self.services.workspace.rename(self.user_id, row.id, name.value or "")
-                except ChatError as exc:
-                    ui.notify(exc.message, color="negative")
-                    return
-                dialog.close()
-                await self._render_session_list()
-
-            name.on("keydown.enter", save)
-            with ui.row().classes("w-full justify-end"):
-                ui.button("Cancel", on_click=dialog.close).props("flat data-testid=session-rename-cancel")
-                testid(ui.button("Save", on_click=save), "session-rename-save")
-        dialog.open()
-
-    def _delete(self, row: AgentSession) -> None:
-        """Ask, then delete a chat (its running answer is stopped first)."""
-        with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full").props("data-testid=session-delete-dialog"):
-            ui.label("Delete this chat?").classes("text-h6")
-            ui.label(row.title).classes("text-grey-8 ellipsis w-full")
-
-            async def confirm() -> None:
-                dialog.close()
-                if not await self.services.workspace.delete(self.user_id, row.id):
-                    ui.notify("That chat is already gone.", color="warning")
-                if row.id == self.session_id:
-                    ui.navigate.to("/")
-                    return
-                await self._render_session_list()
-
-            with ui.row().classes("w-full justify-end"):
-                ui.button("Cancel", on_click=dialog.close).props("flat data-testid=session-delete-cancel")
-                testid(ui.button("Delete", on_click=confirm, color="negative"), "session-delete-confirm")
-        dialog.open()
 
     # -- messages --------------------------------------------------------------------
 
@@ -314,7 +186,7 @@ class ChatPage:
                     ui.markdown(message.content).classes("w-full")
                 results = {r.get("toolCallId"): r for r in message.tool_results or []}
                 for call in message.tool_calls or []:
-                    card = ToolCallCard(call["name"], _parse_json(call.get("arguments")), self.agent_names,
+                    card = ToolCallCard(call["name"], parse_json(call.get("arguments")), self.agent_names,
                                         self.panel.show_task)
                     self._tool_cards[call["id"]] = card
                     result = results.get(call["id"])
@@ -388,7 +260,7 @@ class ChatPage:
             return
         self.input.value = ""
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
-            await self._render_session_list()
+            await self.sessions.render()
 
     async def stop(self) -> None:
         """Stop the running answer (it keeps what it said)."""
@@ -452,7 +324,7 @@ class ChatPage:
                 self._views = {}
                 self._set_generating(False)
                 with contextlib.suppress(Exception):
-                    await self._render_session_list()
+                    await self.sessions.render()
 
     def _flush(self) -> None:
         for view in self._views.values():
@@ -570,124 +442,3 @@ class ChatPage:
             ui.navigate.to(f"/?agent={slug}")
         else:
             self.agent_picker.set_value(self.agent_slug)
-
-
-class ToolCallCard:
-    """A compact card for one tool call inside an assistant message.
-
-    For a delegation it names the callee (display name) and the short request, and says the task's
-    state in the same word as the side panel, `/audit` and the API; other tools say running/done/failed.
-    A delegation card is a button (click, Enter or Space) that opens its task in the side panel.
-    """
-
-    def __init__(self, tool_name: str, arguments: Any, agent_names: dict[str, str],
-                 open_task: Callable[[str], Awaitable[None]]) -> None:
-        self.task_id: str | None = None
-        self._open_task = open_task
-        self._state: str | None = None
-        args = arguments if isinstance(arguments, dict) else {}
-        target = args.get("agentSlug")
-        self.is_delegation = bool(target) and tool_name == "agent_invoke"
-        self.background = tool_name.startswith(TOOL_NAME_PREFIX)  # a broker agent's tool (core/broker/tools.py)
-        request = args.get("input") if self.is_delegation else args.get("task") if self.background else None
-        if self.is_delegation:
-            callee = agent_names.get(str(target), str(target))
-            title, icon = f"Delegated to {callee}", "call_split"
-        elif self.background:
-            callee = tool_name.removeprefix(TOOL_NAME_PREFIX)
-            title, icon = f"Sent to {agent_names.get(callee, callee)} in the background", "schedule_send"
-        else:
-            title, icon = tool_name, "build"
-        with ui.card().tight().classes("w-full q-my-xs tool-call-card").props(
-                "flat bordered data-testid=tool-call") as self.card:
-            with ui.row().classes("items-center gap-2 q-pa-sm no-wrap w-full"):
-                ui.icon(icon, size="xs").classes("text-grey-7")
-                with ui.column().classes("gap-0 min-w-0 col"):
-                    self.title = ui.label(title).classes("text-weight-medium").props("data-testid=tool-call-title")
-                    if isinstance(request, str) and request:
-                        ui.label(short_task_text(request, 80)).classes("text-caption text-grey-7 ellipsis").props(
-                            "data-testid=tool-call-request")
-                self.status = ui.label("submitted" if self.is_delegation else "running…").classes(
-                    "text-grey-7 text-caption").props("data-testid=tool-call-status")
-                self.took = ui.label("").classes("text-grey-7 text-caption").props("data-testid=tool-call-duration")
-            self.detail = ui.label("").classes("text-caption q-px-sm q-pb-sm text-grey-8")
-            self.detail.set_visibility(False)
-        # Listeners are set once, here: adding them after the card is shown makes the browser re-render it.
-        self.card.on("click", self._open)
-        self.card.on("keydown.enter", self._open)
-        self.card.on("keydown.space.prevent", self._open)
-
-    async def _open(self) -> None:
-        if self.task_id is not None:
-            await self._open_task(self.task_id)
-
-    def set_callee(self, name: Any) -> None:
-        """The callee's display name, from the task's announcement."""
-        if isinstance(name, str) and name and self.is_delegation:
-            self.title.set_text(f"Delegated to {name}")
-
-    def finish(self, output: Any, metadata: dict[str, Any], is_error: bool) -> None:
-        """Show the call's outcome (a delegation's task state, once known, takes precedence)."""
-        duration = metadata.get("durationMs")
-        if isinstance(duration, int | float):
-            self.took.set_text(f"{duration / 1000:.1f} s")
-        if is_error:
-            message = output.get("error") if isinstance(output, dict) else str(output)
-            self.detail.set_text(str(message))
-            self.detail.set_visibility(True)
-        if self._state is None:
-            if self.background and not is_error:
-                self.status.set_text("started; the result will follow")
-            elif self.is_delegation and not is_error:
-                self.show_state("completed")
-            elif self.is_delegation:
-                self.show_state("failed")
-            else:
-                self.status.set_text("failed" if is_error else "done")
-                if is_error:
-                    self.status.classes(replace="text-negative text-caption")
-        name = metadata.get("calleeAgentName")
-        if isinstance(name, str) and name:
-            self.title.set_text(f"Sent to {name} in the background" if metadata.get("background")
-                                else f"Delegated to {name}")
-
-    def show_state(self, state: str, duration_ms: int | None = None) -> None:
-        """The task's state, in the shared vocabulary."""
-        if self.background and not is_terminal(state):
-            return  # "started; the result will follow" says more than "working" for a background task
-        word = state_word(state)
-        self._state = state
-        self.status.set_text(word)
-        self.status.classes(replace=f"text-caption text-{STATUS_COLORS.get(word, 'grey-7')}")
-        self.card.props(f"data-state={word}")
-        if duration_ms is not None:
-            self.took.set_text(f"{duration_ms / 1000:.1f} s")
-
-    def link_task(self, task_id: str) -> None:
-        """Clicking the card (or Enter on it) opens that task in the side panel."""
-        self.task_id = task_id
-        self.card.props(f"data-task-id={task_id} tabindex=0 role=button "
-                        "aria-label='Open this task in the side panel'").classes("cursor-pointer")
-
-
-def user_text(text: str) -> None:
-    """The user's message as written: plain text with its line breaks; fenced code blocks as code."""
-    with ui.column().classes("w-full gap-1 user-text-block").props("data-testid=user-text"):
-        for i, part in enumerate(_FENCED.split(text)):
-            if i % 2:
-                ChatMarkdown(part).classes("w-full")
-            elif part.strip("\n"):
-                ui.label(part.strip("\n")).classes("user-text")
-
-
-def _quote(text: str) -> str:
-    return text.replace("'", "’").replace('"', "”")
-
-
-def _parse_json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
