@@ -5,6 +5,7 @@
     python app.py users promote NAME   make an account an admin (the first account is one)
     python app.py users passwd NAME    change a password
     python app.py users list           list accounts
+    python app.py migrate              upgrade the database and exit (a one-shot step before replicas start)
 
 It reads settings, opens the database (running migrations), builds the
 services, adds the routers to NiceGUI's app, registers the pages and calls
@@ -21,7 +22,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,9 +46,12 @@ def build(settings) -> object:
     from core.routes import api_router
     from core.services import Services
     from core.web.api_docs import add_api_docs
+    from core.web.errors import install_error_handlers
+    from core.web.full_collections import FullCollections
     from core.web.request_guards import RequestGuardMiddleware
     from core.web.schemas import validation_error_response
     from ui import register_pages
+    from ui.asgi_middlewares import use_pure_asgi_middlewares
 
     services = Services.build(settings)
     services.prepare()
@@ -57,6 +61,7 @@ def build(settings) -> object:
     app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
                        trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
     app.add_exception_handler(RequestValidationError, validation_error_response)
+    install_error_handlers(app)  # API errors with a `code`, in the caller's Accept-Language
     app.include_router(api_router())
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
@@ -65,13 +70,90 @@ def build(settings) -> object:
     ui.add_head_html('<link rel="stylesheet" href="/assets/app.css">', shared=True)
     ui.add_head_html('<script src="/assets/app.js" defer></script>', shared=True)  # scrolling, code blocks, Esc
     register_pages(services)
+    # ui.run adds NiceGUI's middlewares after this: swap them for pure-ASGI ones before the first request,
+    # and give API and A2A callers that bring no browser session none (ui/asgi_middlewares.py).
+    app.on_startup(lambda: use_pure_asgi_middlewares(app, sessionless_prefixes=("/api/", "/a2a/")))
     app.on_startup(services.start)
     app.on_startup(lambda: stop_gracefully_on_stop_signals(services.stopping))
-    app.on_startup(lambda: print(f"{TITLE}: {services.describe()}\nOpen {settings.base_url}", flush=True))
+    app.on_startup(lambda: print_start_up_line(services, settings.base_url))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
+    app.on_startup(lambda: _start_soon(freeze_start_up_heap, 2.0))
+    app.on_startup(share_the_gil_with_the_event_loop)
+    # Full garbage collections between streams, not in the middle of them (core/web/full_collections.py).
+    full_collections = FullCollections(busy=lambda: services.hub.live_streams() > 0)
+    app.on_startup(full_collections.start)
+    app.on_shutdown(full_collections.stop)
     app.on_shutdown(services.stop)
+    if settings.loop_probe:  # the capacity benchmark's event-loop probe; off unless LOOP_PROBE is set
+        from core.web.loop_probe import LoopProbe
+
+        probe = LoopProbe()
+        app.on_startup(probe.start)
+        app.on_shutdown(probe.stop)
     return services
+
+
+async def freeze_start_up_heap() -> None:
+    """Once LiteLLM and the A2A SDK are loaded, move every object alive then out of the collector's sight.
+
+    The start-up heap (LiteLLM alone is ~3,000 modules) is scanned by every full garbage
+    collection, and a full collection runs on the event loop whenever enough objects
+    survive: 200-300 ms during which no stream moves (docs/ARCHITECTURE.md, "The
+    streaming hot path"). What start-up made lives as long as the process, so `gc.freeze()`
+    lets the collector skip it; what turns create is still collected as before. LiteLLM
+    builds much of itself on its first call, so one demo call (on this loop, like any turn)
+    comes first.
+    """
+    import gc
+    import importlib
+
+    from core.chat.llm import LLMGateway, litellm_module
+
+    await asyncio.to_thread(litellm_module)  # waits for the warm-up's import when it is still running
+    await asyncio.to_thread(importlib.import_module, "core.a2a.server")
+    async for _ in LLMGateway(demo_delay_s=0).stream("local/demo", [{"role": "user", "content": "/lorem 2"}]):
+        pass
+    gc.freeze()
+    log.info("start-up heap frozen: %d objects left out of garbage collection", gc.get_freeze_count())
+
+
+#: How soon a worker thread gives the event loop the GIL back (CPython's default is 5 ms).
+GIL_SWITCH_INTERVAL_S = 0.001
+#: Worker threads at once for `anyio.to_thread` (AnyIO's default is 40).
+WORKER_THREADS = 4
+
+
+def share_the_gil_with_the_event_loop() -> None:
+    """Worker threads hold up the event loop less: they hand the GIL back sooner, and fewer run at once.
+
+    At the end of every stream LiteLLM builds its usage figures in an AnyIO worker thread. With
+    100 streams ending together, dozens of such threads started and took turns with the loop for
+    the GIL, 5 ms at a time: the loop stood still for 20-50 ms (docs/ARCHITECTURE.md, "The
+    streaming hot path"). Pure-Python work gains nothing from more threads than cores, and the
+    file reads AnyIO also runs there are short. Called on the event loop (the limiter is per loop).
+    """
+    import sys
+
+    import anyio.to_thread
+
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+
+
+_start_up_tasks: set[asyncio.Task] = set()
+
+
+def _start_soon(coro_fn: Callable[[], Coroutine[object, object, None]], delay_s: float) -> None:
+    """Run `coro_fn()` as a task `delay_s` after now (the task is kept until it ends)."""
+    loop = asyncio.get_running_loop()
+
+    def start() -> None:
+        task = loop.create_task(coro_fn())
+        _start_up_tasks.add(task)
+        task.add_done_callback(_start_up_tasks.discard)
+
+    loop.call_later(delay_s, start)
 
 
 def serve(settings) -> None:
@@ -110,6 +192,20 @@ def serve(settings) -> None:
     )
 
 
+def migrate_command(settings) -> int:
+    """`migrate`: bring the schema to head (under PostgreSQL's migration lock, so replicas starting meanwhile wait)."""
+    from core.db import Database
+    from core.services import describe_database
+
+    try:
+        Database(settings.database).migrate()
+    except Exception as exc:  # the driver's errors: unreachable server, missing rights, ...
+        print(f"error: could not migrate {describe_database(settings.database)}: {exc}", file=sys.stderr)
+        return 2
+    print(f"the database is at the newest schema: {describe_database(settings.database)}")
+    return 0
+
+
 def users_command(settings, args: argparse.Namespace) -> int:
     """`users add|passwd|list|promote`."""
     from core.auth import accounts
@@ -146,6 +242,15 @@ def users_command(settings, args: argparse.Namespace) -> int:
             await db.close()
 
     return asyncio.run(run())
+
+
+def print_start_up_line(services, base_url: str) -> None:
+    """What the person who started the app reads first, in the language of their shell (`LANG`)."""
+    from core.i18n import _, negotiate, use_language
+
+    shell_language = os.environ.get("LC_ALL") or os.environ.get("LC_MESSAGES") or os.environ.get("LANG")
+    with use_language(negotiate(shell_language)):
+        print(f"{TITLE}: {services.describe()}\n" + _("Open {url}").format(url=base_url), flush=True)
 
 
 def _describe_settings_error(exc: ValueError) -> str:
@@ -250,6 +355,9 @@ def main(argv: list[str] | None = None) -> None:
                  f"{_describe_settings_error(exc)}")
     # NiceGUI keeps per-browser storage on disk; keep it beside the database.
     os.environ.setdefault("NICEGUI_STORAGE_PATH", str(settings.data_dir / ".nicegui"))
+    if settings.cluster and settings.redis.dsn:  # replicas share browser storage (docs/ARCHITECTURE.md, "Cluster")
+        os.environ.setdefault("NICEGUI_REDIS_URL", settings.redis.dsn)
+        os.environ.setdefault("NICEGUI_REDIS_KEY_PREFIX", f"{settings.redis.key_prefix}nicegui:")
     configure_logging(settings.debug)
 
     from nicegui import helpers
@@ -271,9 +379,12 @@ def main(argv: list[str] | None = None) -> None:
     users_actions.add_parser("promote", help="make an account an admin").add_argument("name")
     users_actions.add_parser("passwd", help="change a password").add_argument("name")
     users_actions.add_parser("list", help="list accounts")
+    commands.add_parser("migrate", help="upgrade the database schema and exit (run once before the replicas)")
     args = parser.parse_args(argv)
     if args.command == "users":
         sys.exit(users_command(settings, args))
+    if args.command == "migrate":
+        sys.exit(migrate_command(settings))
     serve(settings)
 
 

@@ -95,8 +95,10 @@
       copy.type = "button";
       copy.className = "code-copy-btn";
       copy.dataset.testid = "code-copy-btn";
-      copy.dataset.label = "Copy";
-      copy.setAttribute("aria-label", "Copy code");
+      // The words come from the page's language (ui/language.py sets window.appTexts), English by default.
+      const words = Object.assign({copy: "Copy", copyCode: "Copy code", copied: "Copied"}, window.appTexts || {});
+      copy.dataset.label = words.copy;
+      copy.setAttribute("aria-label", words.copyCode);
       copy.addEventListener("click", async () => {
         const text = (code || pre).innerText;
         try {
@@ -106,9 +108,9 @@
           area.value = text; document.body.appendChild(area); area.select();
           try { document.execCommand("copy"); } finally { area.remove(); }
         }
-        copy.dataset.label = "Copied";
+        copy.dataset.label = words.copied;
         copy.dataset.copied = "1";
-        setTimeout(() => { copy.dataset.label = "Copy"; }, 1500);
+        setTimeout(() => { copy.dataset.label = words.copy; }, 1500);
       });
       bar.append(lang, copy);
       pre.parentElement.insertBefore(wrapper, pre);

@@ -83,12 +83,8 @@ async def measure(name: str, pid: int, agent_url: str, key: str | None, text: st
             "cpu_us": median(cpu)}
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description="A2A SendStreamingMessage events/s: app vs plain a2a-sdk server")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 2000], help="status updates per task")
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
-
+async def compare(sizes: list[int], runs: int) -> list[list[object]]:
+    """The app against the plain a2a-sdk server at each size, interleaved; the table's rows (with the ratio)."""
     with tempfile.TemporaryDirectory(prefix="bench-a2a-") as tmp:
         app_port = free_port()
         app = spawn(Path(tmp) / "data", port=app_port, env_extra={
@@ -103,11 +99,11 @@ async def main() -> None:
             key = created["key"]
             app_url = f"http://127.0.0.1:{app_port}/a2a/agents/coding-assistant"
             plain_url = f"http://127.0.0.1:{plain_port}"
-            rows = []
-            for size in args.sizes:
+            rows: list[list[object]] = []
+            for size in sizes:
                 # Interleaved, so both see the same machine load.
-                ours = await measure("app", app.pid, app_url, key, f"/lorem {size}", args.runs)
-                theirs = await measure("plain a2a-sdk", plain.pid, plain_url, None, f"/ticks {size}", args.runs)
+                ours = await measure("app", app.pid, app_url, key, f"/lorem {size}", runs)
+                theirs = await measure("plain a2a-sdk", plain.pid, plain_url, None, f"/ticks {size}", runs)
                 for result in (ours, theirs):
                     rows.append([size, result["name"], result["events"], f"{result['rate']:,.0f}",
                                  f"{result['min']:,.0f}–{result['max']:,.0f}", f"{result['cpu_us']:.0f}"])
@@ -116,7 +112,18 @@ async def main() -> None:
             stop(app)
             plain.terminate()
             plain.wait(10)
-    print(f"SendStreamingMessage, one client, loopback; median of {args.runs} runs after a warm-up (budget: ratio ≥ 1.0)")
+    return rows
+
+
+async def main() -> None:
+    """Print the table for the sizes asked."""
+    parser = argparse.ArgumentParser(description="A2A SendStreamingMessage events/s: app vs plain a2a-sdk server")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[500, 2000], help="status updates per task")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    rows = await compare(args.sizes, args.runs)
+    print(f"SendStreamingMessage, one client, loopback; median of {args.runs} runs after a warm-up "
+          "(budget: ratio ≥ 1.0)")
     print(table(["updates", "server", "events", "events/s", "range", "server CPU µs/event"], rows))
 
 

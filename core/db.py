@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool, StaticPool
@@ -26,6 +25,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "models" / "migrations"
+# PostgreSQL advisory lock keys (one number space per database; docs/ARCHITECTURE.md, "Cluster").
+MIGRATION_LOCK_KEY = 180_001  # migrations and seeding: one replica at a time
+REAPER_LOCK_KEY = 180_002  # the periodic reaper of expired leases: one replica at a time
 
 
 def sync_url(url: str) -> str:
@@ -74,7 +76,18 @@ def _sqlite_begin_immediate(conn) -> None:
     # apply). Taking the write lock at BEGIN makes concurrent writers wait their turn instead.
     # Within this process `Database.session` already takes turns; this covers other processes
     # (the `users` CLI while the server runs), within busy_timeout.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # A read (`Database.read`) begins deferred: in WAL mode it never takes the write lock.
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
+
+
+#: The execution option that marks the connections of `Database.read`.
+_READ_ONLY = "app_read_only"
+
+
+def _refuse_writes(session, _flush_context, _instances) -> None:
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("a read (Database.read) tried to write: use Database.session for a unit of work "
+                           "that changes rows")
 
 
 def alembic_config(url: str) -> Config:
@@ -99,6 +112,9 @@ class Database:
         self.url = url
         self.dialect = make_url(url).get_backend_name()
         self.engine: AsyncEngine = self._make_async_engine()
+        # Its connections begin deferred on SQLite (`_sqlite_begin_immediate`); the same pool.
+        self._read_engine = self.engine.execution_options(**{_READ_ONLY: True}) if self.dialect == "sqlite" \
+            else self.engine
         self._turn_lock: asyncio.Lock | None = None
         self._turn_loop: asyncio.AbstractEventLoop | None = None
 
@@ -132,6 +148,9 @@ class Database:
         engine = self._make_sync_engine()
         try:
             with engine.begin() as conn:
+                if self.dialect == "postgresql":
+                    # Replicas started together: one upgrades, the others wait here, then find the schema at head.
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
                 cfg = alembic_config(self.url)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
@@ -163,12 +182,47 @@ class Database:
         finally:
             _in_sqlite_session.reset(token)
 
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A read-only unit of work: a consistent snapshot, no writes (flushing a change raises).
+
+        On SQLite it does not take a turn (`session`): in WAL mode readers neither wait for the
+        writer nor hold it up, so the checks every request makes (who is calling, do they own
+        this chat) stop queueing behind the turns' writes. It never waits for a `session`, so
+        it may be opened inside one (it sees what was committed, not the outer one's changes).
+        """
+        async with AsyncSession(self._read_engine, expire_on_commit=False) as session:
+            event.listen(session.sync_session, "before_flush", _refuse_writes)
+            yield session
+
     def _sqlite_turn(self) -> asyncio.Lock:
         # One lock per event loop: `Services.prepare` runs on a loop of its own before serving.
         loop = asyncio.get_running_loop()
         if self._turn_loop is not loop:
             self._turn_lock, self._turn_loop = asyncio.Lock(), loop
         return self._turn_lock
+
+    @asynccontextmanager
+    async def advisory_lock(self, key: int, *, wait: bool = True) -> AsyncIterator[bool]:
+        """Hold PostgreSQL's session advisory lock `key` on a connection of its own; yields whether it is held.
+
+        `wait=False` tries once (another replica holds it: yields False at once). Elsewhere than on
+        PostgreSQL there is one process, so the lock is always held.
+        """
+        if self.dialect != "postgresql":
+            yield True
+            return
+        async with self.engine.connect() as conn:
+            function = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
+            held = (await conn.execute(text(f"SELECT {function}(:key)"), {"key": key})).scalar()
+            await conn.commit()
+            held = True if held is None else bool(held)  # pg_advisory_lock returns void
+            try:
+                yield held
+            finally:
+                if held:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                    await conn.commit()
 
     async def close(self) -> None:
         """Dispose of the engine's connections."""

@@ -8,6 +8,7 @@ Pages and routes reach them through `app.state.services` (routes: the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,27 +16,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 
-from core.a2a.remote_agents import RemoteAgentDirectory
+from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.auth import accounts
 from core.broker import Broker
 from core.broker.inbox import ChatInbox
+from core.broker.inbox_feed import InboxStreamFeed
 from core.broker.tools import BrokerDispatchTools
 from core.chat import agents as agents_store
 from core.chat.engine import ChatEngine
 from core.chat.llm import DEMO_PROVIDER, LLMGateway
 from core.chat.tools import ToolRegistry
 from core.chat.workspace import Workspace
-from core.db import Database
-from core.delegation.agent_admin import AgentAdmin
+from core.db import MIGRATION_LOCK_KEY, REAPER_LOCK_KEY, Database
+from core.db_events import RegistryEvents
+from core.delegation.agent_admin import LOCAL_AGENT, AgentAdmin
 from core.delegation.registry import AgentRegistry
 from core.delegation.service import DelegationService
 from core.delegation.tool import AgentInvokeTool
+from core.i18n import _
 from core.secret_box import LazySecretBox, make_data_dir_private
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
+from core.streaming.redis_hub import DuplicateReplica, RedisStreamHub
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,7 @@ class Services:
 
     settings: Settings
     db: Database
-    hub: StreamHub
+    hub: StreamHub | RedisStreamHub
     llm: LLMGateway
     tools: ToolRegistry
     chat: ChatEngine
@@ -74,6 +80,8 @@ class Services:
     a2a_server: Any = None
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
     inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
+    inbox_feed: InboxStreamFeed | None = None  # cluster mode: the inbox reads every replica's injects from Redis
+    registry_events: RegistryEvents | None = None  # cluster mode: registry changes to and from the other replicas
     logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
     agent_admin: AgentAdmin = None  # type: ignore[assignment]  # set in build: agents as people edit them
 
@@ -88,11 +96,22 @@ class Services:
     def build(cls, settings: Settings) -> Services:
         """Wire the services from settings (no I/O yet; see `prepare` and `start`)."""
         db = Database(settings.database)
-        hub = StreamHub(
-            max_events=settings.stream_buffer_max_events,
-            ttl_s=settings.stream_buffer_ttl_s,
-            subscriber_queue=settings.stream_subscriber_queue,
-        )
+        hub: StreamHub | RedisStreamHub
+        if settings.cluster and settings.redis.dsn:  # several replicas (docs/ARCHITECTURE.md, "Cluster")
+            from redis.asyncio import Redis
+
+            hub = RedisStreamHub(
+                Redis.from_url(settings.redis.dsn, decode_responses=True),
+                prefix=settings.redis.key_prefix, owner=settings.instance_id, lease_s=settings.cluster_lease_s,
+                max_events=settings.stream_buffer_max_events, ttl_s=settings.stream_buffer_ttl_s,
+                subscriber_queue=settings.stream_subscriber_queue,
+            )
+        else:
+            hub = StreamHub(
+                max_events=settings.stream_buffer_max_events,
+                ttl_s=settings.stream_buffer_ttl_s,
+                subscriber_queue=settings.stream_subscriber_queue,
+            )
         llm = LLMGateway(
             demo_delay_s=settings.demo_model_delay_ms / 1000,
             api_base=settings.llm_api_base,
@@ -112,25 +131,70 @@ class Services:
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
         broker = Broker(settings, registry)
-        inbox = ChatInbox(chat, broker.injects.bus)
+        inbox_feed = None
+        if settings.cluster and settings.redis.dsn:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
+            inbox_feed = InboxStreamFeed(db, settings.redis.dsn, settings.redis.key_prefix)
+            inbox = ChatInbox(chat, None, on_saved=inbox_feed.acknowledge)
+        else:
+            inbox = ChatInbox(chat, broker.injects.bus)
         tools.register_family(BrokerDispatchTools(broker, delegation))
         workspace = Workspace(db, hub, chat, settings.default_agent)
         agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
-        return cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                   registry=registry, workspace=workspace, broker=broker, inbox=inbox, agent_admin=agent_admin)
+        services = cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
+                       registry=registry, workspace=workspace, broker=broker, inbox=inbox, inbox_feed=inbox_feed,
+                       agent_admin=agent_admin)
+        if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
+            events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
+            services.remote_agents.notify = agent_admin.notify = events.notify
+            events.on(REMOTE_AGENT, services.remote_agents.sync)
+            events.on(LOCAL_AGENT, registry.changed)
+            events.on_reconnect(services.remote_agents.sync_all)
+        return services
 
     def prepare(self) -> None:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.
 
         Raises:
-            StartupRefused: no accounts exist and the host is not a loopback address.
+            StartupRefused: no accounts exist and the host is not a loopback address; in cluster mode, a
+                setting a replica needs is missing, no account exists, or another running replica has
+                this INSTANCE_ID.
         """
+        if self.settings.cluster:
+            problems = self.settings.cluster_problems()
+            if problems:
+                raise StartupRefused("Refusing to start in cluster mode (CLUSTER=true):\n  - " + "\n  - ".join(problems)
+                                     + "\nSet them, or unset CLUSTER to run as one process.")
+        if isinstance(self.hub, RedisStreamHub) and self.settings.redis.dsn:
+            try:
+                self.hub.claim_name(self.settings.redis.dsn)
+            except DuplicateReplica as exc:
+                raise StartupRefused(f"Refusing to start in cluster mode: {exc}.") from exc
+            except RedisError as exc:
+                raise StartupRefused(f"Refusing to start in cluster mode: Redis at "
+                                     f"{describe_redis(self.settings.redis.dsn)} is not reachable ({exc}).") from exc
+        try:
+            self._prepare_serving()
+        except BaseException:
+            if isinstance(self.hub, RedisStreamHub) and self.settings.redis.dsn:
+                with contextlib.suppress(RedisError):
+                    self.hub.release_name(self.settings.redis.dsn)
+            raise
+
+    def _prepare_serving(self) -> None:
         make_data_dir_private(self.settings.data_dir)
         self.db.migrate()
         make_data_dir_private(self.settings.data_dir)  # the database file may be new
         # A thread of its own: `prepare` may be called where a loop already runs (NiceGUI's User fixture).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
-            self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
+            try:
+                self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
+            except DuplicateReplica as exc:
+                raise StartupRefused(str(exc)) from None
+        if self.settings.cluster and not self.auth.multi_user:
+            raise StartupRefused(
+                "Refusing to start in cluster mode: there are no user accounts, and single-user mode is one process "
+                "on a loopback address. Create an account first (python app.py users add NAME --admin)."
+            )
         if not self.auth.multi_user and not self.settings.is_loopback:
             raise StartupRefused(
                 f"Refusing to listen on {self.settings.host}: there are no user accounts, and single-user mode "
@@ -140,46 +204,61 @@ class Services:
 
     def describe(self) -> str:
         """One line for the person who started the app: mode, database, Redis, default model (no secrets)."""
-        mode = "accounts (log in with a password)" if self.auth.multi_user else "single-user (local, no login)"
+        mode = _("accounts (log in with a password)") if self.auth.multi_user else _("single-user (local, no login)")
         model = self.settings.default_model
         if model.startswith(f"{DEMO_PROVIDER}/"):
-            model += " (offline demo model)"
-        return (f"mode: {mode} · database: {describe_database(self.settings.database)} · "
-                f"Redis: {describe_redis(self.settings.redis.dsn)} · default model: {model}")
+            model += " " + _("(offline demo model)")
+        return _("mode: {mode} · database: {database} · Redis: {redis} · default model: {model}").format(
+            mode=mode, database=describe_database(self.settings.database),
+            redis=describe_redis(self.settings.redis.dsn), model=model)
 
     async def _seed_and_auth(self) -> AuthState:
         try:
-            sealed = await self.remote_agents.seal_stored_tokens()
-            if sealed:
-                log.info("encrypted %d remote agents' bearer tokens stored before encryption", sealed)
-            interrupted = await self.delegation.fail_interrupted()
-            if interrupted:
-                log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)
-            if self.broker is not None:
-                ended = await self.broker.recover()
-                if ended:
-                    log.warning("%d broker tasks were running when the server stopped; their chats are told "
-                                "they were interrupted", ended)
-            cut_off = await self.chat.fail_interrupted()
-            if cut_off:
-                log.warning("%d chat answers were being written when the server stopped; kept what they had "
-                            "said, marked interrupted", cut_off)
-            async with self.db.session() as s:
-                await agents_store.seed_agents(s, model=self.settings.default_model)
-                if await accounts.has_accounts(s):
-                    return AuthState(multi_user=True, local_user_id=None)
-                local = await accounts.ensure_local_user(s)
-                return AuthState(multi_user=False, local_user_id=local.id)
+            # Replicas started together seed one after the other (the migration's lock, held for the session).
+            async with self.db.advisory_lock(MIGRATION_LOCK_KEY):
+                return await self._seed_and_auth_locked()
         finally:
             await self.db.close()  # this loop ends here; the serving loop opens its own connections
 
+    async def _seed_and_auth_locked(self) -> AuthState:
+        sealed = await self.remote_agents.seal_stored_tokens()
+        if sealed:
+            log.info("encrypted %d remote agents' bearer tokens stored before encryption", sealed)
+        # In a cluster, running turns and tasks may belong to other replicas: the reaper ends those whose
+        # replica's lease expired (`_reap_forever`), not every one it finds.
+        interrupted = 0 if self.settings.cluster else await self.delegation.fail_interrupted()
+        if interrupted:
+            log.warning("%d delegated tasks were running when the server stopped; marked failed", interrupted)
+        if self.broker is not None:
+            ended = await self.broker.recover()
+            if ended:
+                log.warning("%d broker tasks were running when the server stopped; their chats are told "
+                            "they were interrupted", ended)
+        cut_off = 0 if self.settings.cluster else await self.chat.fail_interrupted()
+        if cut_off:
+            log.warning("%d chat answers were being written when the server stopped; kept what they had "
+                        "said, marked interrupted", cut_off)
+        async with self.db.session() as s:
+            await agents_store.seed_agents(s, model=self.settings.default_model)
+            if await accounts.has_accounts(s):
+                return AuthState(multi_user=True, local_user_id=None)
+            local = await accounts.ensure_local_user(s)
+            return AuthState(multi_user=False, local_user_id=local.id)
+
     async def start(self) -> None:
         """Start periodic housekeeping (call on the serving loop)."""
+        if isinstance(self.hub, RedisStreamHub):
+            await self.hub.start()
+            self.background.spawn(self._reap_forever(self.hub), name="cluster reaper")
         self.background.spawn(self._sweep_forever(), name="hub sweep")
+        if self.registry_events is not None:
+            await self.registry_events.start()  # before the restore: no registration is missed in between
         # Off the start-up path: it imports the a2a-sdk.
         self.background.spawn(self.remote_agents.restore(), name="restore remote A2A agents")
         if self.inbox is not None:
             await self.inbox.start()
+            if self.inbox_feed is not None:
+                await self.inbox_feed.start(self.inbox)
         if self.broker is not None:
             await self.broker.start()
 
@@ -191,14 +270,54 @@ class Services:
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""
         await self.delegation.shutdown_external_tasks()
+        if self.registry_events is not None:
+            await self.registry_events.stop()
         await self.remote_agents.close()
+        if self.inbox_feed is not None:
+            await self.inbox_feed.stop()  # what it read and the inbox did not save is read again by the next leader
         if self.inbox is not None:
             await self.inbox.stop()  # first: no announcement turns while everything stops
         if self.broker is not None:
             await self.broker.stop()
         await self.chat.shutdown()
         await self.background.shutdown()
+        if isinstance(self.hub, RedisStreamHub):
+            await self.hub.stop()
         await self.db.close()
+
+    async def _reap_forever(self, hub: RedisStreamHub) -> None:
+        """A cluster's reaper (one replica at a time): end the turns and tasks whose replica's lease expired.
+
+        And the broker's tasks of replicas that are gone (`Broker.reap_gone_replicas`, the logic of start-up
+        recovery): a replica killed for good would otherwise leave them running until some replica starts.
+        """
+        interval = max(0.5, hub.lease_s / 2)
+        while True:
+            try:
+                async with self.db.advisory_lock(REAPER_LOCK_KEY, wait=False) as held:
+                    if held:
+                        await self.reap_expired(hub)
+                        if self.broker is not None:
+                            await self.broker.reap_gone_replicas()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("the reaper of expired leases failed; it tries again in %.1f s", interval)
+            await asyncio.sleep(interval)
+
+    async def reap_expired(self, hub: RedisStreamHub) -> int:
+        """End every open stream whose owner's lease expired (saved with what it streamed); returns how many."""
+        ended = 0
+        for key in await hub.expired():
+            if not await hub.take_over(key):
+                continue  # renewed, or ended, in between
+            log.warning("the replica running %s stopped renewing its lease; ending it here", key)
+            if key.startswith("a2a_"):
+                await self.delegation.end_orphan(key.removeprefix("a2a_"))
+            else:
+                await self.chat.end_orphan(key)
+            ended += 1
+        return ended
 
     async def _sweep_forever(self) -> None:
         while True:

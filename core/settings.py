@@ -160,6 +160,15 @@ class Settings(BaseSettings):
         "main", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$",
         description="Names this process among app processes sharing one database: at start it ends only "
                     "the broker tasks that it left running")
+    # Several replicas on one PostgreSQL database and one Redis (docs/ARCHITECTURE.md, "Cluster").
+    cluster: bool = Field(False, description="Run as one of several replicas: shared streams, broker directory "
+                                             "and leases on Redis and PostgreSQL")
+    replica_url: str | None = Field(None, description="How the other replicas reach this one, e.g. "
+                                                      "http://10.0.0.5:3100 (cluster mode)")
+    internal_token: str | None = Field(None, description="Shared secret replicas use to call each other "
+                                                         "(cluster mode)")
+    cluster_lease_s: float = Field(15.0, ge=1.0, le=600.0, description="How long a replica's claim on a running "
+                                   "turn or task lasts without renewal; another replica ends it after that (cluster)")
     # Outbound fetches (agent cards, remote agents' endpoints; core/a2a/outbound.py): non-public addresses are refused
     # unless their host name, address or network is listed here.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(
@@ -167,6 +176,8 @@ class Settings(BaseSettings):
                                           "although they are loopback or private")
 
     debug: str | None = None
+    loop_probe: bool = Field(False, description="Measure the longest event-loop block (benchmarks; logged on SIGUSR1, "
+                                                "core/web/loop_probe.py)")
 
     @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", "trusted_proxies", mode="before")
     @classmethod
@@ -231,6 +242,32 @@ class Settings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+    def cluster_problems(self) -> list[str]:
+        """What keeps this configuration from running as one of several replicas (empty: nothing).
+
+        Each entry says what to set; `Services.prepare` refuses to start in cluster mode while any remain
+        (docs/ARCHITECTURE.md, "Cluster"). The check of accounts needs the database and is made there.
+        """
+        problems = []
+        if not self.database_url or not self.database_url.startswith(("postgresql", "postgres://")):
+            problems.append("DATABASE_URL must point at PostgreSQL (postgresql://...): replicas share one database, "
+                            "and SQLite is a file of one process")
+        if not self.redis.dsn:
+            problems.append("REDIS_URL (or REDIS_HOST) must be set: streams, running turns and cancels are shared "
+                            "through Redis")
+        if not self.storage_secret:
+            problems.append("STORAGE_SECRET must be set, the same on every replica: it signs browser sessions, "
+                            "so a login is valid on any replica")
+        if not self.replica_url:
+            problems.append("REPLICA_URL must be set: how the other replicas reach this one, e.g. "
+                            "http://10.0.0.5:3100")
+        if not self.internal_token:
+            problems.append("INTERNAL_TOKEN must be set, the same on every replica: replicas call each other with it")
+        if self.instance_id == "main":
+            problems.append("INSTANCE_ID must be set, different on every replica (e.g. app-1, app-2): a replica's "
+                            "turns, tasks and leases are recorded under it")
+        return problems
 
     def ensure_storage_secret(self) -> str:
         """Return the storage secret, creating and keeping one in `DATA_DIR` on first use."""

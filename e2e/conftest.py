@@ -30,6 +30,7 @@ from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
 
 from a2a_chat_testing.panel import CHROMIUM_ARGS as KIT_CHROMIUM_ARGS
+from tests.utils.app_process import end_process
 from tests.utils.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -109,12 +110,7 @@ def serve_app(**env: str) -> Iterator[str]:
         _wait_until_ready(url, process, log_path)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+        end_process(process)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

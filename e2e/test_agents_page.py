@@ -27,8 +27,13 @@ def sized_page(request: pytest.FixtureRequest, browser: Browser, base_url: str) 
     """A page at a desktop or a phone size."""
     context = browser.new_context(viewport=VIEWPORTS[request.param], base_url=base_url)
     context.set_default_timeout(15_000)
+    page = context.new_page()
+    # NiceGUI logs its socket's reconnects and reloads here: a failure below prints them.
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+    page.console_lines = console
     try:
-        yield context.new_page()
+        yield page
     finally:
         context.close()
 
@@ -65,9 +70,13 @@ def test_create_an_agent_that_calls_the_coding_assistant_and_chat_with_it(sized_
     expect(model_field).to_contain_text("LiteLLM does not know the model", timeout=SLOW_MS)
 
     page.get_by_test_id("agent-model").fill("local/demo")
+    expect(page.get_by_test_id("agent-model")).to_have_value("local/demo")
     page.get_by_test_id("agent-save").click()
     card = page.locator(f"[data-testid=agent-card][data-agent-id={agent_id}]")
-    expect(card).to_be_visible(timeout=SLOW_MS)
+    try:
+        expect(card).to_be_visible(timeout=SLOW_MS)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nthe browser's console:\n" + "\n".join(page.console_lines)) from None
     expect(card).to_contain_text("Hands code to the Coding Assistant.")
     expect(page.locator(f"[data-testid=agent-edge][data-edge='{agent_id}--coding-assistant']")).to_have_count(1)
     expect(page.get_by_test_id("agent-graph")).to_contain_text(f"Helper {agent_id[-6:]}")

@@ -138,7 +138,7 @@ class AgentMessage(SQLModel, table=True):
     __tablename__ = "agent_messages"
     __table_args__ = (
         Index("idx_agent_messages_source", "source"),
-        Index("idx_agent_messages_session_order", "session_id", "sort_order"),
+        Index("idx_agent_messages_session_order", "session_id", "sort_order", unique=True),  # migration 0008
     )
 
     id: int | None = Field(default=None, primary_key=True)

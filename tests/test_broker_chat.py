@@ -96,7 +96,7 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
             assert output["isError"] is False and output["output"]["background"] is True
             assert output["output"]["taskId"] == task_id
             answer = "".join(e.data["delta"] for e in events if e.type == "text-delta")
-            assert "working on it in the background" in answer
+            assert "正在后台处理" in answer  # a Chinese request: the demo model answers in Chinese
             assert not services.chat.is_running(chat.id)
 
             request = await agent.next_request("message/stream", timeout=30)
@@ -121,7 +121,7 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
                 ("user", None), ("assistant", None), ("assistant", None),  # the call, then the answer to it
                 ("system", "delay"), ("system", "delay"), ("system", "auto"), ("assistant", None)]
             assert rows[4].content == rows[5].content == "[出行助手] 已订好备选，最优 G1234。"  # artifact, then result
-            assert rows[-1].content == "Result from **出行助手**:\n\n> 已订好备选，最优 G1234。"
+            assert rows[-1].content == "来自 **出行助手** 的结果：\n\n> 已订好备选，最优 G1234。"
             api = (await http.get(f"/api/sessions/{chat.id}/messages")).json()
             assert [(m["role"], m["injectMode"], m["a2aTaskId"]) for m in api[3:6]] == [
                 ("system", "delay", task_id), ("system", "delay", task_id), ("system", "auto", task_id)]

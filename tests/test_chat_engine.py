@@ -226,13 +226,13 @@ async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
     services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
     services.prepare()
     writes: list[tuple[float, str]] = []
-    save_draft = sessions_store.save_draft
+    save_drafts = sessions_store.save_drafts
 
-    async def counted(session, *, message_id: int, content: str) -> None:
-        writes.append((time.monotonic(), content))
-        await save_draft(session, message_id=message_id, content=content)
+    async def counted(session, drafts: dict[int, str]) -> None:
+        writes.extend((time.monotonic(), content) for content in drafts.values())
+        await save_drafts(session, drafts)
 
-    monkeypatch.setattr(sessions_store, "save_draft", counted)
+    monkeypatch.setattr(sessions_store, "save_drafts", counted)
     try:
         chat = await new_chat(services)
         started = time.monotonic()
@@ -263,6 +263,38 @@ async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
         assert (answer.status, answer.sort_order, answer.content) == ("canceled", 2, "".join(streamed))
     finally:
         await services.stop()
+
+
+async def test_the_drafts_of_turns_running_together_are_written_together(
+        tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight turns streaming at once: their drafts go in shared transactions, each still about once a second."""
+    litellm_module()
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
+    services.prepare()
+    batches: list[dict[int, str]] = []
+    save_drafts = sessions_store.save_drafts
+
+    async def counted(session, drafts: dict[int, str]) -> None:
+        batches.append(dict(drafts))
+        await save_drafts(session, drafts)
+
+    monkeypatch.setattr(sessions_store, "save_drafts", counted)
+    try:
+        chats = [await new_chat(services) for _ in range(8)]
+        for chat in chats:
+            await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 3000")
+        await asyncio.sleep(2.6)
+        drafts = {chat: (await drafts_of(services, chat))[0] for chat in chats}
+        for chat in chats:
+            await services.chat.cancel(chat)
+    finally:
+        await services.stop()
+
+    written = sum(len(batch) for batch in batches)
+    assert all(draft.content for draft in drafts.values())  # every turn's text so far is saved
+    assert 8 <= written <= 8 * 3  # about once a second each
+    assert len(batches) < written / 2, [sorted(b) for b in batches]  # not one transaction per draft
+    assert {draft.id for draft in drafts.values()} == {i for batch in batches for i in batch}
 
 
 async def test_a_draft_left_by_a_crash_is_kept_as_interrupted_at_the_next_start(tmp_path, database_url: str) -> None:

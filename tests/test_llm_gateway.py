@@ -15,7 +15,17 @@ from typing import Any
 import httpx
 import pytest
 
-from core.chat.llm import LLMError, LLMEvent, LLMGateway, LLMTimeout, ModelResult, TextDelta, ToolCall, litellm_module
+from core.chat.llm import (
+    LLMError,
+    LLMEvent,
+    LLMGateway,
+    LLMTimeout,
+    ModelResult,
+    TextDelta,
+    ToolCall,
+    Usage,
+    litellm_module,
+)
 from tests.utils.openai_server import (
     OpenAIServer,
     auth_error,
@@ -401,3 +411,207 @@ async def test_server_answers_without_streaming_and_when_exhausted(openai_server
     assert second.status_code == 500 and second.json()["error"]["code"] == "script_exhausted"
     assert [r.messages for r in openai_server.requests] == [[{"role": "user", "content": "x"}], []]
     assert openai_server.requests[1].headers["authorization"] == "Bearer k"
+
+
+# -- the final message is built from the stream (StreamAssembly) ------------------------
+
+
+async def test_real_no_usage_from_the_provider_is_counted_like_before(
+    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+) -> None:
+    """A server that ignores include_usage: LiteLLM's own count, as stream_chunk_builder gave before."""
+    openai_server.script(text("one", " two", " three", usage=None))
+    messages = user("count these words please")
+
+    _, results = await collect(real.stream(REAL, messages))
+
+    litellm = litellm_module()
+    usage = only_result(results).usage
+    assert usage.input_tokens == litellm.token_counter(model="test-model", messages=messages) > 0
+    assert usage.output_tokens == litellm.token_counter(model="test-model", text="one two three",
+                                                        count_response_tokens=True) > 0
+
+
+async def test_real_tool_call_split_over_many_chunks_with_usage_from_the_last_one(
+    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+) -> None:
+    arguments = {"agentSlug": "coding-assistant", "input": "a longer task " * 8}
+    openai_server.script(tool_calls(
+        call("agent_invoke", arguments, id="call_a", fragments=12),
+        call("echo", {"text": "two"}, id="call_b", fragments=6),
+        text_chunks=["Asking", " both."], usage=(101, 37)))
+
+    deltas, results = await collect(real.stream(REAL, user("both"), tools=[ECHO_TOOL, AGENT_INVOKE_TOOL]))
+
+    result = only_result(results)
+    assert "".join(d.text for d in deltas) == result.text == "Asking both."
+    assert result.tool_calls == [ToolCall("call_a", "agent_invoke", json.dumps(arguments)),
+                                 ToolCall("call_b", "echo", json.dumps({"text": "two"}))]
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (101, 37)
+    assert result.finish_reason == "tool_calls"
+
+
+def _stream_chunk(litellm: Any, *, content: str | None = None, tool_calls: list[dict] | None = None,
+                  finish_reason: str | None = None, usage: dict | None = None, choices: bool = True) -> Any:
+    """A real LiteLLM `ModelResponseStream`, as `CustomStreamWrapper` yields them."""
+    from litellm.types.utils import ModelResponseStream
+
+    delta: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        delta["tool_calls"] = tool_calls
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    body: dict[str, Any] = {"id": "chatcmpl-1", "model": "m", "object": "chat.completion.chunk", "created": 1,
+                            "choices": [choice] if choices else []}
+    if usage is not None:
+        body["usage"] = usage
+    return ModelResponseStream(**body)
+
+
+def _assemble(chunks: list[Any]) -> ModelResult:
+    from core.chat.llm import StreamAssembly
+
+    assembly = StreamAssembly("m")
+    for chunk in chunks:
+        assembly.add(chunk)
+    return assembly.result()
+
+
+def _as_the_builder_did(litellm: Any, chunks: list[Any]) -> ModelResult:
+    """What the gateway made of a stream before StreamAssembly: `litellm.stream_chunk_builder` at the end."""
+    full = litellm.stream_chunk_builder(chunks, messages=[{"role": "user", "content": "hi"}])
+    message = full.choices[0].message
+    return ModelResult(
+        text=message.content or "",
+        tool_calls=[ToolCall(tc.id or f"call_{i}", tc.function.name or "", tc.function.arguments or "")
+                    for i, tc in enumerate(message.tool_calls or [])],
+        usage=Usage(full.usage.prompt_tokens or 0, full.usage.completion_tokens or 0),
+        finish_reason=full.choices[0].finish_reason or "stop", model="m")
+
+
+def _interleaved_calls_stream(litellm: Any) -> list[Any]:
+    """Text, then two tool calls whose fragments interleave; the id and name of the second come late."""
+    return [
+        _stream_chunk(litellm, content="Two "),
+        _stream_chunk(litellm, content="calls."),
+        _stream_chunk(litellm, tool_calls=[{"index": 0, "id": "call_x", "type": "function",
+                                            "function": {"name": "echo", "arguments": '{"te'}}]),
+        _stream_chunk(litellm, tool_calls=[{"index": 1, "type": "function", "function": {"arguments": '{"agentS'}}]),
+        _stream_chunk(litellm, tool_calls=[{"index": 0, "type": "function", "function": {"arguments": 'xt": "a"}'}}]),
+        _stream_chunk(litellm, tool_calls=[{"index": 1, "id": "call_y", "type": "function",
+                                            "function": {"name": "agent_invoke", "arguments": 'lug": "b"}'}}]),
+        _stream_chunk(litellm, finish_reason="tool_calls"),
+        _stream_chunk(litellm, choices=False, usage={"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}),
+    ]
+
+
+def test_assembly_matches_the_builder_for_interleaved_tool_call_fragments() -> None:
+    litellm = litellm_module()
+    chunks = _interleaved_calls_stream(litellm)
+
+    result = _assemble(chunks)
+
+    assert result.text == "Two calls."
+    assert result.tool_calls == [ToolCall("call_x", "echo", '{"text": "a"}'),
+                                 ToolCall("call_y", "agent_invoke", '{"agentSlug": "b"}')]
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (9, 4)
+    assert result.finish_reason == "tool_calls"
+    assert result == _as_the_builder_did(litellm, chunks)
+
+
+def test_assembly_matches_the_builder_for_plain_text() -> None:
+    litellm = litellm_module()
+    chunks = [_stream_chunk(litellm, content=piece) for piece in ("Hel", "lo", " ", "wörld")]
+    chunks += [_stream_chunk(litellm, finish_reason="length"),
+               _stream_chunk(litellm, choices=False, usage={"prompt_tokens": 3, "completion_tokens": 4,
+                                                            "total_tokens": 7})]
+
+    result = _assemble(chunks)
+
+    assert (result.text, result.finish_reason, result.usage) == ("Hello wörld", "length", Usage(3, 4))
+    assert result == _as_the_builder_did(litellm, chunks)
+
+
+def test_assembly_without_any_usage_chunk_counts_zero_and_keeps_an_id_less_call() -> None:
+    litellm = litellm_module()
+    chunks = [_stream_chunk(litellm, tool_calls=[{"index": 0, "type": "function",
+                                                  "function": {"name": "echo", "arguments": "{}"}}]),
+              _stream_chunk(litellm, finish_reason="tool_calls")]
+
+    result = _assemble(chunks)
+
+    # (The gateway always gets a usage chunk from LiteLLM; this is the assembly on its own.)
+    assert result.usage == Usage(0, 0)
+    assert result.tool_calls == [ToolCall("call_0", "echo", "{}")]  # the builder dropped a call without an id
+    assert result.text == "" and result.finish_reason == "tool_calls"
+
+
+def test_compacting_kept_chunks_leaves_the_builders_result_unchanged() -> None:
+    """LiteLLM's end-of-stream count reads the kept chunks: folding the text ones changes nothing it gives."""
+    from core.chat.llm import compact_kept_chunks
+
+    litellm = litellm_module()
+    words = [f"w{i} " for i in range(40)]
+
+    def stream() -> list[Any]:
+        chunks = [_stream_chunk(litellm, content=word) for word in words[:25]]
+        chunks += _interleaved_calls_stream(litellm)[2:6]  # tool-call fragments in the middle
+        chunks += [_stream_chunk(litellm, content=word) for word in words[25:]]
+        return [*chunks, _stream_chunk(litellm, finish_reason="tool_calls")]
+
+    whole, folded = stream(), stream()
+    compact_kept_chunks(folded)
+
+    assert len(folded) == 1 + 1 + 4 + 2  # the first, one carrier of the text, the tool calls, the last two
+    assert folded[-1].choices[0].finish_reason == "tool_calls" and folded[-2].choices[0].delta.content == "w39 "
+    before = litellm.stream_chunk_builder(whole, messages=[{"role": "user", "content": "hi"}])
+    after = litellm.stream_chunk_builder(folded, messages=[{"role": "user", "content": "hi"}])
+    assert after.choices[0].message.content == before.choices[0].message.content == "".join(words)
+    assert [(c.id, c.function.name, c.function.arguments) for c in after.choices[0].message.tool_calls] == \
+        [(c.id, c.function.name, c.function.arguments) for c in before.choices[0].message.tool_calls]
+    assert after.usage.completion_tokens == before.usage.completion_tokens > 0
+    assert after.usage.prompt_tokens == before.usage.prompt_tokens
+
+
+async def test_real_long_reply_without_usage_is_counted_over_all_its_text(
+    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+) -> None:
+    """Many more chunks than the gateway lets LiteLLM keep: the estimate still covers every word."""
+    pieces = [f" word{i}" for i in range(120)]
+    openai_server.script(text(*pieces, usage=None))
+
+    deltas, results = await collect(real.stream(REAL, user("talk")))
+
+    litellm = litellm_module()
+    result = only_result(results)
+    assert result.text == "".join(pieces) == "".join(d.text for d in deltas)
+    assert result.usage.output_tokens == litellm.token_counter(model="test-model", text="".join(pieces),
+                                                               count_response_tokens=True)
+
+
+async def _arrival_times(delay_s: float, tokens: int, *, hold_after: int, hold_s: float) -> list[float]:
+    """When each token of a demo reply reaches the reader, the event loop held for `hold_s` after one of them."""
+    gateway = LLMGateway(demo_delay_s=delay_s)
+    times: list[float] = []
+    async for event in gateway.stream("local/demo", [{"role": "user", "content": f"/lorem {tokens}"}]):
+        if isinstance(event, TextDelta):
+            times.append(time.perf_counter())
+            if len(times) == hold_after:
+                time.sleep(hold_s)  # a busy event loop: nothing runs meanwhile
+    return times
+
+
+async def test_the_demo_model_keeps_its_own_clock_when_the_reader_is_late() -> None:
+    # 20 tokens 20 ms apart take 0.38 s from the first. An 80 ms stall after the 5th (within the
+    # five tokens of debt it makes up) does not make it 0.46 s: the tokens due meanwhile come at once.
+    times = await _arrival_times(0.02, 20, hold_after=5, hold_s=0.08)
+    assert len(times) == 20
+    assert times[-1] - times[0] < 0.43
+    assert times[5] - times[4] >= 0.075  # the stall itself
+    assert times[6] - times[5] < 0.018  # due during the stall: not another 20 ms
+
+
+async def test_the_demo_model_restarts_its_clock_after_a_long_stall_instead_of_a_burst() -> None:
+    times = await _arrival_times(0.02, 16, hold_after=3, hold_s=0.3)  # 15 tokens' worth of debt
+    gaps = [b - a for a, b in zip(times[2:], times[3:], strict=False)]
+    assert gaps[0] >= 0.29
+    assert all(gap >= 0.012 for gap in gaps[1:])  # paced again, not 15 tokens at once

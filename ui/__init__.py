@@ -13,8 +13,10 @@ def register_pages(services: Services) -> None:
     from ui.auth import install_login_middleware, register_login_pages
     from ui.broker_page import register_broker_pages
     from ui.chat_page import register_chat_pages
+    from ui.language import install as install_languages
     from ui.remote_agents_page import register_remote_agents_page
 
+    install_languages()  # core.i18n finds the language of the page whose callback runs
     install_login_middleware(services)
     register_login_pages(services)
     register_chat_pages(services)

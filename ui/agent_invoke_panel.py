@@ -28,7 +28,18 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
-from core.delegation import COMPLETED, TERMINAL_STATES, TaskView, short_task_text, state_word, task_stream_key
+from core.delegation import (
+    COMPLETED,
+    CONNECTION_LOST,
+    TERMINAL_STATES,
+    WORKING,
+    TaskView,
+    short_task_text,
+    state_label,
+    state_word,
+    task_stream_key,
+)
+from core.i18n import _
 from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from ui.frame import DRAWER_BREAKPOINT_PX
@@ -59,6 +70,7 @@ class TaskTab:
     error: ui.label
     body: StreamingMarkdown
     state: str = "submitted"
+    reason: str | None = None  # why it failed, when that has its own words (states.py: timeout, connection lost)
     follower: asyncio.Task | None = None
     views: dict[str, StreamingMarkdown] = field(default_factory=dict)
 
@@ -81,12 +93,13 @@ class AgentInvokePanel:
             with ui.column().classes("w-full gap-0 agent-invoke-head").props("data-testid=agent-invoke-head"):
                 with ui.row().classes("w-full items-center justify-between q-px-sm q-pt-sm no-wrap"):
                     with ui.row().classes("items-center gap-1 no-wrap"):
-                        ui.button("Chat", icon="arrow_back", on_click=self.close).props(
-                            "flat dense no-caps data-testid=agent-invoke-back aria-label='Back to the chat'"
+                        ui.button(_("Chat"), icon="arrow_back", on_click=self.close).props(
+                            "flat dense no-caps data-testid=agent-invoke-back "
+                            "aria-label='" + _("Back to the chat") + "'"
                         ).classes("phone-only").mark("agent-invoke-back")
-                        ui.label("Delegated tasks").classes("text-subtitle1 text-weight-medium q-pl-sm")
+                        ui.label(_("Delegated tasks")).classes("text-subtitle1 text-weight-medium q-pl-sm")
                     self.close_btn = ui.button(icon="close", on_click=self.close).props(
-                        "flat round dense aria-label='Close the panel' data-testid=agent-invoke-close"
+                        "flat round dense aria-label='" + _("Close the panel") + "' data-testid=agent-invoke-close"
                     ).mark("agent-invoke-close")
                 self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left no-caps")
                 self.tabs.classes("w-full text-grey-8 agent-invoke-tabs").props("data-testid=agent-invoke-tabs")
@@ -109,7 +122,7 @@ class AgentInvokePanel:
         if not isinstance(task_id, str):
             return
         if task_id not in self.tabs_by_task:
-            self._add_tab(task_id, str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or "Agent"),
+            self._add_tab(task_id, str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or _("Agent")),
                           data.get("parentTaskId"), self.task_texts.get(str(data.get("toolCallId"))))
             self._follow_or_load(task_id)
         self._select_if_idle(task_id)
@@ -132,7 +145,7 @@ class AgentInvokePanel:
         if task_id not in self.tabs_by_task:
             detail = await self.services.delegation.task_detail(self.user_id or 0, task_id)
             if detail is None:
-                ui.notify("That delegated task is not available.", color="warning")
+                ui.notify(_("That delegated task is not available."), color="warning")
                 return
             self._add_tab(task_id, detail.task.callee_agent_name, detail.task.parent_task_id, detail.task.input)
             self._follow_or_load(task_id, saved=detail.task)
@@ -178,7 +191,7 @@ class AgentInvokePanel:
             with tab:
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     icon = ui.icon(STATUS_ICONS[word], color=STATUS_COLORS[word], size="xs").props(
-                        f"data-testid=agent-invoke-tab-icon aria-label={word}")
+                        f"data-testid=agent-invoke-tab-icon aria-label='{state_label(None)}'")
                     with ui.column().classes("gap-0 items-start min-w-0"):
                         ui.label(("↳ " * depth) + callee_name).classes("agent-invoke-tab-name").props(
                             "data-testid=agent-invoke-tab-name")
@@ -196,7 +209,7 @@ class AgentInvokePanel:
             with ui.tab_panel(tab).classes("q-pa-md panel-bg"):
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     ui.label(callee_name).classes("text-weight-medium").props("data-testid=agent-invoke-title")
-                    status = ui.badge(word, color=STATUS_COLORS[word]).props(
+                    status = ui.badge(state_label(None), color=STATUS_COLORS[word]).props(
                         f"data-testid=agent-invoke-status data-task-id={task_id}"
                     ).mark("agent-invoke-status")
                 request_label = ui.label("").classes("text-caption text-grey-7 whitespace-pre-wrap").props(
@@ -266,17 +279,26 @@ class AgentInvokePanel:
             entry.body.finalize()
             if entry.state not in TERMINAL_STATES:  # the buffer ended without its final state (should not happen)
                 await self._load_saved(entry)
+            if entry.state not in TERMINAL_STATES:  # and nothing saved says how it ended: its stream is lost
+                entry.reason = CONNECTION_LOST
+                self._set_state(entry, "failed")
+                self._show_error(entry, _("The connection to this task's stream was lost."))
 
     async def _apply(self, entry: TaskTab, event: StreamEvent) -> None:
         data = event.data
         if event.type == "text-delta":
+            first = not entry.body.text
             entry.body.append(data.get("delta", ""))
+            if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
+                self._set_state(entry, entry.state)
         elif event.type == "tool-input-available":  # the callee delegating in turn: its child's request
             self.note_tool_input(data.get("toolCallId"), data.get("input"))
         elif event.type == "state":
             self._set_state(entry, str(data.get("state")), data.get("error"))
         elif event.type == "error":
-            self._show_error(entry, str(data.get("errorText") or "The delegated agent failed."))
+            if isinstance(data.get("code"), str):
+                entry.reason = data["code"]
+            self._show_error(entry, str(data.get("errorText") or _("The delegated agent failed.")))
         elif event.type == "a2a-task-started":  # the callee delegated in turn: a child tab
             await self.task_started(data)
         elif event.type == "done":
@@ -295,10 +317,11 @@ class AgentInvokePanel:
     def _set_state(self, entry: TaskTab, state: str, error: Any = None) -> None:
         entry.state = state
         word = state_word(state)
-        entry.status.set_text(word)
-        entry.status.props(f"color={STATUS_COLORS.get(word, 'grey-7')}")
+        label = state_label(state, has_text=bool(entry.body.text), reason=entry.reason)
+        entry.status.set_text(label)
+        entry.status.props(f"color={STATUS_COLORS.get(word, 'grey-7')} data-reason={entry.reason or ''}")
         entry.icon.props(f"name={STATUS_ICONS.get(word, 'help')} color={STATUS_COLORS.get(word, 'grey-7')} "
-                         f"aria-label={word}")
+                         f"aria-label='{label}'")
         entry.tab.props(f"data-state={word}")
         if error and state != COMPLETED:
             self._show_error(entry, str(error))
@@ -319,6 +342,11 @@ class AgentInvokePanel:
         for entry in self.tabs_by_task.values():
             if entry.follower is not None and not entry.follower.done():
                 entry.follower.cancel()
+
+    def reason_of(self, task_id: str) -> str | None:
+        """Why a task shown here failed, when that has its own words (`timeout`, `connection_lost`)."""
+        entry = self.tabs_by_task.get(task_id)
+        return entry.reason if entry else None
 
     def state_of(self, task_id: str) -> str | None:
         """The last state seen for a task shown here."""

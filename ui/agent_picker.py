@@ -7,6 +7,7 @@ from typing import Any
 
 from nicegui import ui
 
+from core.i18n import N_, _
 from models import Agent
 
 _OPTION = r"""
@@ -19,7 +20,7 @@ _OPTION = r"""
 """
 
 
-DELETED = "(agent deleted)"
+DELETED = N_("(agent deleted)")
 
 
 class AgentPicker(ui.select):
@@ -32,9 +33,9 @@ class AgentPicker(ui.select):
         self._descriptions = {a.slug: a.description for a in agents}
         options = {a.slug: a.name for a in agents}
         if value is not None and value not in options:
-            options[value] = f"{value} {DELETED}"
-            self._descriptions[value] = "This chat's agent was deleted; its messages stay readable."
-        super().__init__(options, value=value, label="Agent", on_change=on_change)
+            options[value] = f"{value} {_(DELETED)}"
+            self._descriptions[value] = _("This chat's agent was deleted; its messages stay readable.")
+        super().__init__(options, value=value, label=_("Agent"), on_change=on_change)
         self.add_slot("option", _OPTION)
 
     def _update_options(self) -> None:

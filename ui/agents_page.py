@@ -13,9 +13,11 @@ from nicegui import ui
 
 from core.chat.agents import A2A_DISPATCH, AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.delegation.agent_admin import AgentRuleError, AgentView, Edge
+from core.i18n import N_, _
 from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame
+from ui.language import page
 
 # Suggestions for the model field: the demo model first, then common LiteLLM provider prefixes.
 MODEL_SUGGESTIONS = [
@@ -23,16 +25,17 @@ MODEL_SUGGESTIONS = [
     "anthropic/claude-3-5-sonnet-latest", "gemini/gemini-1.5-flash", "groq/llama-3.1-8b-instant",
     "mistral/mistral-small-latest", "ollama/llama3.1", "openrouter/", "azure/", "bedrock/",
 ]
-KIND_LABELS = {"local": "local", "remote-http": "remote HTTP", "broker": "broker"}
-LIMITS = (("maxRecursionDepth", "Max depth"), ("timeoutMs", "Timeout (ms)"), ("maxOutputTokens", "Max callee tokens"))
+KIND_LABELS = {"local": N_("local"), "remote-http": N_("remote HTTP"), "broker": N_("broker")}
+LIMITS = (("maxRecursionDepth", N_("Max depth")), ("timeoutMs", N_("Timeout (ms)")),
+          ("maxOutputTokens", N_("Max callee tokens")))
 
 
 def register_agents_page(services: Services) -> None:
     """`/agents`."""
 
-    @ui.page("/agents", title="Agents")
+    @page("/agents", title="Agents")
     async def agents_page(edit: str = "") -> None:
-        build_frame(services, title="Agents", active="/agents")
+        build_frame(services, title=_("Agents"), active="/agents")
         may_edit = await services.agent_admin.may_change(current_user_id(services),
                                                          multi_user=services.auth.multi_user)
         state: dict[str, Any] = {"selected": edit or None}
@@ -45,16 +48,16 @@ def register_agents_page(services: Services) -> None:
                         "click", lambda v=view: open_editor(v.id)):
                     with ui.row().classes("w-full items-center gap-2 no-wrap"):
                         ui.label(view.name).classes("text-subtitle1 text-weight-medium ellipsis")
-                        ui.badge(KIND_LABELS.get(view.kind, view.kind), color="primary" if view.is_local else "teal")
+                        ui.badge(_kind(view.kind), color="primary" if view.is_local else "teal")
                         if view.online is not None:
-                            ui.badge("online" if view.online else "offline",
+                            ui.badge(_("online") if view.online else _("offline"),
                                      color="positive" if view.online else "grey-7")
                     ui.label(f"@{view.id}" + (f" · {view.model}" if view.model else "")).classes(
                         "text-caption font-mono text-grey-8 break-all")
                     if view.description:
                         ui.label(view.description).classes("text-body2")
                     if view.tools:
-                        ui.label("tools: " + ", ".join(t["type"] for t in view.tools)).classes(
+                        ui.label(_("tools: {names}").format(names=", ".join(t["type"] for t in view.tools))).classes(
                             "text-caption text-grey-7")
 
         editor = ui.column()
@@ -73,8 +76,8 @@ def register_agents_page(services: Services) -> None:
                 elif selected is not None or state["selected"] == "":
                     AgentEditor(services, selected, views, may_edit, on_saved=after_change).render()
                 else:
-                    ui.label("Pick an agent to see or change it" + (", or make a new one." if may_edit else "."))\
-                        .classes("text-grey-7")
+                    ui.label(_("Pick an agent to see or change it, or make a new one.") if may_edit
+                             else _("Pick an agent to see or change it.")).classes("text-grey-7")
 
         async def after_change(agent_id: str | None) -> None:
             state["selected"] = agent_id
@@ -102,16 +105,17 @@ def register_agents_page(services: Services) -> None:
             names = {v.id: v.name for v in views}
             with ui.column().classes("gap-0").props("data-testid=agent-edges"):
                 for edge in edges:
-                    note = " (any agent)" if edge.any else " (background)" if edge.tool == A2A_DISPATCH else ""
+                    note = " " + _("(any agent)") if edge.any else \
+                        " " + _("(background)") if edge.tool == A2A_DISPATCH else ""
                     ui.label(f"{names[edge.caller]} → {names[edge.callee]}{note}").classes(
                         "text-caption").props(f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}")
 
         views = await services.agent_admin.list()
         with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
             with ui.row().classes("w-full items-center justify-between"):
-                ui.label("Agents").classes("text-h5")
+                ui.label(_("Agents")).classes("text-h5")
                 if may_edit:
-                    ui.button("New agent", icon="add", on_click=lambda: open_editor("")).props(
+                    ui.button(_("New agent"), icon="add", on_click=lambda: open_editor("")).props(
                         "data-testid=new-agent-btn")
             with ui.row().classes("w-full gap-4 items-start"):
                 with ui.column().classes("gap-2 grow basis-72 min-w-0"):
@@ -119,9 +123,9 @@ def register_agents_page(services: Services) -> None:
                 with ui.card().classes("grow-[2] basis-80 min-w-0").props("flat bordered data-testid=agent-editor"):
                     editor.classes("w-full")
                     await render_editor()
-            ui.label("Who may call whom").classes("text-h6")
-            ui.label("An arrow for each allowed delegation; dotted: it may call any agent, or a background "
-                     "dispatch. Click an agent to open it.").classes("text-caption text-grey-7")
+            ui.label(_("Who may call whom")).classes("text-h6")
+            ui.label(_("An arrow for each allowed delegation; dotted: it may call any agent, or a background "
+                       "dispatch. Click an agent to open it.")).classes("text-caption text-grey-7")
             graph(views, await services.agent_admin.edges(views))
 
 
@@ -132,12 +136,16 @@ def _mermaid_text(text: str) -> str:
 
 def _remote_details(view: AgentView) -> None:
     ui.label(view.name).classes("text-h6")
-    ui.label(f"@{view.id} · {KIND_LABELS.get(view.kind, view.kind)} · "
-             f"{'online' if view.online else 'offline'}").classes("font-mono text-grey-8")
+    online = _("online") if view.online else _("offline")
+    ui.label(f"@{view.id} · {_kind(view.kind)} · {online}").classes("font-mono text-grey-8")
     if view.description:
         ui.label(view.description)
-    ui.label("A remote agent: it is changed where it runs (remote HTTP agents are registered on Remote agents).")\
+    ui.label(_("A remote agent: it is changed where it runs (remote HTTP agents are registered on Remote agents)."))\
         .classes("text-caption text-grey-7")
+
+
+def _kind(kind: str) -> str:
+    return _(KIND_LABELS[kind]) if kind in KIND_LABELS else kind
 
 
 class AgentEditor:
@@ -157,71 +165,77 @@ class AgentEditor:
         view = self.view
         invoke = view.tool(AGENT_INVOKE) if view else None
         with ui.column().classes("w-full gap-2"):
-            ui.label(f"Edit {view.name}" if view else "New agent").classes("text-h6")
+            ui.label(_("Edit {name}").format(name=view.name) if view else _("New agent")).classes("text-h6")
             with ui.row().classes("w-full gap-2"):
-                self.inputs["id"] = self._input("Id", view.id if view else "", testid="agent-id",
+                self.inputs["id"] = self._input(_("Id"), view.id if view else "", testid="agent-id",
                                                 readonly=view is not None)
-                self.inputs["name"] = self._input("Name", view.name if view else "", testid="agent-name")
-            self.inputs["description"] = self._input("Description", view.description if view else "",
+                self.inputs["name"] = self._input(_("Name"), view.name if view else "", testid="agent-name")
+            self.inputs["description"] = self._input(_("Description"), view.description if view else "",
                                                      testid="agent-description")
-            self.inputs["model"] = ui.input("Model", value=view.model if view else "local/demo",
+            self.inputs["model"] = ui.input(_("Model"), value=view.model if view else "local/demo",
                                             autocomplete=MODEL_SUGGESTIONS).props(
-                "dense outlined data-testid=agent-model hint='LiteLLM model string, e.g. openai/gpt-4o-mini'"
+                "dense outlined data-testid=agent-model "
+                "hint='" + _("LiteLLM model string, e.g. openai/gpt-4o-mini") + "'"
             ).classes("w-full")
             with ui.row().classes("w-full gap-2"):
-                self.inputs["apiBase"] = self._input("API base URL (optional)", (view.api_base or "") if view else "",
+                self.inputs["apiBase"] = self._input(_("API base URL (optional)"),
+                                                     (view.api_base or "") if view else "",
                                                      testid="agent-api-base")
-                key_hint = "stored; type to replace" if view and view.has_api_key else "optional"
-                self.inputs["apiKey"] = ui.input(f"API key ({key_hint})", password=True,
+                key_label = _("API key (stored; type to replace)") if view and view.has_api_key \
+                    else _("API key (optional)")
+                self.inputs["apiKey"] = ui.input(key_label, password=True,
                                                  password_toggle_button=True).props(
                     "dense outlined data-testid=agent-api-key").classes("grow basis-48")
-            self.remove_key = ui.checkbox("Remove the stored key").props("dense") if view and view.has_api_key else None
+            self.remove_key = ui.checkbox(_("Remove the stored key")).props("dense") \
+                if view and view.has_api_key else None
             with ui.row().classes("w-full gap-2"):
-                self.inputs["temperature"] = ui.number("Temperature", value=view.temperature if view else None,
-                                                       min=0, max=2, step=0.1, placeholder="model default").props(
+                self.inputs["temperature"] = ui.number(_("Temperature"), value=view.temperature if view else None,
+                                                       min=0, max=2, step=0.1, placeholder=_("model default")).props(
                     "dense outlined data-testid=agent-temperature").classes("grow basis-32")
                 self.inputs["maxOutputTokens"] = ui.number(
-                    "Max output tokens", value=view.max_output_tokens if view else None, min=1, precision=0,
-                    placeholder="model default").props("dense outlined data-testid=agent-max-tokens").classes(
+                    _("Max output tokens"), value=view.max_output_tokens if view else None, min=1, precision=0,
+                    placeholder=_("model default")).props("dense outlined data-testid=agent-max-tokens").classes(
                     "grow basis-32")
-            self.inputs["systemPrompt"] = ui.textarea("System prompt", value=view.system_prompt if view else "").props(
+            self.inputs["systemPrompt"] = ui.textarea(
+                _("System prompt"), value=view.system_prompt if view else "").props(
                 "outlined autogrow data-testid=agent-system-prompt").classes("w-full")
 
-            ui.label("Tools").classes("text-subtitle2 q-mt-sm")
-            self.can_delegate = ui.checkbox("May delegate to other agents (agent-invoke)",
+            ui.label(_("Tools")).classes("text-subtitle2 q-mt-sm")
+            self.can_delegate = ui.checkbox(_("May delegate to other agents (agent-invoke)"),
                                             value=invoke is not None).props("data-testid=agent-can-delegate")
             with ui.column().classes("w-full gap-2 q-pl-md").bind_visibility_from(self.can_delegate, "value"):
                 others = {v.id: f"{v.name} (@{v.id})" for v in self.views if not view or v.id != view.id}
                 allowed = (invoke or {}).get("allowedAgents")
-                self.any_agent = ui.checkbox("Any agent", value=allowed is None).props("dense data-testid=agent-any")
+                self.any_agent = ui.checkbox(_("Any agent"), value=allowed is None).props("dense data-testid=agent-any")
                 self.inputs["allowedAgents"] = ui.select(
-                    others, multiple=True, value=[a for a in (allowed or []) if a in others], label="May call",
+                    others, multiple=True, value=[a for a in (allowed or []) if a in others], label=_("May call"),
                 ).props("dense outlined use-chips data-testid=agent-allowed").classes("w-full").bind_visibility_from(
                     self.any_agent, "value", backward=lambda v: not v)
                 with ui.row().classes("w-full gap-2"):
                     for key, label in LIMITS:
                         default = DEFAULT_AGENT_INVOKE_CONFIG[key]
-                        self.inputs[key] = ui.number(f"{label} (default {default})",
+                        self.inputs[key] = ui.number(_("{label} (default {default})").format(
+                                                         label=_(label), default=default),
                                                      value=(invoke or {}).get(key, default), min=1, precision=0,
                                                      ).props(f"dense outlined data-testid=agent-{key}").classes(
                             "grow basis-32")
-            self.dispatch = ui.checkbox("May dispatch to broker agents in the background (a2a-dispatch)",
+            self.dispatch = ui.checkbox(_("May dispatch to broker agents in the background (a2a-dispatch)"),
                                         value=bool(view and view.tool(A2A_DISPATCH) is not None)).props(
                 "data-testid=agent-dispatch")
 
             with ui.row().classes("w-full items-center gap-2 q-mt-sm"):
                 if self.may_edit:
-                    ui.button("Save", icon="save", on_click=self.save).props("data-testid=agent-save")
+                    ui.button(_("Save"), icon="save", on_click=self.save).props("data-testid=agent-save")
                     if view is not None:
-                        ui.button("Delete", icon="delete", on_click=self.delete).props(
+                        ui.button(_("Delete"), icon="delete", on_click=self.delete).props(
                             "flat color=negative data-testid=agent-delete")
-                ui.button("Try it", icon="play_arrow", on_click=self.try_it).props("outline data-testid=agent-try")
+                ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props("outline data-testid=agent-try")
                 if view is not None:
-                    ui.button("Chat", icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
+                    ui.button(_("Chat"), icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
                         "flat data-testid=agent-chat")
             self.try_output = ui.label("").classes("whitespace-pre-wrap text-body2").props("data-testid=agent-try-out")
             if not self.may_edit:
-                ui.label("Only admins change agents.").classes("text-caption text-grey-7")
+                ui.label(_("Only admins change agents.")).classes("text-caption text-grey-7")
 
     @staticmethod
     def _input(label: str, value: str, testid: str, readonly: bool = False) -> ui.input:
@@ -267,7 +281,7 @@ class AgentEditor:
         except AgentRuleError as exc:
             self._show_error(exc)
             return
-        ui.notify(f"Saved {saved.name}; it applies from the next turn.", color="positive")
+        ui.notify(_("Saved {name}; it applies from the next turn.").format(name=saved.name), color="positive")
         await self.on_saved(saved.id)
 
     def _show_error(self, exc: AgentRuleError) -> None:
@@ -284,14 +298,17 @@ class AgentEditor:
         except AgentRuleError as exc:
             ui.notify(exc.message, color="negative", multi_line=True)
             return
-        where = f"; removed from the allowed agents of {', '.join(deleted.removed_from)}" if deleted.removed_from \
-            else ""
-        ui.notify(f"Deleted {self.view.name}{where}.", color="positive")
+        if deleted.removed_from:
+            done = _("Deleted {name}; removed from the allowed agents of {agents}.").format(
+                name=self.view.name, agents=", ".join(deleted.removed_from))
+        else:
+            done = _("Deleted {name}.").format(name=self.view.name)
+        ui.notify(done, color="positive")
         await self.on_saved(None)
 
     async def try_it(self) -> None:
         """Send one short prompt through the form's model and show the reply or the error."""
-        self.try_output.text = "Asking the model…"
+        self.try_output.text = _("Asking the model…")
         result = await self.services.agent_admin.try_model(self.fields(), self.view.id if self.view else None)
-        self.try_output.text = ("Reply: " if result.ok else "Error: ") + result.text
+        self.try_output.text = (_("Reply: {text}") if result.ok else _("Error: {text}")).format(text=result.text)
         self.try_output.classes(replace="whitespace-pre-wrap text-body2 " + ("" if result.ok else "text-negative"))

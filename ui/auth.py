@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from fastapi import Request
 from fastapi.responses import RedirectResponse
 from nicegui import app, ui
-from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.auth import accounts
 from core.auth.deps import USER_ID_KEY
+from core.i18n import _
 from core.services import Services
+from ui.language import page
 
 # Paths that work without a browser login: NiceGUI's own assets and socket, the login page,
 # the API (it answers 401 itself), the A2A hub and the API docs.
@@ -47,13 +48,21 @@ def current_user_id(services: Services) -> int | None:
 def install_login_middleware(services: Services) -> None:
     """Redirect page requests without a login to `/login` (multi-user mode only)."""
 
-    class LoginRequired(BaseHTTPMiddleware):
-        async def dispatch(self, request: Request, call_next):
-            if services.auth.multi_user and not request.url.path.startswith(PUBLIC_PREFIXES):
+    class LoginRequired:
+        # Pure ASGI: a `BaseHTTPMiddleware` would copy every chunk of every stream through a task.
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            path = scope.get("path", "")
+            if scope["type"] == "http" and services.auth.multi_user and not path.startswith(PUBLIC_PREFIXES):
                 if not isinstance(app.storage.user.get(USER_ID_KEY), int):
-                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                    return RedirectResponse(f"/login?redirect_to={quote(target, safe='')}")
-            return await call_next(request)
+                    query = scope.get("query_string", b"").decode("latin-1")
+                    target = path + (f"?{query}" if query else "")
+                    response = RedirectResponse(f"/login?redirect_to={quote(target, safe='')}")
+                    await response(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
 
     app.add_middleware(LoginRequired)
 
@@ -61,7 +70,7 @@ def install_login_middleware(services: Services) -> None:
 def register_login_pages(services: Services) -> None:
     """`/login` and `/logout`."""
 
-    @ui.page("/login", title="Log in")
+    @page("/login", title="Log in")
     async def login_page(redirect_to: str = "/") -> RedirectResponse | None:
         target = safe_local_path(redirect_to)
         if not services.auth.multi_user or isinstance(app.storage.user.get(USER_ID_KEY), int):
@@ -76,21 +85,22 @@ def register_login_pages(services: Services) -> None:
                 return
             if user is None:
                 # Same words whether the name or the password is wrong: names cannot be probed.
-                ui.notify("Wrong username or password.", color="negative")
+                ui.notify(_("Wrong username or password."), color="negative")
                 return
             app.storage.user[USER_ID_KEY] = user.id
             ui.navigate.to(target)
 
+        ui.page_title(_("Log in"))
         with ui.card().classes("absolute-center w-80"):
-            ui.label("Log in").classes("text-h6")
-            username = ui.input("Username").props("autofocus data-testid=login-username").mark("login-username")
+            ui.label(_("Log in")).classes("text-h6")
+            username = ui.input(_("Username")).props("autofocus data-testid=login-username").mark("login-username")
             password = (
-                ui.input("Password", password=True, password_toggle_button=True)
+                ui.input(_("Password"), password=True, password_toggle_button=True)
                 .props("data-testid=login-password")
                 .mark("login-password")
                 .on("keydown.enter", try_login)
             )
-            ui.button("Log in", on_click=try_login).props("data-testid=login-btn").mark("login-btn")
+            ui.button(_("Log in"), on_click=try_login).props("data-testid=login-btn").mark("login-btn")
         return None
 
     @ui.page("/logout")

@@ -28,6 +28,7 @@ from nicegui import Client, background_tasks, ui
 
 from core.chat.engine import ChatError, SessionChange
 from core.delegation import TaskView
+from core.i18n import N_, _
 from core.services import Services
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from models import AgentMessage
@@ -36,21 +37,23 @@ from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
 from ui.chat_parts import ToolCallCard, parse_json, user_text, welcome
 from ui.frame import page_frame, testid
+from ui.language import on_rebuild, page, set_rebuild
 from ui.session_drawer import SessionDrawer
 from ui.streaming import StreamingMarkdown
 
 FLUSH_INTERVAL_S = 0.08  # coalesces streamed chunks into at most ~12 renders per second
-NEW_CHAT_TITLE = "New chat"
+NEW_CHAT_TITLE = N_("New chat")
+DRAFT_ATTR = "app_chat_draft"  # on the page's client: the input's text across a rebuild (ui/language.py)
 
 
 def register_chat_pages(services: Services) -> None:
     """`/` (new chat) and `/chat/{session_id}`."""
 
-    @ui.page("/", title=NEW_CHAT_TITLE)
+    @page("/", title="New chat")
     async def new_chat_page(client: Client, agent: str | None = None) -> None:
         await ChatPage(services, client, session_id=None, agent_slug=agent).build()
 
-    @ui.page("/chat/{session_id}", title="Chat")
+    @page("/chat/{session_id}", title="Chat")
     async def chat_page(client: Client, session_id: str) -> None:
         await ChatPage(services, client, session_id=session_id).build()
 
@@ -77,6 +80,8 @@ class ChatPage:
         self._unwatch: Callable[[], None] | None = None
         client.on_delete(self._stop_following)
         client.on_delete(self._stop_watching)
+        on_rebuild(client, self._stop_following)
+        on_rebuild(client, self._stop_watching)
 
     # -- layout ----------------------------------------------------------------------
 
@@ -89,27 +94,28 @@ class ChatPage:
             try:
                 view = await self.services.workspace.open(self.user_id, self.session_id)
             except ChatError as exc:
-                with page_frame(self.services, title="Chat not found", active="/"):
+                with page_frame(self.services, title=_("Chat not found"), active="/"):
                     with ui.column().classes("absolute-center items-center"):
                         ui.label(exc.message).classes("text-h6")
-                        ui.button("Start a new chat", on_click=lambda: ui.navigate.to("/"))
+                        ui.button(_("Start a new chat"), on_click=lambda: ui.navigate.to("/"))
                 return
             self.agent_slug = view.agent.slug
         elif self.agent_slug not in self.agent_names:
             default = await self.services.workspace.default_agent()
             self.agent_slug = default.slug if default else None
 
-        title = view.session.title if view is not None else NEW_CHAT_TITLE
+        title = view.session.title if view is not None else _(NEW_CHAT_TITLE)
         with page_frame(self.services, title=title, active="/") as frame:
             with frame.drawer:
                 self.sessions = SessionDrawer(self.services, self.user_id, lambda: self.session_id, self._new_chat)
             self.frame = frame
         await self.sessions.render()
         self.panel = AgentInvokePanel(self.services, self.client, self.user_id)
+        on_rebuild(self.client, self.panel.stop_following)
         self.panel.state_listeners.append(self._on_task_state)
 
         with ui.column().classes("w-full max-w-3xl mx-auto pb-4 chat-column") as column:
-            self.messages = testid(column, "chat-messages").props("role=log aria-label=Messages")
+            self.messages = testid(column, "chat-messages").props("role=log aria-label='" + _("Messages") + "'")
             self.welcome = welcome(agents, self._try_example)
             if view is not None:
                 for message in view.messages:
@@ -117,8 +123,9 @@ class ChatPage:
             self.welcome.set_visibility(not self._has_messages)
 
         with ui.page_sticky(position="bottom", y_offset=12):
-            testid(ui.button("Jump to latest", icon="arrow_downward").props(
-                "rounded unelevated color=primary size=sm no-caps aria-label='Jump to the latest message'"),
+            testid(ui.button(_("Jump to latest"), icon="arrow_downward").props(
+                "rounded unelevated color=primary size=sm no-caps "
+                "aria-label='" + _("Jump to the latest message") + "'"),
                 "jump-latest").classes("jump-latest").on("click", js_handler="() => window.appChat.jumpToLatest()")
 
         with ui.footer().classes("border-t chat-footer").props("data-testid=chat-footer"):
@@ -132,21 +139,25 @@ class ChatPage:
                     self.generating = testid(ui.row().classes("items-center gap-1 text-grey-7 no-wrap"), "generating")
                     with self.generating:
                         ui.spinner(size="sm")
-                        ui.label("Generating…")
+                        ui.label(_("Generating…"))
                     self.generating.set_visibility(False)
                 with ui.row().classes("w-full items-end gap-2 no-wrap"):
                     self.input = testid(
-                        ui.textarea(placeholder="Message (Enter to send, Shift+Enter for a new line)")
-                        .props("autogrow outlined dense rows=1 autofocus aria-label=Message maxlength="
+                        ui.textarea(placeholder=_("Message (Enter to send, Shift+Enter for a new line)"))
+                        .props("autogrow outlined dense rows=1 autofocus aria-label='" + _("Message") + f"' maxlength="
                                f"{self.services.settings.max_message_chars}"),
                         "msg-input",
                     ).classes("flex-grow min-w-0")
                     self.input.on("keydown.enter.exact.prevent", self.send)
+                    # A language switch builds the page again: what was being typed stays.
+                    self.input.value = getattr(self.client, DRAFT_ATTR, None) or ""
+                    setattr(self.client, DRAFT_ATTR, None)
+                    on_rebuild(self.client, lambda: setattr(self.client, DRAFT_ATTR, self.input.value))
                     self.send_btn = testid(ui.button(icon="send", on_click=self.send), "send-btn").props(
-                        "aria-label=Send")
+                        "aria-label='" + _("Send") + "'")
                     self.stop_btn = testid(
                         ui.button(icon="stop", on_click=self.stop, color="negative"), "stop-btn"
-                    ).props("aria-label=Stop")
+                    ).props("aria-label='" + _("Stop") + "'")
         self._set_generating(False)
         ui.on("app-escape", self._on_escape)
         ui.timer(FLUSH_INTERVAL_S, self._flush)
@@ -171,7 +182,7 @@ class ChatPage:
             self.welcome.set_visibility(False)
         with self.messages:
             if message.role == "user":
-                with ui.chat_message(name="You", sent=True).classes("w-full").props("data-testid=user-message"):
+                with ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message"):
                     user_text(message.content)
                 return
             if message.role == "system" and message.inject_mode:
@@ -196,9 +207,9 @@ class ChatPage:
                         if isinstance(metadata.get("taskId"), str):
                             self._link_card(card, metadata["taskId"])
                 if message.status == "canceled":
-                    ui.label("Stopped.").classes("text-grey-7 text-caption")
+                    ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
                 elif message.status == "interrupted":
-                    ui.label("Interrupted by a server restart.").classes("text-grey-7 text-caption").props(
+                    ui.label(_("Interrupted by a server restart.")).classes("text-grey-7 text-caption").props(
                         "data-testid=turn-interrupted").mark("turn-interrupted")
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
@@ -217,14 +228,14 @@ class ChatPage:
             note.classes("cursor-pointer").on("click", lambda: self.panel.show_task(task_id))
 
     def _agent_name(self) -> str:
-        return self.agent_names.get(self.agent_slug or "", self.agent_slug or "Agent")
+        return self.agent_names.get(self.agent_slug or "", self.agent_slug or _("Agent"))
 
     def _link_card(self, card: ToolCallCard, task_id: str) -> None:
         card.link_task(task_id)
         self._cards_by_task[task_id] = card
         state = self.panel.state_of(task_id)
         if state is not None:
-            card.show_state(state)
+            card.show_state(state, reason=self.panel.reason_of(task_id))
 
     def _show_task_states(self, tasks: list[TaskView]) -> None:
         """After a load: each delegation card says its task's saved state (found by its tool call)."""
@@ -238,7 +249,7 @@ class ChatPage:
     def _on_task_state(self, task_id: str, state: str) -> None:
         card = self._cards_by_task.get(task_id)
         if card is not None:
-            card.show_state(state)
+            card.show_state(state, reason=self.panel.reason_of(task_id))
 
     # -- sending and following ---------------------------------------------------------
 
@@ -252,6 +263,8 @@ class ChatPage:
                 created = await self.services.workspace.create(self.user_id, self.agent_slug or "")
                 self.session_id = created.id
                 ui.navigate.history.replace(f"/chat/{created.id}")
+                set_rebuild(self.client,
+                            lambda sid=created.id: ChatPage(self.services, self.client, session_id=sid).build())
                 self._watch()
             # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
             await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id, text=text)
@@ -314,7 +327,7 @@ class ChatPage:
         except SubscriberOverflow:
             # Fell behind (a very fast stream and a slow browser): the saved answer has it all.
             with self.messages:
-                ui.notify("The page fell behind the stream; reload to see the full answer.", color="warning")
+                ui.notify(_("The page fell behind the stream; reload to see the full answer."), color="warning")
         finally:
             subscription.close()
             # A follower that was replaced (or whose page is gone) leaves the page alone.
@@ -341,7 +354,7 @@ class ChatPage:
                 )
             with self._bubble:
                 self._typing = testid(ui.spinner("dots", size="md").classes("typing-indicator").props(
-                    "aria-label='The agent is writing'"), "typing-indicator")
+                    "aria-label='" + _("The agent is writing") + "'"), "typing-indicator")
             return
         if self._bubble is None:
             return  # joined mid-way without the start (should not happen: replay begins at the turn's start)
@@ -373,20 +386,19 @@ class ChatPage:
             if card is not None:
                 card.finish(data.get("output"), data.get("metadata") or {}, bool(data.get("isError")))
                 if card.task_id is not None and self.panel.state_of(card.task_id):
-                    card.show_state(self.panel.state_of(card.task_id) or "")
+                    card.show_state(self.panel.state_of(card.task_id) or "", reason=self.panel.reason_of(card.task_id))
         elif event.type == "error":
             self._flush()
             with self._bubble:
-                ui.label(data.get("errorText", "Something went wrong.")).classes("text-negative text-caption").props(
-                    "data-testid=turn-error role=alert"
-                )
-                ui.notify(data.get("errorText", "Something went wrong."), color="negative")
+                ui.label(data.get("errorText", _("Something went wrong."))).classes(
+                    "text-negative text-caption").props("data-testid=turn-error role=alert")
+                ui.notify(data.get("errorText", _("Something went wrong.")), color="negative")
         elif event.type == "finish":
             self._flush()
             self._bubble.props("aria-busy=false")
             if data.get("finishReason") == "canceled":
                 with self._bubble:
-                    ui.label("Stopped.").classes("text-grey-7 text-caption")
+                    ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
 
     def _hide_typing(self) -> None:
         if self._typing is not None:
@@ -430,12 +442,14 @@ class ChatPage:
             return
         # A chat keeps the agent it started with: another agent means a new chat, so ask first.
         with ui.dialog() as dialog, ui.card().classes("w-96 max-w-full").props("data-testid=agent-change-dialog"):
-            ui.label(f"Start a new chat with {self.agent_names.get(slug, slug)}?").classes("text-h6")
-            ui.label(f"This chat stays with {self._agent_name()}; it is kept in the list.").classes("text-grey-8")
+            ui.label(_("Start a new chat with {name}?").format(name=self.agent_names.get(slug, slug))).classes(
+                "text-h6")
+            ui.label(_("This chat stays with {name}; it is kept in the list.").format(
+                name=self._agent_name())).classes("text-grey-8")
             with ui.row().classes("w-full justify-end"):
-                testid(ui.button("Stay here", on_click=lambda: dialog.submit(False)).props("flat"),
+                testid(ui.button(_("Stay here"), on_click=lambda: dialog.submit(False)).props("flat"),
                        "agent-change-cancel")
-                testid(ui.button("New chat", on_click=lambda: dialog.submit(True)), "agent-change-confirm")
+                testid(ui.button(_(NEW_CHAT_TITLE), on_click=lambda: dialog.submit(True)), "agent-change-confirm")
         confirmed = await dialog
         dialog.delete()
         if confirmed:

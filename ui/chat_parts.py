@@ -10,16 +10,17 @@ from typing import Any
 from nicegui import ui
 
 from core.broker.tools import TOOL_NAME_PREFIX
-from core.delegation import is_terminal, short_task_text, state_word
+from core.delegation import is_terminal, short_task_text, state_label, state_word
+from core.i18n import N_, _, format_number
 from models import Agent
 from ui.agent_invoke_panel import STATUS_COLORS
 from ui.streaming import ChatMarkdown
 
 # Shown on a new chat's welcome; each runs with the offline demo model (core/chat/demo_model.py).
 EXAMPLE_PROMPTS = (
-    "Hello! What can you do?",
-    "@coding-assistant write a function that greets",
-    "@planner plan a launch party and ask @@coding-assistant for the invitation script",
+    N_("Hello! What can you do?"),
+    N_("@coding-assistant write a function that greets"),
+    N_("@planner plan a launch party and ask @@coding-assistant for the invitation script"),
 )
 _FENCED = re.compile(r"(^```[^\n]*\n.*?^```[ \t]*$)", re.MULTILINE | re.DOTALL)
 
@@ -27,9 +28,9 @@ _FENCED = re.compile(r"(^```[^\n]*\n.*?^```[ \t]*$)", re.MULTILINE | re.DOTALL)
 def welcome(agents: list[Agent], try_example: Callable[[str], Awaitable[None]]) -> ui.element:
     """A new chat's first screen: the agents, what `@agent` and `/background` do, and example prompts."""
     with ui.column().classes("w-full gap-3 q-pa-md welcome-card").props("data-testid=welcome") as welcome:
-        ui.label("Start a conversation").classes("text-h5")
-        ui.label("Pick an agent below and write to it. Agents can hand part of the work to other agents: "
-                 "their answers stream into the side panel.").classes("text-grey-8")
+        ui.label(_("Start a conversation")).classes("text-h5")
+        ui.label(_("Pick an agent below and write to it. Agents can hand part of the work to other agents: "
+                   "their answers stream into the side panel.")).classes("text-grey-8")
         with ui.column().classes("w-full gap-2").props("data-testid=welcome-agents"):
             for agent in agents:
                 with ui.row().classes("w-full items-start gap-2 no-wrap").props(
@@ -42,13 +43,13 @@ def welcome(agents: list[Agent], try_example: Callable[[str], Awaitable[None]]) 
                         if agent.description:
                             ui.label(agent.description).classes("text-grey-8 text-body2")
         with ui.column().classes("gap-1 text-body2 text-grey-8").props("data-testid=welcome-help"):
-            ui.markdown("**`@agent-id` …** hands that part of your message to another agent "
-                        "(`@coding-assistant write a function`); the answer streams into the side panel.")
-            ui.markdown("**`/background @agent-id` …** sends a task to an agent connected to the broker; "
-                        "it keeps working while you chat, and its progress shows as notes.")
-        ui.label("Try one:").classes("text-weight-medium")
+            ui.markdown(_("**`@agent-id` …** hands that part of your message to another agent "
+                          "(`@coding-assistant write a function`); the answer streams into the side panel."))
+            ui.markdown(_("**`/background @agent-id` …** sends a task to an agent connected to the broker; "
+                          "it keeps working while you chat, and its progress shows as notes."))
+        ui.label(_("Try one:")).classes("text-weight-medium")
         with ui.row().classes("w-full gap-2"):
-            for prompt in EXAMPLE_PROMPTS:
+            for prompt in map(_, EXAMPLE_PROMPTS):
                 ui.button(prompt, on_click=lambda p=prompt: try_example(p)).props(
                     "outline no-caps align=left data-testid=example-prompt").classes(
                     "text-left").mark("example-prompt")
@@ -75,10 +76,11 @@ class ToolCallCard:
         request = args.get("input") if self.is_delegation else args.get("task") if self.background else None
         if self.is_delegation:
             callee = agent_names.get(str(target), str(target))
-            title, icon = f"Delegated to {callee}", "call_split"
+            title, icon = _("Delegated to {name}").format(name=callee), "call_split"
         elif self.background:
             callee = tool_name.removeprefix(TOOL_NAME_PREFIX)
-            title, icon = f"Sent to {agent_names.get(callee, callee)} in the background", "schedule_send"
+            title = _("Sent to {name} in the background").format(name=agent_names.get(callee, callee))
+            icon = "schedule_send"
         else:
             title, icon = tool_name, "build"
         with ui.card().tight().classes("w-full q-my-xs tool-call-card").props(
@@ -90,7 +92,7 @@ class ToolCallCard:
                     if isinstance(request, str) and request:
                         ui.label(short_task_text(request, 80)).classes("text-caption text-grey-7 ellipsis").props(
                             "data-testid=tool-call-request")
-                self.status = ui.label("submitted" if self.is_delegation else "running…").classes(
+                self.status = ui.label(state_label(None) if self.is_delegation else _("running…")).classes(
                     "text-grey-7 text-caption").props("data-testid=tool-call-status")
                 self.took = ui.label("").classes("text-grey-7 text-caption").props("data-testid=tool-call-duration")
             self.detail = ui.label("").classes("text-caption q-px-sm q-pb-sm text-grey-8")
@@ -107,50 +109,50 @@ class ToolCallCard:
     def set_callee(self, name: Any) -> None:
         """The callee's display name, from the task's announcement."""
         if isinstance(name, str) and name and self.is_delegation:
-            self.title.set_text(f"Delegated to {name}")
+            self.title.set_text(_("Delegated to {name}").format(name=name))
 
     def finish(self, output: Any, metadata: dict[str, Any], is_error: bool) -> None:
         """Show the call's outcome (a delegation's task state, once known, takes precedence)."""
         duration = metadata.get("durationMs")
         if isinstance(duration, int | float):
-            self.took.set_text(f"{duration / 1000:.1f} s")
+            self.took.set_text(_seconds(duration))
         if is_error:
             message = output.get("error") if isinstance(output, dict) else str(output)
             self.detail.set_text(str(message))
             self.detail.set_visibility(True)
         if self._state is None:
             if self.background and not is_error:
-                self.status.set_text("started; the result will follow")
+                self.status.set_text(_("started; the result will follow"))
             elif self.is_delegation and not is_error:
                 self.show_state("completed")
             elif self.is_delegation:
                 self.show_state("failed")
             else:
-                self.status.set_text("failed" if is_error else "done")
+                self.status.set_text(_("failed") if is_error else _("done"))
                 if is_error:
                     self.status.classes(replace="text-negative text-caption")
         name = metadata.get("calleeAgentName")
         if isinstance(name, str) and name:
-            self.title.set_text(f"Sent to {name} in the background" if metadata.get("background")
-                                else f"Delegated to {name}")
+            self.title.set_text((_("Sent to {name} in the background") if metadata.get("background")
+                                 else _("Delegated to {name}")).format(name=name))
 
-    def show_state(self, state: str, duration_ms: int | None = None) -> None:
-        """The task's state, in the shared vocabulary."""
+    def show_state(self, state: str, duration_ms: int | None = None, reason: str | None = None) -> None:
+        """The task's state, in the shared vocabulary (`reason`: a failure with its own words, states.py)."""
         if self.background and not is_terminal(state):
             return  # "started; the result will follow" says more than "working" for a background task
         word = state_word(state)
         self._state = state
-        self.status.set_text(word)
+        self.status.set_text(state_label(state, reason=reason))
         self.status.classes(replace=f"text-caption text-{STATUS_COLORS.get(word, 'grey-7')}")
         self.card.props(f"data-state={word}")
         if duration_ms is not None:
-            self.took.set_text(f"{duration_ms / 1000:.1f} s")
+            self.took.set_text(_seconds(duration_ms))
 
     def link_task(self, task_id: str) -> None:
         """Clicking the card (or Enter on it) opens that task in the side panel."""
         self.task_id = task_id
         self.card.props(f"data-task-id={task_id} tabindex=0 role=button "
-                        "aria-label='Open this task in the side panel'").classes("cursor-pointer")
+                        f"aria-label='" + _("Open this task in the side panel") + "'").classes("cursor-pointer")
 
 
 def user_text(text: str) -> None:
@@ -161,6 +163,11 @@ def user_text(text: str) -> None:
                 ChatMarkdown(part).classes("w-full")
             elif part.strip("\n"):
                 ui.label(part.strip("\n")).classes("user-text")
+
+
+def _seconds(duration_ms: float) -> str:
+    """A duration in seconds, one decimal, written the reader's way."""
+    return _("{seconds} s").format(seconds=format_number(duration_ms / 1000, decimals=1))
 
 
 def parse_json(value: Any) -> Any:

@@ -7,7 +7,8 @@ The header fits one row at any width: the app name shortens below 600 px, the
 navigation sits in the left drawer, which is a sidebar from 900 px up and a
 closed overlay below. Dark mode follows the system until the user picks light
 or dark with the header's toggle; the choice is kept per user
-(`app.storage.user`). A page adds itself to the navigation with one line in
+(`app.storage.user`). The header's language switch (`ui/language.py`) changes the
+page's language in place. A page adds itself to the navigation with one line in
 `NAV_ITEMS`.
 """
 
@@ -19,15 +20,17 @@ from dataclasses import dataclass
 
 from nicegui import app, ui
 
+from core.i18n import N_, _
 from core.services import Services
+from ui.language import language_switch
 
-APP_NAME = "A2A Delegation Chat"
-SHORT_APP_NAME = "A2A Chat"
+APP_NAME = N_("A2A Delegation Chat")
+SHORT_APP_NAME = N_("A2A Chat")
 DRAWER_BREAKPOINT_PX = 900  # below it, the drawers are overlays (assets/app.css uses the same width)
 DARK_MODE_KEY = "dark_mode"  # app.storage.user: None (follow the system), True or False
 DARK_MODE_CYCLE: dict[bool | None, bool | None] = {None: True, True: False, False: None}
 DARK_MODE_ICONS = {None: "brightness_auto", True: "dark_mode", False: "light_mode"}
-DARK_MODE_NAMES = {None: "Theme: follows the system", True: "Theme: dark", False: "Theme: light"}
+DARK_MODE_NAMES = {None: N_("Theme: follows the system"), True: N_("Theme: dark"), False: N_("Theme: light")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +44,12 @@ class NavItem:
 
 
 NAV_ITEMS: list[NavItem] = [
-    NavItem("Chat", "/", "chat", "chat"),
-    NavItem("Agents", "/agents", "smart_toy", "agents"),
-    NavItem("Delegated tasks", "/audit", "fact_check", "audit"),
-    NavItem("A2A broker", "/broker", "hub", "broker"),
-    NavItem("Remote agents", "/remote-agents", "travel_explore", "remote-agents"),
-    NavItem("API keys", "/api-keys", "key", "api-keys"),
+    NavItem(N_("Chat"), "/", "chat", "chat"),
+    NavItem(N_("Agents"), "/agents", "smart_toy", "agents"),
+    NavItem(N_("Delegated tasks"), "/audit", "fact_check", "audit"),
+    NavItem(N_("A2A broker"), "/broker", "hub", "broker"),
+    NavItem(N_("Remote agents"), "/remote-agents", "travel_explore", "remote-agents"),
+    NavItem(N_("API keys"), "/api-keys", "key", "api-keys"),
 ]
 
 
@@ -91,19 +94,20 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
         header.props("data-testid=app-header")
         with ui.row().classes("items-center gap-1 no-wrap min-w-0"):
             testid(ui.button(icon="menu", on_click=lambda: drawer.toggle()).props(
-                "flat round color=white aria-label=Menu"), "menu-btn")
+                "flat round color=white aria-label='" + _("Menu") + "'"), "menu-btn")
             with ui.link(target="/").classes("text-white no-underline row items-center no-wrap min-w-0"):
-                ui.label(APP_NAME).classes("text-h6 ellipsis gt-xs")
-                ui.label(SHORT_APP_NAME).classes("text-h6 xs")
+                ui.label(_(APP_NAME)).classes("text-h6 ellipsis gt-xs")
+                ui.label(_(SHORT_APP_NAME)).classes("text-h6 xs")
         with ui.row().classes("items-center gap-1 no-wrap") as actions:
+            language_switch(ui.context.client)
             toggle = testid(ui.button(icon=DARK_MODE_ICONS[mode]).props(
-                f"flat round color=white aria-label='{DARK_MODE_NAMES[mode]}'"), "dark-mode-btn")
-            toggle.tooltip(DARK_MODE_NAMES[mode])
+                f"flat round color=white aria-label='{_(DARK_MODE_NAMES[mode])}'"), "dark-mode-btn")
+            toggle.tooltip(_(DARK_MODE_NAMES[mode]))
 
             def cycle_dark_mode() -> None:
                 new = DARK_MODE_CYCLE[dark.value]
                 dark.set_value(new)
-                toggle.props(f"icon={DARK_MODE_ICONS[new]} aria-label='{DARK_MODE_NAMES[new]}'")
+                toggle.props(f"icon={DARK_MODE_ICONS[new]} aria-label='{_(DARK_MODE_NAMES[new])}'")
                 toggle.props(f"data-mode={'auto' if new is None else 'dark' if new else 'light'}")
                 try:
                     app.storage.user[DARK_MODE_KEY] = new
@@ -114,19 +118,19 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
             toggle.props(f"data-mode={'auto' if mode is None else 'dark' if mode else 'light'}")
             if services.auth.multi_user:
                 testid(ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
-                    "flat round color=white aria-label='Log out'"), "logout-btn")
+                    "flat round color=white aria-label='" + _("Log out") + "'"), "logout-btn")
     drawer = ui.left_drawer(value=None, bordered=True, bottom_corner=True).props(
         f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280").classes("app-drawer q-pa-sm column no-wrap")
     with drawer:
         testid(drawer, "app-drawer")
-        with ui.column().classes("w-full gap-0").props("role=navigation aria-label=Pages") as nav:
+        with ui.column().classes("w-full gap-0").props("role=navigation aria-label='" + _("Pages") + "'") as nav:
             testid(nav, "app-nav")
             for item in NAV_ITEMS:
                 is_active = item.path == active
                 with ui.row().classes("w-full items-center no-wrap gap-3 q-px-sm q-py-xs rounded-borders nav-row" +
                                       (" nav-row--active text-primary" if is_active else "")):
                     ui.icon(item.icon, size="sm").props("aria-hidden=true")
-                    link = ui.link(item.label, item.path).classes("col no-underline text-inherit nav-link").props(
+                    link = ui.link(_(item.label), item.path).classes("col no-underline text-inherit nav-link").props(
                         f"data-testid=nav-{item.key} data-path={item.path}").mark(f"nav-{item.key}")
                     if is_active:
                         link.props("aria-current=page")

@@ -9,23 +9,25 @@ from __future__ import annotations
 from nicegui import ui
 
 from core.a2a.remote_agents import RegistrationError
+from core.i18n import _
 from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame, testid
+from ui.language import page
 
 
 def register_remote_agents_page(services: Services) -> None:
     """`/remote-agents`."""
 
-    @ui.page("/remote-agents", title="Remote agents")
+    @page("/remote-agents", title="Remote agents")
     async def remote_agents_page() -> None:
-        build_frame(services, title="Remote agents", active="/remote-agents")
+        build_frame(services, title=_("Remote agents"), active="/remote-agents")
 
         @ui.refreshable
         async def agent_list() -> None:
             agents = await services.remote_agents.list()
             if not agents:
-                testid(ui.label("No remote agents registered yet."), "no-remote-agents").classes("text-grey-7")
+                testid(ui.label(_("No remote agents registered yet.")), "no-remote-agents").classes("text-grey-7")
                 return
             for agent in agents:
                 props = f"flat bordered data-testid=remote-agent data-agent-id={agent.id}"
@@ -35,20 +37,21 @@ def register_remote_agents_page(services: Services) -> None:
                             ui.label(agent.name).classes("text-h6")
                             ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}").props(
                                 "data-testid=remote-agent-id")
-                            ui.badge("online" if agent.online else "not loaded",
+                            ui.badge(_("online") if agent.online else _("not loaded"),
                                      color="positive" if agent.online else "grey-7")
                         if agent.owner_id in (None, current_user_id(services)):
-                            ui.button("Remove", on_click=lambda a=agent: remove(a.id)).props(
+                            ui.button(_("Remove"), on_click=lambda a=agent: remove(a.id)).props(
                                 "flat color=negative dense data-testid=remove-remote-agent-btn"
                             ).mark(f"remove-{agent.id}")
                         else:
-                            ui.label("registered by another user").classes("text-caption text-grey-7")
+                            ui.label(_("registered by another user")).classes("text-caption text-grey-7")
                     if agent.description:
                         ui.label(agent.description)
-                    details = [f"card: {agent.card_url}"]
+                    details = [_("card: {url}").format(url=agent.card_url)]
                     if agent.url:
-                        details.append(f"A2A {agent.protocol_version} at {agent.url}")
-                        details.append("streaming" if agent.streaming else "no streaming")
+                        details.append(_("A2A {version} at {url}").format(version=agent.protocol_version,
+                                                                          url=agent.url))
+                        details.append(_("streaming") if agent.streaming else _("no streaming"))
                     ui.label(" · ".join(details)).classes("text-caption text-grey-7 break-all")
 
         async def register() -> None:
@@ -63,7 +66,7 @@ def register_remote_agents_page(services: Services) -> None:
                 return
             finally:
                 button.enable()
-            ui.notify(f"Registered {view.name} as @{view.id}.", color="positive")
+            ui.notify(_("Registered {name} as @{id}.").format(name=view.name, id=view.id), color="positive")
             card_url.value = agent_id.value = token.value = ""
             agent_list.refresh()
 
@@ -73,20 +76,20 @@ def register_remote_agents_page(services: Services) -> None:
             except RegistrationError as exc:
                 ui.notify(str(exc), color="negative")
                 return
-            ui.notify(f"Removed @{remote_id}." if removed else f"@{remote_id} was not registered.")
+            ui.notify((_("Removed @{id}.") if removed else _("@{id} was not registered.")).format(id=remote_id))
             agent_list.refresh()
 
         with ui.column().classes("w-full max-w-4xl mx-auto q-pa-md gap-4"):
-            ui.label("Remote A2A agents").classes("text-h5")
-            ui.label("Register an agent that speaks A2A over HTTP by the URL of its agent card (or its base URL). "
-                     "It can then be delegated to like a local agent: @<id> in a chat.").classes("text-grey-8")
+            ui.label(_("Remote A2A agents")).classes("text-h5")
+            ui.label(_("Register an agent that speaks A2A over HTTP by the URL of its agent card (or its base URL). "
+                       "It can then be delegated to like a local agent: @<id> in a chat.")).classes("text-grey-8")
             with ui.row().classes("w-full items-end gap-2"):
-                card_url = ui.input("Card URL", placeholder="https://host/.well-known/agent-card.json").props(
+                card_url = ui.input(_("Card URL"), placeholder="https://host/.well-known/agent-card.json").props(
                     "dense outlined data-testid=card-url").classes("grow min-w-0").style("min-width: 12rem")
                 card_url.mark("card-url")
-                agent_id = ui.input("Id (optional)", placeholder="from the card's name").props(
+                agent_id = ui.input(_("Id (optional)"), placeholder=_("from the card's name")).props(
                     "dense outlined").classes("w-48").mark("remote-id").props("data-testid=remote-id")
-                token = ui.input("Bearer token (optional)", password=True).props("dense outlined").classes(
+                token = ui.input(_("Bearer token (optional)"), password=True).props("dense outlined").classes(
                     "w-56").mark("remote-token").props("data-testid=remote-token")
-                button = testid(ui.button("Register", icon="add_link", on_click=register), "register-btn")
+                button = testid(ui.button(_("Register"), icon="add_link", on_click=register), "register-btn")
             await agent_list()

@@ -13,6 +13,7 @@ from typing import Any
 from nicegui import ui
 
 from core.chat.engine import ChatError
+from core.i18n import _, format_datetime
 from core.services import Services
 from models import AgentSession
 from ui.frame import testid
@@ -27,10 +28,10 @@ class SessionDrawer:
         self.user_id = user_id
         self.current = current
         self.search_text = ""
-        testid(ui.button("New chat", icon="add", on_click=on_new_chat), "new-session-btn").classes("w-full")
+        testid(ui.button(_("New chat"), icon="add", on_click=on_new_chat), "new-session-btn").classes("w-full")
         self.search = testid(
-            ui.input(placeholder="Search chats", on_change=self._on_search).props(
-                "dense outlined clearable debounce=250 aria-label='Search chats'"),
+            ui.input(placeholder=_("Search chats"), on_change=self._on_search).props(
+                "dense outlined clearable debounce=250 aria-label='" + _("Search chats") + "'"),
             "session-search",
         ).classes("w-full q-mt-sm")
         with self.search.add_slot("prepend"):
@@ -43,7 +44,7 @@ class SessionDrawer:
         self.session_list.clear()
         with self.session_list:
             if not sessions:
-                ui.item_label("No chats match." if self.search_text else "No chats yet").props("caption").classes(
+                ui.item_label(_("No chats match.") if self.search_text else _("No chats yet")).props("caption").classes(
                     "q-pa-md").props("data-testid=session-list-empty")
             for row in sessions:
                 self._session_item(row)
@@ -62,11 +63,11 @@ class SessionDrawer:
         with item:
             with ui.item_section():
                 ui.item_label(row.title).classes("ellipsis").props("data-testid=session-title")
-                ui.item_label(row.updated_at.strftime("%Y-%m-%d %H:%M")).props("caption")
+                ui.item_label(format_datetime(row.updated_at, format="short")).props("caption")
             with ui.item_section().props("side"):
+                actions = _quote(_("Chat actions: {title}").format(title=row.title))
                 menu_btn = ui.button(icon="more_vert").props(
-                    f"flat round dense size=sm aria-label='Chat actions: {_quote(row.title)}' "
-                    "data-testid=session-menu-btn")
+                    f"flat round dense size=sm aria-label='{actions}' data-testid=session-menu-btn")
                 # The menu is made when it is first opened: the list is re-rendered after every answer.
                 menu_btn.on("click.stop", lambda b=menu_btn, r=row: self._session_menu(b, r))
 
@@ -75,14 +76,14 @@ class SessionDrawer:
             if isinstance(child, ui.menu):
                 child.delete()
         with button, ui.menu() as menu:
-            ui.menu_item("Rename", lambda: self._rename_dialog(row)).props("data-testid=session-rename")
-            ui.menu_item("Delete", lambda: self._delete(row)).props("data-testid=session-delete")
+            ui.menu_item(_("Rename"), lambda: self._rename_dialog(row)).props("data-testid=session-rename")
+            ui.menu_item(_("Delete"), lambda: self._delete(row)).props("data-testid=session-delete")
         menu.open()
 
     def _rename_dialog(self, row: AgentSession) -> None:
         with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full"):
-            ui.label("Rename chat").classes("text-h6")
-            name = testid(ui.input("Title", value=row.title).props("autofocus outlined dense"),
+            ui.label(_("Rename chat")).classes("text-h6")
+            name = testid(ui.input(_("Title"), value=row.title).props("autofocus outlined dense"),
                           "session-rename-input").classes("w-full")
 
             async def save() -> None:
@@ -96,28 +97,28 @@ class SessionDrawer:
 
             name.on("keydown.enter", save)
             with ui.row().classes("w-full justify-end"):
-                ui.button("Cancel", on_click=dialog.close).props("flat data-testid=session-rename-cancel")
-                testid(ui.button("Save", on_click=save), "session-rename-save")
+                ui.button(_("Cancel"), on_click=dialog.close).props("flat data-testid=session-rename-cancel")
+                testid(ui.button(_("Save"), on_click=save), "session-rename-save")
         dialog.open()
 
     def _delete(self, row: AgentSession) -> None:
         """Ask, then delete a chat (its running answer is stopped first)."""
         with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full").props("data-testid=session-delete-dialog"):
-            ui.label("Delete this chat?").classes("text-h6")
+            ui.label(_("Delete this chat?")).classes("text-h6")
             ui.label(row.title).classes("text-grey-8 ellipsis w-full")
 
             async def confirm() -> None:
                 dialog.close()
                 if not await self.services.workspace.delete(self.user_id, row.id):
-                    ui.notify("That chat is already gone.", color="warning")
+                    ui.notify(_("That chat is already gone."), color="warning")
                 if row.id == self.current():
                     ui.navigate.to("/")
                     return
                 await self.render()
 
             with ui.row().classes("w-full justify-end"):
-                ui.button("Cancel", on_click=dialog.close).props("flat data-testid=session-delete-cancel")
-                testid(ui.button("Delete", on_click=confirm, color="negative"), "session-delete-confirm")
+                ui.button(_("Cancel"), on_click=dialog.close).props("flat data-testid=session-delete-cancel")
+                testid(ui.button(_("Delete"), on_click=confirm, color="negative"), "session-delete-confirm")
         dialog.open()
 
 

@@ -21,11 +21,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from models import ApiKey, utcnow
+
+if TYPE_CHECKING:
+    from core.db import Database
 
 KEY_PREFIX = "a2ak_"
 SHOWN_PREFIX_CHARS = 12
@@ -87,15 +91,35 @@ def bearer_token(authorization: str | None) -> str | None:
 
 
 async def authenticate_key(session: AsyncSession, key: str) -> ApiKey | None:
-    """The live key row for a presented key, or None (unknown, malformed or revoked)."""
-    if not key.startswith(KEY_PREFIX) or len(key) > 200:
-        return None
-    row = (await session.exec(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))).first()
-    if row is None or row.revoked_at is not None:
-        return None
-    now = utcnow()
-    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_RESOLUTION:
-        row.last_used_at = now
+    """The live key row for a presented key, or None (unknown, malformed or revoked); notes its use when due."""
+    row = await _live_key(session, key)
+    if row is not None and _use_worth_noting(row):
+        row.last_used_at = utcnow()
         session.add(row)
         await session.commit()
     return row
+
+
+async def authenticate(db: Database, key: str) -> ApiKey | None:
+    """`authenticate_key` for a request: a read, and a write only when the key's last use is worth noting.
+
+    Every JSON-RPC call presents a key; read in `Database.read`, the check does not queue behind
+    the turns' writes on SQLite. `last_used_at` is written at most once a `LAST_USED_RESOLUTION`.
+    """
+    async with db.read() as s:
+        row = await _live_key(s, key)
+    if row is None or not _use_worth_noting(row):
+        return row
+    async with db.session() as s:
+        return await authenticate_key(s, key)
+
+
+async def _live_key(session: AsyncSession, key: str) -> ApiKey | None:
+    if not key.startswith(KEY_PREFIX) or len(key) > 200:
+        return None
+    row = (await session.exec(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))).first()
+    return None if row is None or row.revoked_at is not None else row
+
+
+def _use_worth_noting(row: ApiKey) -> bool:
+    return row.last_used_at is None or utcnow() - row.last_used_at >= LAST_USED_RESOLUTION

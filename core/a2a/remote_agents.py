@@ -23,6 +23,7 @@ import asyncio
 import importlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -40,6 +41,8 @@ from core.settings import Settings
 from models import RemoteA2AAgent
 
 log = logging.getLogger(__name__)
+
+REMOTE_AGENT = "remote-agent"  # the kind of registry notice this module sends and applies (core/db_events.py)
 
 
 class RegistrationError(ValueError):
@@ -85,6 +88,8 @@ class RemoteAgentDirectory:
         self.registry = registry
         self.settings = settings
         self._secrets = secrets
+        # Cluster mode: tells the other replicas a registration came or went (`core.db_events`, "remote-agent").
+        self.notify: Callable[[str, str, str], Awaitable[None]] | None = None
 
     @property
     def secrets(self) -> SecretBox:
@@ -144,6 +149,8 @@ class RemoteAgentDirectory:
             await self._drop(agent_id, agent)
             raise
         log.info("registered remote A2A agent %s from %s", agent_id, outbound.shorten(card_url))
+        if self.notify is not None:
+            await self.notify(REMOTE_AGENT, agent_id, "registered")
         return _view(agent, user_id)
 
     async def unregister(self, agent_id: str, user_id: int | None = None) -> bool:
@@ -163,7 +170,29 @@ class RemoteAgentDirectory:
         agent = self.registry.remote(agent_id)
         if agent is not None and getattr(agent, "kind", None) == "http":
             await self._drop(agent_id, agent)
+        if self.notify is not None:
+            await self.notify(REMOTE_AGENT, agent_id, "removed")
         return True
+
+    async def sync(self, agent_id: str, _op: str = "") -> None:
+        """Another replica registered or removed `agent_id`: make this registry match the database."""
+        async with self.db.session() as s:
+            row = await s.get(RemoteA2AAgent, agent_id)
+        current = self.registry.remote(agent_id)
+        if row is None:
+            if current is not None and getattr(current, "kind", None) == "http":
+                await self._drop(agent_id, current)
+            return
+        if current is None:
+            await self._restore_row(row, await _client_module(), self._allow())
+
+    async def sync_all(self) -> None:
+        """Make every registration match the database (after notices may have been missed)."""
+        async with self.db.session() as s:
+            saved = set((await s.exec(select(RemoteA2AAgent.id))).all())
+        here = {a.id for a in self.registry.remote_agents() if getattr(a, "kind", None) == "http"}
+        for agent_id in sorted(saved ^ here):
+            await self.sync(agent_id)
 
     async def list(self) -> list[RemoteAgentView]:
         """Every registration, by id (`online`: in the registry and reachable).
@@ -212,30 +241,34 @@ class RemoteAgentDirectory:
         allow = self._allow()
         joined = 0
         for row in rows:
-            try:
-                card = client.wire.card_from_json(row.card)
-            except client.wire.CardError as exc:
-                log.warning("remote agent %s is not restored: %s (register it again)", row.id, exc)
-                continue
-            try:
-                token = self.secrets.open(row.bearer_token) if row.bearer_token else None
-            except SecretUnreadable as exc:
-                log.warning("remote agent %s is not restored: its bearer token: %s", row.id, exc)
-                continue
-            endpoint = client.wire.endpoint_url(card)
-            if token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
-                log.warning("remote agent %s: its endpoint is on another origin than its card, so its bearer token "
-                            "is not sent (register it again from the endpoint's origin)", row.id)
-            agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url, allow=allow,
-                                           bearer_token=token)
-            try:
-                await self.registry.claim(agent)
-            except IdTaken as exc:
-                await agent.aclose()
-                log.warning("remote agent %s is not restored: %s", row.id, exc)
-                continue
-            joined += 1
+            joined += await self._restore_row(row, client, allow)
         return joined
+
+    async def _restore_row(self, row: RemoteA2AAgent, client: ModuleType, allow: outbound.AllowList) -> bool:
+        """Put one saved registration into the registry; False when it cannot be (the log says why)."""
+        try:
+            card = client.wire.card_from_json(row.card)
+        except client.wire.CardError as exc:
+            log.warning("remote agent %s is not restored: %s (register it again)", row.id, exc)
+            return False
+        try:
+            token = self.secrets.open(row.bearer_token) if row.bearer_token else None
+        except SecretUnreadable as exc:
+            log.warning("remote agent %s is not restored: its bearer token: %s", row.id, exc)
+            return False
+        endpoint = client.wire.endpoint_url(card)
+        if token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
+            log.warning("remote agent %s: its endpoint is on another origin than its card, so its bearer token "
+                        "is not sent (register it again from the endpoint's origin)", row.id)
+        agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url, allow=allow,
+                                       bearer_token=token)
+        try:
+            await self.registry.claim(agent)
+        except IdTaken as exc:
+            await agent.aclose()
+            log.warning("remote agent %s is not restored: %s", row.id, exc)
+            return False
+        return True
 
     async def close(self) -> None:
         """Release every HTTP agent from the registry and close its connections."""

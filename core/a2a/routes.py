@@ -27,6 +27,8 @@ from pydantic import BaseModel, Field
 from core.a2a import api_keys
 from core.a2a.remote_agents import RegistrationError
 from core.auth.deps import CurrentUser, ServicesDep
+from core.i18n import _
+from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
@@ -143,7 +145,8 @@ def a2a_api_router() -> APIRouter:
             try:
                 row, key = await api_keys.create_key(s, user_id=user.id, name=body.name)
             except api_keys.ApiKeyError as exc:
-                raise HTTPException(422, detail=f"Cannot create the key: {exc}.") from exc
+                raise ApiError(422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(
+                    reason=exc)) from exc
         return ApiKeyCreated(**ApiKeyOut.model_validate(row, from_attributes=True).model_dump(), key=key)
 
     @router.delete("/keys/{key_id}", status_code=204)
@@ -151,7 +154,7 @@ def a2a_api_router() -> APIRouter:
         """Revoke one of your keys; requests with it are refused from now on."""
         async with services.db.session() as s:
             if not await api_keys.revoke_key(s, user_id=user.id, key_id=key_id):
-                raise HTTPException(404, detail="You have no such active key.")
+                raise ApiError(404, "api_key_not_found", detail=_("You have no such active key."))
         return Response(status_code=204)
 
     @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
@@ -179,7 +182,8 @@ def a2a_api_router() -> APIRouter:
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         if not removed:
-            raise HTTPException(404, detail=f"There is no registered remote agent {agent_id!r}.")
+            raise ApiError(404, "remote_agent_not_found", detail=_(
+                "There is no registered remote agent {name!r}.").format(name=agent_id))
         return Response(status_code=204)
 
     return router

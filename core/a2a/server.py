@@ -62,6 +62,7 @@ from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
+from core.streaming.redis_hub import refresh
 from core.web.input_limits import read_capped
 from models import A2ATaskSession, AgentMessage
 
@@ -148,8 +149,7 @@ class A2AServer:
         token = api_keys.bearer_token(request.headers.get("authorization"))
         if token is None:
             return None
-        async with self.db.session() as s:
-            key = await api_keys.authenticate_key(s, token)
+        key = await api_keys.authenticate(self.db, token)
         return key.user_id if key is not None else None
 
 
@@ -190,7 +190,7 @@ class AgentCards:
 
     async def spec(self, agent_id: str) -> wire.CardSpec | None:
         """The agent's card in plain values, or None when no agent has that id."""
-        async with self.db.session() as s:
+        async with self.db.read() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
         common = {"rpc_url": self.rpc_url(agent_id), "version": self.version, "provider": PROVIDER,
@@ -234,7 +234,7 @@ class TaskSessionStore(wire.TaskStore):
 
     async def snapshot(self, task_id: str, *, user_id: int | None, agent_id: str) -> wire.TaskSnapshot | None:
         """The task in plain values when this caller may see it, else None."""
-        async with self.db.session() as s:
+        async with self.db.read() as s:
             row = await s.get(A2ATaskSession, task_id)
             if row is None or user_id is None or row.caller_user_id != user_id or row.callee_agent_slug != agent_id:
                 return None
@@ -249,7 +249,7 @@ class TaskSessionStore(wire.TaskStore):
 
         None when the context is unknown, another caller's, or another agent's (the same answer for all three).
         """
-        async with self.db.session() as s:
+        async with self.db.read() as s:
             rows = list((await s.exec(select(A2ATaskSession).where(
                 A2ATaskSession.session_id == context_id, A2ATaskSession.caller_user_id == user_id,
                 A2ATaskSession.callee_agent_slug == agent_id,
@@ -290,7 +290,7 @@ class TaskSessionStore(wire.TaskStore):
                 col(A2ATaskSession.updated_at) < when,
                 and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id)))
         page_query = page_query.order_by(col(A2ATaskSession.updated_at).desc(), col(A2ATaskSession.id).desc())
-        async with self.db.session() as s:
+        async with self.db.read() as s:
             total = (await s.exec(select(func.count()).select_from(A2ATaskSession).where(*matching))).one()
             rows = list((await s.exec(page_query.limit(query.page_size + 1))).all())
             outputs = await _answers(s, [r.id for r in rows[:query.page_size] if r.state in TERMINAL_STATES])
@@ -424,7 +424,7 @@ class AgentRequestHandler(wire.RequestHandler):
             raise wire.UnsupportedOperationError(
                 message=f"Task {snap.id} is in terminal state: {wire.state_name(snap.state)}; "
                         "there is nothing more to stream. Read it with GetTask.")
-        if self.hub.get(task_stream_key(snap.id)) is None:
+        if await refresh(self.hub, task_stream_key(snap.id)) is None:
             raise wire.UnsupportedOperationError(
                 message=f"Task {snap.id} is not running on this server any more (it was interrupted, "
                         "for example by a restart); read what it has with GetTask.")

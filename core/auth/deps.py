@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from core.auth import accounts
+from core.i18n import _
+from core.web.errors import ApiError
 from models import User
 
 if TYPE_CHECKING:  # the composition of services sits above every router; routes only read it
@@ -37,7 +39,7 @@ async def get_current_user(
     credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)],
 ) -> User:
     """The user making the request, or 401."""
-    async with services.db.session() as s:
+    async with services.db.read() as s:
         if not services.auth.multi_user:
             user = await accounts.get_user(s, services.auth.local_user_id or 0)
             if user is not None:
@@ -52,13 +54,13 @@ async def get_current_user(
             user = await services.logins.authenticate(credentials.username, credentials.password,
                                                       address=client_address(request))
         except accounts.TooManyFailedLogins as exc:
-            raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, detail=str(exc),
+            raise ApiError(status.HTTP_429_TOO_MANY_REQUESTS, "too_many_failed_logins", detail=str(exc),
                                 headers={"Retry-After": str(exc.retry_after_s)}) from exc
         if user is not None:
             return user
-    raise HTTPException(
-        status_code=status.HTTP_401_UNAUTHORIZED,
-        detail="Log in first: use the browser session from /login, or HTTP Basic credentials.",
+    raise ApiError(
+        status.HTTP_401_UNAUTHORIZED, "login_required",
+        detail=_("Log in first: use the browser session from /login, or HTTP Basic credentials."),
         headers={"WWW-Authenticate": "Basic"},
     )
 
@@ -86,7 +88,7 @@ CurrentUser = Annotated[User, Depends(get_current_user)]
 async def get_admin_user(user: CurrentUser, services: ServicesDep) -> User:
     """The user making the request if they may change agents (an admin, or `local` in single-user mode), else 403."""
     if not accounts.may_change_agents(user, multi_user=services.auth.multi_user):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=(
+        raise ApiError(status.HTTP_403_FORBIDDEN, "admin_required", detail=_(
             "Only admins create, change or delete agents; an admin can make you one "
             "(python app.py users promote NAME)."))
     return user

@@ -29,6 +29,7 @@ from typing import Any
 from core.broker import wire
 from core.broker.auth import Identity
 from core.delegation.registry import RemoteAgentError, RemoteEvent
+from core.i18n import _
 from core.settings import Settings
 from core.web.logtext import loggable
 
@@ -337,7 +338,8 @@ class TaskStream:
         try:
             return await asyncio.wait_for(self._queue.get(), idle_s)
         except TimeoutError:
-            raise TaskIdle(f"{self.conn.name} sent no progress for {idle_s:g} s") from None
+            raise TaskIdle(_("{name} sent no progress for {seconds} s").format(
+                name=self.conn.name, seconds=f"{idle_s:g}")) from None
 
     async def events(self) -> AsyncIterator[wire.WireEvent]:
         """Send the task, then yield its events; the last one is final.

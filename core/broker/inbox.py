@@ -21,30 +21,45 @@ the broker for the app's own dispatches, never from outside); injects without
 it are ignored here: an outside chat system reads them from Redis. After a
 restart the broker hands over again every result whose note is not in its
 session yet (`core.broker.store`), so a result is saved and announced once.
+
+In cluster mode the injects come from the inbox stream in Redis instead of the
+bus (`core.broker.inbox_feed`, on one replica at a time): `on_saved` then
+acknowledges their entries once their notes are saved, and an entry read again
+(the consumer stopped between the two) or a task's result sent twice whose
+note is already in the session is not saved again, nor announced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
+from collections.abc import Awaitable, Callable
+
+from sqlmodel import col, select
 
 from core.broker.inject import AUTO, Inject, InjectBus
 from core.chat.engine import ChatEngine, ChatError, TurnInProgress
 from core.streaming.background import BackgroundTasks
+from core.streaming.redis_hub import refresh as refresh_stream
+from models import AgentMessage
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.05  # a turn claimed the session just before the announcement: look again after this pause
+TURN_POLL_S = 0.2  # cluster mode: how often to look whether another replica's turn of the session has ended
 SAVE_ATTEMPTS = 3  # a note that cannot be saved after this many tries is dropped (and the error logged)
 
 
 class ChatInbox:
     """Delivers the injects of background tasks into the chat sessions that started them."""
 
-    def __init__(self, chat: ChatEngine, bus: InjectBus) -> None:
+    def __init__(self, chat: ChatEngine, bus: InjectBus | None,
+                 on_saved: Callable[[list[Inject]], Awaitable[None]] | None = None) -> None:
         self.chat = chat
-        self.bus = bus
+        self.bus = bus  # None: injects come through `receive` only (cluster mode: the inbox stream)
+        self.on_saved = on_saved  # told the injects whose notes are saved (cluster mode: acknowledge them)
         self.delivered = 0
         self.announced = 0
         self._pending: dict[str, deque[Inject]] = {}
@@ -53,7 +68,9 @@ class ChatInbox:
         self._tasks = BackgroundTasks()
 
     async def start(self) -> None:
-        """Listen to the broker's bus."""
+        """Listen to the broker's bus (when there is one)."""
+        if self.bus is None:
+            return
         subscribed = asyncio.Event()
         self._tasks.spawn(self._listen(subscribed), name="chat inbox")
         await subscribed.wait()
@@ -68,6 +85,7 @@ class ChatInbox:
         self._pending.clear()
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
+        assert self.bus is not None
         async with self.bus.subscribe() as queue:
             subscribed.set()
             while True:
@@ -86,27 +104,32 @@ class ChatInbox:
     async def _deliver(self, session_id: str) -> None:
         """Save the session's waiting injects between turns, then announce results; until none is left."""
         failures = 0
+        pending: deque[Inject] = deque()
         try:
             while self._pending.get(session_id) or session_id in self._announce:
                 await self._turn_over(session_id)
                 pending = self._pending.pop(session_id, deque())
                 if pending:
-                    notes = [{"content": i.text, "inject_mode": i.mode, "a2a_task_id": i.task_id} for i in pending]
                     try:
-                        await self.chat.save_notes(session_id, notes)
+                        fresh = await self._not_saved_yet(session_id, list(pending))
+                        notes = [{"content": i.text, "inject_mode": i.mode, "a2a_task_id": i.task_id} for i in fresh]
+                        if notes:
+                            await self.chat.save_notes(session_id, notes)
                     except ChatError:
                         raise
                     except Exception:  # the database hiccuped: keep them, try again shortly
                         failures += 1
                         if failures > SAVE_ATTEMPTS:
                             raise
-                        log.warning("saving %d injects into session %s failed; trying again", len(notes),
+                        log.warning("saving %d injects into session %s failed; trying again", len(pending),
                                     session_id, exc_info=True)
                         self._pending.setdefault(session_id, deque()).extendleft(reversed(pending))
                         await asyncio.sleep(RETRY_S * 20 * failures)
                         continue
                     self.delivered += len(notes)
-                    if any(i.mode == AUTO for i in pending):
+                    await self._done(list(pending))
+                    pending = deque()
+                    if any(i.mode == AUTO for i in fresh):
                         self._announce.add(session_id)
                 if session_id in self._announce and not self._pending.get(session_id):
                     try:
@@ -121,12 +144,61 @@ class ChatInbox:
                 log.info("dropping background-task injects for session %s: %s", session_id, exc.message)
             else:
                 log.exception("dropping background-task injects for session %s", session_id)
-            self._pending.pop(session_id, None)
+            await self._done([*pending, *self._pending.pop(session_id, ())])
             self._announce.discard(session_id)
         finally:
             if self._workers.get(session_id) is asyncio.current_task():
                 del self._workers[session_id]
 
+    async def _done(self, injects: list[Inject]) -> None:
+        """Saved, or dropped for good: `on_saved` acknowledges them (an entry not acknowledged is read again)."""
+        if self.on_saved is None or not injects:
+            return
+        try:
+            await self.on_saved(injects)
+        except Exception:
+            log.warning("could not acknowledge %d injects; the next reader skips their saved notes", len(injects),
+                        exc_info=True)
+
+    async def _not_saved_yet(self, session_id: str, injects: list[Inject]) -> list[Inject]:
+        """Those of `injects` whose note is not in the session yet.
+
+        Only stream entries (cluster mode) can be: a result (one `auto` per task) sent twice (the broker
+        sends again at start what it cannot prove delivered), or any entry read again after a new reader
+        took over (`redelivered`).
+        """
+        suspects = [i for i in injects if i.stream_id is not None and (i.redelivered or i.mode == AUTO)]
+        if not suspects:
+            return injects
+        async with self.chat.db.session() as s:
+            saved = set((await s.exec(select(AgentMessage.a2a_task_id, AgentMessage.inject_mode, AgentMessage.content)
+                                      .where(AgentMessage.session_id == session_id,
+                                             col(AgentMessage.a2a_task_id).in_({i.task_id for i in suspects}),
+                                             col(AgentMessage.inject_mode).is_not(None)))).all())
+        results_saved = {task_id for task_id, mode, _ in saved if mode == AUTO}
+        fresh = []
+        for inject in injects:
+            if inject.stream_id is not None:
+                if inject.mode == AUTO:
+                    if inject.task_id in results_saved:
+                        continue
+                    results_saved.add(inject.task_id)
+                elif inject.redelivered and (inject.task_id, inject.mode, inject.text) in saved:
+                    continue
+            fresh.append(inject)
+        return fresh
+
     async def _turn_over(self, session_id: str) -> None:
-        while self.chat.is_running(session_id):
-            await self.chat.wait(session_id)
+        if self.bus is not None:  # one process: `is_running` and `wait` know every turn
+            while self.chat.is_running(session_id):
+                await self.chat.wait(session_id)
+            return
+        # Cluster mode: the turn may run on another replica; the shared stream's state says whether it does
+        # (a dead replica's turn is ended by the reaper; waited for no longer than a turn may run).
+        deadline = time.monotonic() + self.chat.turn_timeout_s
+        while time.monotonic() < deadline:
+            await refresh_stream(self.chat.hub, session_id)
+            if not self.chat.is_running(session_id):
+                return
+            await self.chat.wait(session_id, timeout=TURN_POLL_S)  # a turn here: until it ends
+            await asyncio.sleep(TURN_POLL_S)  # a turn elsewhere: look again shortly

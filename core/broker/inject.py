@@ -17,6 +17,11 @@ when the outbox is full, progress (`delay`) is dropped before results
 Results are also saved in the database (`core.broker.store`) before they are
 queued here, and marked sent once Redis has them: what a stop or a full outbox
 loses here is sent again at the next start.
+
+In cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas") the app's own chat may be
+served by another replica than the one that runs the task: the injects of its
+tasks (those with a `session_id`) also go, in the same pipeline, onto the inbox
+stream (`inbox_stream`), which one replica consumes (`core.broker.inbox_feed`).
 """
 
 from __future__ import annotations
@@ -31,12 +36,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.aio import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 DELAY, AUTO = "delay", "auto"
 RECONNECT_INTERVAL_S = 0.5
 HEALTH_CHECK_INTERVAL_S = 5.0  # while idle, ping Redis this often so `health` is not stale
 BUS_QUEUE = 1_000
+# Cluster mode: entries kept on the inbox stream (approximately). A result trimmed before it was read is
+# still owed: its note is missing from its session, so it is delivered again at the next start.
+INBOX_STREAM_MAX = 100_000
 
 
 def channel_for(agent_id: Any) -> str:
@@ -56,6 +66,24 @@ class Inject:
     task_id: str | None = None
     session_id: str | None = None  # the app's own chat session that dispatched the task (core/inbox.py)
     outbox_id: int | None = None  # a result saved in the database's outbox (core/broker/store.py)
+    stream_id: str | None = None  # cluster mode: its entry on the inbox stream, acknowledged once saved
+    redelivered: bool = False  # cluster mode: read from the stream before, not acknowledged (its note may be saved)
+
+    def stream_fields(self) -> dict[str, str]:
+        """The inbox stream's entry for it (cluster mode): everything a consumer on any replica needs."""
+        return {"inject": json.dumps({**self.payload(), "taskId": self.task_id, "sessionId": self.session_id},
+                                     ensure_ascii=False)}
+
+    @classmethod
+    def from_stream(cls, stream_id: str, fields: dict[bytes, bytes], *, redelivered: bool = False) -> Inject | None:
+        """An inject read back from the inbox stream; None for an entry that is not one."""
+        try:
+            d = json.loads(fields[b"inject"])
+            return cls(agent_id=d["agentId"], chat_id=str(d["chatId"]), text=str(d["text"]),
+                       mode=AUTO if d["mode"] == AUTO else DELAY, task_id=d.get("taskId"),
+                       session_id=d.get("sessionId"), stream_id=stream_id, redelivered=redelivered)
+        except (KeyError, ValueError, TypeError):
+            return None
 
     def payload(self) -> dict[str, Any]:
         """The JSON object on the wire."""
@@ -100,8 +128,10 @@ class InjectPublisher:
     """
 
     def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000, batch: int = 500,
-                 on_sent: Callable[[list[int]], Awaitable[None]] | None = None) -> None:
+                 on_sent: Callable[[list[int]], Awaitable[None]] | None = None,
+                 inbox_stream: str | None = None) -> None:
         self.redis_url = redis_url
+        self.inbox_stream = inbox_stream  # cluster mode: the app's own chats' injects go there too
         self.on_sent = on_sent  # told the outbox ids of the saved results that Redis now has
         self.outbox_max = outbox_max
         self.batch = batch
@@ -112,6 +142,7 @@ class InjectPublisher:
         self._seq = 0
         self._auto: deque[tuple[int, Inject]] = deque()
         self._delay: deque[tuple[int, Inject]] = deque()
+        self._stream_only: set[int] = set()  # cluster mode: items for the inbox stream, not the seed's channel
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -158,9 +189,7 @@ class InjectPublisher:
             if self._up and self.outbox_size:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._idle.wait(), drain_timeout_s)
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
+            await cancel_and_wait(self._sender)
             self._sender = None
         if self.outbox_size:
             log.warning("stopping with %d injects not sent to Redis at %s", self.outbox_size, self.redis_url)
@@ -176,18 +205,21 @@ class InjectPublisher:
     async def publish(self, inject: Inject, *, to_redis: bool = True) -> None:
         """Queue one inject for Redis and deliver it in-process; never waits for Redis, never raises for it.
 
-        `to_redis=False` delivers in-process only (a result Redis already has, sent again to the app's chat).
+        `to_redis=False` delivers in-process only (a result Redis already has, sent again to the app's chat);
+        in cluster mode such a result goes onto the inbox stream instead.
         """
         self.bus.publish(inject)
         if not self.configured:
             self.sent += 1
             return
-        if not to_redis:
+        if not to_redis and not (self.inbox_stream and inject.session_id):
             return
         self._seq += 1
         (self._auto if inject.mode == AUTO else self._delay).append((self._seq, inject))
+        if not to_redis:
+            self._stream_only.add(self._seq)
         while self.outbox_size > self.outbox_max:
-            (self._delay or self._auto).popleft()  # progress goes first, results last
+            self._stream_only.discard((self._delay or self._auto).popleft()[0])  # progress first, results last
             self.dropped += 1
         self._idle.clear()
         self._wake.set()
@@ -246,8 +278,11 @@ class InjectPublisher:
         batch = self._take()
         try:
             pipe = self._redis.pipeline(transaction=False)
-            for _, inject in batch:
-                pipe.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
+            for seq, inject in batch:
+                if seq not in self._stream_only:
+                    pipe.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
+                if self.inbox_stream and inject.session_id:
+                    pipe.xadd(self.inbox_stream, inject.stream_fields(), maxlen=INBOX_STREAM_MAX, approximate=True)
             await pipe.execute()
         except asyncio.CancelledError:
             self._put_back(batch)
@@ -257,7 +292,9 @@ class InjectPublisher:
             self._went_down(exc)
             return
         self.sent += len(batch)
-        saved = [inject.outbox_id for _, inject in batch if inject.outbox_id is not None]
+        saved = [inject.outbox_id for seq, inject in batch
+                 if seq not in self._stream_only and inject.outbox_id is not None]
+        self._stream_only.difference_update(seq for seq, _ in batch)
         if saved and self.on_sent is not None:
             try:
                 await self.on_sent(saved)

@@ -5,6 +5,8 @@
     POST /a2a/tasks/dispatch        {task, targetAgent, agentId, chatId, macAddress} -> ack
     POST /a2a/tasks/cancel          {chatId} -> {canceled: N}
     GET  /a2a/health, /a2a/stats
+    POST /a2a/internal/dispatch     cluster mode: a forwarded dispatch, from another replica (INTERNAL_TOKEN)
+    POST /a2a/internal/cancel       cluster mode: a forwarded cancel, from another replica (INTERNAL_TOKEN)
 
 `/a2a/agents/{id}` (standard A2A JSON-RPC per agent) is not here; it belongs
 to the A2A server module.
@@ -13,20 +15,24 @@ to the A2A server module.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, StrictInt, StringConstraints
+from pydantic import BaseModel, Field, StrictInt, StringConstraints, ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
 from core.a2a import api_keys
 from core.broker.auth import Refused
+from core.broker.replicas import MAX_INTERNAL_BODY_BYTES
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
+from core.web.input_limits import MAX_JSON_NESTING, json_nesting, read_capped
 from core.web.schemas import RequestBody
 
 log = logging.getLogger(__name__)
@@ -54,8 +60,7 @@ async def dispatch_owner(request: Request) -> str:
         expected = settings.broker_dispatch_token
         if expected and hmac.compare_digest(token.encode(), expected.encode()):
             return DISPATCH_TOKEN_OWNER
-        async with services.db.session() as s:
-            key = await api_keys.authenticate_key(s, token)
+        key = await api_keys.authenticate(services.db, token)
         if key is not None:
             return user_owner(key.user_id)
     raise HTTPException(401, headers={"WWW-Authenticate": 'Bearer realm="a2a broker"'}, detail=(
@@ -89,6 +94,50 @@ class CancelRequest(RequestBody):
     """`POST /a2a/tasks/cancel`."""
 
     chatId: NonEmpty  # noqa: N815
+
+
+class InternalDispatch(DispatchRequest):
+    """`POST /a2a/internal/dispatch`: a dispatch another replica forwards, with who made it."""
+
+    owner: NonEmpty
+    taskId: NonEmpty  # noqa: N815
+    sessionId: NonEmpty | None = None  # noqa: N815
+    origin: NonEmpty = Field(description="The replica that forwards it (a watched task's events go back there)")
+    observe: bool = False
+
+
+class InternalCancel(RequestBody):
+    """`POST /a2a/internal/cancel`."""
+
+    chatId: NonEmpty  # noqa: N815
+    owner: NonEmpty | None = None
+
+
+async def internal_body(request: Request, model: type[RequestBody]) -> Any:
+    """A call from another replica: the internal token, a capped body, then the model; else 404, 401, 413, 422.
+
+    Outside cluster mode (or without INTERNAL_TOKEN) these routes do not exist (404).
+    """
+    settings = request.app.state.services.settings
+    if not settings.cluster or not settings.internal_token:
+        raise HTTPException(404, "Not Found")
+    token = api_keys.bearer_token(request.headers.get("authorization"))
+    if token is None or not hmac.compare_digest(token.encode(), settings.internal_token.encode()):
+        raise HTTPException(401, "This route is for the app's other replicas: send 'Authorization: Bearer "
+                                 "<INTERNAL_TOKEN>'.", headers={"WWW-Authenticate": 'Bearer realm="a2a replicas"'})
+    raw = await read_capped(request.stream(), MAX_INTERNAL_BODY_BYTES, request.headers.get("content-length"))
+    if raw is None:
+        raise HTTPException(413, f"The request body is over {MAX_INTERNAL_BODY_BYTES:,} bytes.")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise HTTPException(400, "The request body is not JSON.") from None
+    if json_nesting(data) > MAX_JSON_NESTING:
+        raise HTTPException(400, "The request body nests too deeply.")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
 
 
 def broker_router() -> APIRouter:
@@ -131,7 +180,9 @@ def broker_router() -> APIRouter:
                        agent_id: Annotated[str | None, Query(description="The chat agent's id")] = None
                        ) -> dict[str, Any]:
         """Connected agents bound to `agent_id` plus global ones (every agent without it), with LLM tools."""
-        return {"agents": get_broker(connection).discover(agent_id)}
+        broker = get_broker(connection)
+        await broker.refresh_directory()  # cluster mode: the other replicas' agents, as they are now
+        return {"agents": broker.discover(agent_id)}
 
     @router.post("/a2a/tasks/dispatch", response_model=DispatchAck, response_model_exclude_none=True)
     async def dispatch(body: DispatchRequest, owner: DispatchOwner, connection: HTTPConnection) -> DispatchAck:
@@ -154,6 +205,29 @@ def broker_router() -> APIRouter:
     async def cancel(body: CancelRequest, owner: DispatchOwner, connection: HTTPConnection) -> dict[str, int]:
         """Cancel the chat's running tasks that the same credential dispatched (others count 0)."""
         return {"canceled": await get_broker(connection).cancel_chat(body.chatId, owner=owner)}
+
+    @router.post("/a2a/internal/dispatch", include_in_schema=False)
+    async def internal_dispatch(request: Request) -> dict[str, Any]:
+        """Another replica forwards a dispatch for an agent connected here; the ack goes back to its caller."""
+        body: InternalDispatch = await internal_body(request, InternalDispatch)
+        broker = get_broker(request)
+        observer = (broker.cluster.relayed_observer(body.origin, body.taskId)
+                    if body.observe and broker.cluster is not None else None)
+        try:
+            ack = await broker.dispatch(task=body.task, target_agent=body.targetAgent, agent_id=body.agentId,
+                                        chat_id=body.chatId, owner=body.owner, mac_address=body.macAddress,
+                                        task_id=body.taskId, session_id=body.sessionId, observer=observer,
+                                        local_only=True)
+        except SQLAlchemyError:
+            log.exception("could not save a forwarded task")
+            raise HTTPException(503, "The task could not be saved (the database is unavailable).") from None
+        return ack
+
+    @router.post("/a2a/internal/cancel", include_in_schema=False)
+    async def internal_cancel(request: Request) -> dict[str, int]:
+        """Another replica forwards a cancel: this replica's tasks of the chat."""
+        body: InternalCancel = await internal_body(request, InternalCancel)
+        return {"canceled": await get_broker(request).cancel_chat(body.chatId, owner=body.owner, local_only=True)}
 
     @router.get("/a2a/health")
     async def health(connection: HTTPConnection) -> dict[str, Any]:

@@ -18,6 +18,11 @@ results that never reached Redis are sent.
 Agents join the app's one registry (`AgentRegistry.claim`), so the chat's
 `@<id>` delegation reaches them too, through `AgentConnection.stream`.
 
+In cluster mode an agent's id is also claimed in the directory shared by every
+replica, and a dispatch or cancel for an agent another replica holds is sent
+there (`core.broker.replicas`; docs/ARCHITECTURE.md, "Cluster: the broker
+across replicas").
+
 Over 400 lines on purpose: connections, a task's relay and its injects are one
 life cycle (a closing socket ends tasks, a stop ends them differently); the
 wire, the return path and the durable store are modules of their own.
@@ -37,11 +42,15 @@ from typing import Any, Protocol
 
 from core.broker import wire
 from core.broker.auth import Identity, Refused, identify, is_blacklisted
+from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
+from core.broker.inbox_feed import inbox_stream_key
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.reload import ConfigReloader
+from core.broker.replicas import BrokerCluster, ForwardFailed
 from core.broker.store import BrokerStore
 from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgentError
+from core.i18n import N_, _
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.web.logtext import loggable
@@ -52,9 +61,10 @@ RECENT_TASKS = 100
 
 # WebSocket close codes (4000-4999 are the application's).
 CLOSE_BAD_CARD, CLOSE_ID_TAKEN, CLOSE_NO_CARD, CLOSE_GOING_AWAY = 4400, 4409, 4408, 1001
+CLOSE_TRY_AGAIN = 1013  # cluster mode: the directory (Redis) is unreachable, the agent should dial again later
 
 TIMEOUT = "timeout"  # a task state of the broker's own, next to A2A's
-STOPPED = "The task was stopped: the broker is shutting down."
+STOPPED = N_("The task was stopped: the broker is shutting down.")
 
 
 def _close_reason(text: str) -> str:
@@ -128,9 +138,15 @@ class Broker:
     def __init__(self, settings: Settings, registry: AgentRegistry) -> None:
         self.settings = settings
         self.registry = registry
+        # Cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas"): the directory and forwarding.
+        # (Without REDIS_URL cluster mode refuses to start, Settings.cluster_problems: nothing to build then.)
+        self.cluster = BrokerCluster(settings, on_lost=self._lost) if settings.cluster and settings.redis.dsn else None
+        if self.cluster is not None:  # an id another replica's broker agent holds is taken here too
+            registry.taken_elsewhere = self._taken_elsewhere
         self.store = BrokerStore(registry.db, settings.instance_id)
-        self.injects = InjectPublisher(settings.redis.dsn, outbox_max=settings.broker_outbox_max,
-                                       on_sent=self.store.mark_sent)
+        self.injects = InjectPublisher(
+            settings.redis.dsn, outbox_max=settings.broker_outbox_max, on_sent=self.store.mark_sent,
+            inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None)
         self.reloader = ConfigReloader(settings)
         self.conn_stats = ConnectionStats()
         self.started_at = time.time()
@@ -150,13 +166,47 @@ class Broker:
     # -- life cycle ------------------------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Before serving: end the tasks a stop or a crash cut off, each with its result; how many."""
-        return await self.store.interrupt_running(sent=not self.injects.configured)
+        """Before serving: end the tasks a stop or a crash cut off, each with its result; how many.
+
+        In cluster mode, this replica's own tasks and those of replicas that are no longer running
+        (their key in Redis expired), never the tasks of a live replica.
+
+        Raises:
+            DuplicateReplica: (cluster mode) another running replica has this replica's id.
+        """
+        if self.cluster is None:
+            return await self.store.interrupt_running(sent=not self.injects.configured)
+        await self.cluster.claim_replica()
+        return await self.store.interrupt_running(sent=not self.injects.configured, adopt=await self._gone_replicas())
+
+    async def reap_gone_replicas(self) -> int:
+        """While serving, in a cluster: end the tasks of replicas that are gone, as `recover` does; how many.
+
+        The cluster's reaper calls it (docs/ARCHITECTURE.md, "Cluster: the broker across replicas"): a replica
+        killed for good never starts again to end its tasks. Their results are sent now, once each.
+        """
+        if self.cluster is None:
+            return 0
+        results = await self.store.adopt_running(await self._gone_replicas(), sent=not self.injects.configured)
+        for inject in results:
+            await self.injects.publish(inject)
+        if results:
+            log.warning("%d broker tasks of replicas that stopped were ended here; their chats are told they "
+                        "were interrupted", len(results))
+        return len(results)
+
+    async def _gone_replicas(self) -> set[str]:
+        """The other replicas with running tasks whose liveness key in Redis expired (never a live one)."""
+        assert self.cluster is not None
+        others = await self.store.running_instances() - {self.store.instance}
+        return others - await self.cluster.running_replicas(others) if others else set()
 
     async def start(self) -> None:
         """Connect the return path, send the results a stop kept back, and watch the config file."""
         self._stopping = False
         self.started_at = time.time()
+        if self.cluster is not None:
+            await self.cluster.start()
         await self.injects.start()
         try:
             pending = await self.store.pending(redis=self.injects.configured)
@@ -183,6 +233,8 @@ class Broker:
             except Exception:  # the socket may already be gone
                 log.debug("closing %s failed", agent_id, exc_info=True)
         await self.reloader.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.injects.stop()
 
     # -- connections -------------------------------------------------------------------------
@@ -227,6 +279,11 @@ class Broker:
                 await self.registry.claim(conn)
             except IdTaken as exc:
                 return await self._refuse(close, CLOSE_ID_TAKEN, str(exc))
+            if self.cluster is not None:
+                refusal = await self._claim_in_cluster(conn)
+                if refusal is not None:
+                    await self.registry.release(conn.id, conn)
+                    return await self._refuse(close, *refusal)
             registered = True
             self.connections_total += 1
             self._connections[conn.id] = conn
@@ -243,7 +300,34 @@ class Broker:
                     del self._connections[conn.id]
                     self._closers.pop(conn.id, None)
                 await self.registry.release(conn.id, conn)
+                if self.cluster is not None and self._connections.get(conn.id) is None:
+                    await self.cluster.directory.release(conn.id)
                 log.info("agent %s disconnected", conn.id)
+
+    async def _claim_in_cluster(self, conn: AgentConnection) -> tuple[int, str] | None:
+        """Claim the id across the cluster; None when claimed, else the close code and reason."""
+        assert self.cluster is not None
+        entry = DirectoryEntry(id=conn.id, name=conn.name, description=conn.description, skills=conn.card()["skills"],
+                               tool=conn.tool, binding=conn.binding, connected_at=conn.connected_at,
+                               replica=self.cluster.replica_id, url=self.cluster.replica_url)
+        try:
+            holder = await self.cluster.directory.claim(entry)
+        except Exception:  # Redis is down: an id that cannot be claimed cluster-wide is not accepted
+            log.warning("could not claim the broker agent %s in Redis", conn.id, exc_info=True)
+            return CLOSE_TRY_AGAIN, "the broker's directory (Redis) is unreachable; dial again shortly"
+        if holder is not None:
+            return CLOSE_ID_TAKEN, (f"an agent with the id {conn.id!r} is already connected "
+                                    f"(to replica {holder.replica})")
+        return None
+
+    def _taken_elsewhere(self, agent_id: str) -> str | None:
+        entry = self.cluster.directory.entry(agent_id) if self.cluster is not None else None
+        return None if entry is None else (f"an agent with the id {agent_id!r} is connected to the broker "
+                                           f"(on replica {entry.replica})")
+
+    async def _lost(self, a2a_id: str) -> None:
+        """Another replica holds the id now (this one could not renew its lease): close the socket here."""
+        await self.disconnect(a2a_id, "this agent id is now connected to another replica", code=CLOSE_ID_TAKEN)
 
     async def _refuse(self, close: Callable[[int, str], Awaitable[None]], code: int, reason: str) -> None:
         self.connections_refused += 1
@@ -263,6 +347,11 @@ class Broker:
     async def _id_refusal(self, a2a_id: str) -> str | None:
         if a2a_id in self._connections:
             return f"an agent with the id {a2a_id!r} is already connected"
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):  # Redis down: the claim after the card refuses it
+                holder = await self.cluster.directory.lookup(a2a_id)
+                if holder is not None:
+                    return f"an agent with the id {a2a_id!r} is already connected (to replica {holder.replica})"
         if self.registry.remote(a2a_id) is not None:
             return f"{a2a_id!r} is already registered as a remote agent"
         async with self.registry.db.session() as s:
@@ -303,11 +392,34 @@ class Broker:
         """Every connected agent, by id."""
         return [self._connections[k] for k in sorted(self._connections)]
 
-    def discover(self, agent_id: str | None = None) -> list[dict[str, Any]]:
-        """`GET /a2a/agents`: agents bound to `agent_id` plus global ones (all without it)."""
-        return [self._describe(c) for c in self.connections() if agent_id is None or c.visible_to(agent_id)]
+    def agents(self) -> list[AgentConnection | DirectoryEntry]:
+        """Every agent connected to the broker: here, and (cluster mode) to the other replicas, by id."""
+        here = dict(self._connections)
+        if self.cluster is not None:
+            for entry in self.cluster.directory.entries():
+                here.setdefault(entry.id, entry)
+        return [here[k] for k in sorted(here)]
 
-    def _describe(self, conn: AgentConnection) -> dict[str, Any]:
+    def agent(self, a2a_id: str) -> AgentConnection | DirectoryEntry | None:
+        """The agent with that id, connected here or (cluster mode) to another replica."""
+        conn = self._connections.get(a2a_id)
+        if conn is None and self.cluster is not None:
+            return self.cluster.directory.entry(a2a_id)
+        return conn
+
+    async def refresh_directory(self) -> None:
+        """Cluster mode: read the other replicas' agents now (else they are at most a few seconds old)."""
+        if self.cluster is not None:
+            try:
+                await self.cluster.directory.refresh()
+            except Exception:  # Redis is down: the last view stands
+                log.warning("could not read the broker directory from Redis", exc_info=True)
+
+    def discover(self, agent_id: str | None = None) -> list[dict[str, Any]]:
+        """`GET /a2a/agents`: agents bound to `agent_id` plus global ones (all without it), on every replica."""
+        return [self._describe(c) for c in self.agents() if agent_id is None or c.visible_to(agent_id)]
+
+    def _describe(self, conn: AgentConnection | DirectoryEntry) -> dict[str, Any]:
         return {
             "a2a_id": conn.id, "name": conn.name, "description": conn.description,
             "skills": conn.card()["skills"], "tool": conn.tool, "agent_id": conn.binding,
@@ -318,17 +430,23 @@ class Broker:
 
     async def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str, owner: str = OPEN_OWNER,
                        mac_address: str | None = None, task_id: str | None = None, session_id: str | None = None,
-                       observer: TaskObserver | None = None) -> dict[str, Any]:
+                       observer: TaskObserver | None = None, local_only: bool = False) -> dict[str, Any]:
         """Start a task on a connected agent; the answer is the ack, progress follows as injects.
 
         The task is saved before the ack (its result is then owed even across a crash). `task_id`
         (default: a new UUID), `session_id` and `observer` are for the app's own dispatches, whose
-        task is also a delegation record (`core.broker.tools`).
+        task is also a delegation record (`core.broker.tools`). In cluster mode an agent connected to
+        another replica gets the task through that replica (`local_only`: the call came from one).
 
         Raises:
             sqlalchemy.exc.SQLAlchemyError: the task could not be saved; nothing was started.
         """
         conn = self._connections.get(target_agent)
+        if conn is None and self.cluster is not None and not local_only:
+            return await self._forward_dispatch(
+                target_agent, observer, {"task": task, "targetAgent": target_agent, "agentId": agent_id,
+                                         "chatId": chat_id, "owner": owner, "macAddress": mac_address,
+                                         "taskId": task_id or str(uuid.uuid4()), "sessionId": session_id})
         if conn is None or not conn.visible_to(agent_id) or conn.closed is not None:
             self.tasks_no_agent += 1
             return {"status": "no_agent"}
@@ -342,12 +460,38 @@ class Broker:
         record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
         return {"taskId": record.id, "status": "accepted"}
 
-    async def cancel_chat(self, chat_id: str, owner: str | None = None) -> int:
+    async def _forward_dispatch(self, target_agent: str, observer: TaskObserver | None,
+                                body: dict[str, Any]) -> dict[str, Any]:
+        assert self.cluster is not None
+        try:
+            entry = await self.cluster.directory.lookup(target_agent)
+        except Exception:
+            log.warning("could not read the broker directory for %s", loggable(target_agent, 80), exc_info=True)
+            entry = None
+        if entry is None or not entry.visible_to(body["agentId"]):
+            self.tasks_no_agent += 1
+            return {"status": "no_agent"}
+        try:
+            return await self.cluster.forward_dispatch(entry, body, observer)
+        except ForwardFailed as exc:
+            log.warning("dispatch to %s on replica %s failed: %s", entry.id, entry.replica, exc)
+            self.tasks_no_agent += 1
+            return {"status": "no_agent"}
+
+    async def cancel_chat(self, chat_id: str, owner: str | None = None, *, local_only: bool = False) -> int:
         """Cancel the chat's running tasks (each agent gets `tasks/cancel`); how many there were.
 
         With `owner`, only the tasks that owner dispatched: another owner's chat is left alone and
-        counts 0, exactly like a chat with nothing running.
+        counts 0, exactly like a chat with nothing running. In cluster mode the replicas that run
+        tasks of the chat (`broker_tasks.instance`) cancel theirs too (`local_only`: the call came from one).
         """
+        canceled = 0
+        if self.cluster is not None and not local_only:
+            for replica in await self.store.running_instances(chat_id=chat_id, owner=owner) - {self.store.instance}:
+                canceled += await self.cluster.forward_cancel(replica, chat_id, owner)
+        return canceled + await self._cancel_here(chat_id, owner)
+
+    async def _cancel_here(self, chat_id: str, owner: str | None) -> int:
         runners = []
         for record in [t for t in self._tasks.values() if t.chat_id == chat_id and t.runner is not None
                        and (owner is None or t.owner == owner)]:
@@ -414,28 +558,30 @@ class Broker:
                         await self._progress(record, event.text)
         except asyncio.CancelledError:
             state = "canceled"
-            final_text = "The task was canceled." if record.cancel_requested or not self._stopping else STOPPED
+            final_text = _("The task was canceled.") if record.cancel_requested or not self._stopping else _(STOPPED)
             await asyncio.shield(self._finish(record, state, final_text))
             raise
         except TaskIdle as exc:
-            state, final_text = TIMEOUT, f"The task timed out: {exc}."
+            state, final_text = TIMEOUT, _("The task timed out: {reason}.").format(reason=exc)
         except ConnectionError:
             # The server closes agents' sockets first when it stops: that is not the agent's failure.
-            state, final_text = ("canceled", STOPPED) if self._stopping else (
-                "failed", "The task failed: the agent disconnected.")
+            state, final_text = ("canceled", _(STOPPED)) if self._stopping else (
+                "failed", _("The task failed: the agent disconnected."))
         except RemoteAgentError as exc:
-            state, final_text = "failed", f"The task failed: {exc}."
+            state, final_text = "failed", _("The task failed: {reason}.").format(reason=exc)
         except Exception as exc:  # a bug here must still tell the chat the task is over
             log.exception("relay of task %s failed", record.id)
             state, final_text = "failed", f"The task failed in the broker: {type(exc).__name__}."
         else:
             if state == "failed":
-                final_text = f"The task failed: {final_text}" if final_text else "The task failed."
+                final_text = _("The task failed: {reason}").format(reason=final_text) if final_text \
+                    else _("The task failed.")
             elif state == "canceled":
-                final_text = f"The task was canceled: {final_text}" if final_text else "The task was canceled."
+                final_text = _("The task was canceled: {reason}").format(reason=final_text) if final_text \
+                    else _("The task was canceled.")
             elif state in wire.INTERRUPTED_STATES:
-                final_text = final_text or f"The agent needs more from you ({state})."
-            final_text = final_text or "The task completed."
+                final_text = final_text or _("The agent needs more from you ({state}).").format(state=state)
+            final_text = final_text or _("The task completed.")
         await self._finish(record, state, final_text)
 
     async def _progress(self, record: BrokerTask, text: str) -> None:
@@ -480,7 +626,8 @@ class Broker:
             "redis": redis_state,
             "outbox": self.injects.outbox_size,
             "redisError": self.injects.last_error,
-            "agentsOnline": len(self._connections),
+            "agentsOnline": len(self.agents()),
+            **({"replica": self.cluster.replica_id, "agentsHere": len(self._connections)} if self.cluster else {}),
             "tasksRunning": len(self._tasks),
             "uptimeS": round(time.time() - self.started_at, 1),
             "config": {"watching": self.reloader.watching, "lastReloadAt": self.reloader.last_reload_at,
@@ -491,8 +638,12 @@ class Broker:
         """`GET /a2a/stats`: counters since start."""
         c = self.conn_stats
         by_state = Counter({"running": len(self._tasks), **self.tasks_finished})
+        cluster = {} if self.cluster is None else {"cluster": {
+            "replica": self.cluster.replica_id, "agentsHere": len(self._connections),
+            "forwarded": dict(self.cluster.forwarded)}}
         return {
-            "agentsOnline": len(self._connections),
+            "agentsOnline": len(self.agents()),
+            **cluster,
             "connections": {"total": self.connections_total, "refused": self.connections_refused},
             "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
             "eventsRelayed": c.events_in,

@@ -5,7 +5,8 @@ that promise across a stop: a result queued while Redis is down lives in memory,
 kill -9 never ends. So a task is written when it is accepted, and its end is written together with its
 result (one transaction); the pipelined sender marks results sent once Redis has them. At the next
 start (`interrupt_running`, then `pending`), the tasks this instance left running end with "interrupted
-by a server restart", and every result Redis never got is sent.
+by a server restart", and every result Redis never got is sent. In a cluster, the reaper ends the
+tasks of a replica that is gone the same way while serving (`adopt_running`).
 
 Writes are grouped: the tasks accepted and ended while one transaction commits are written together
 in the next one (one commit for many concurrent tasks, as the pipelined sender does for Redis), and
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, exists, insert, update
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.broker.inject import AUTO, Inject
 from core.db import Database
@@ -119,28 +121,70 @@ class BrokerStore:
                          .values(sent_at=utcnow()))
             await s.commit()
 
-    async def interrupt_running(self, *, sent: bool) -> int:
+    async def running_instances(self, *, chat_id: str | None = None, owner: str | None = None) -> set[str]:
+        """The instances (replicas) that have running tasks (of that chat, dispatched by that owner)."""
+        query = select(BrokerTaskRecord.instance).where(col(BrokerTaskRecord.finished_at).is_(None)).distinct()
+        if chat_id is not None:
+            query = query.where(BrokerTaskRecord.chat_id == chat_id)
+        if owner is not None:
+            query = query.where(BrokerTaskRecord.owner == owner)
+        async with self.db.session() as s:
+            return set((await s.exec(query)).all())
+
+    async def interrupt_running(self, *, sent: bool, adopt: set[str] = frozenset()) -> int:
         """At start: end the tasks this instance left running, each with its terminal result; how many.
 
+        `adopt`: instances that are gone for good (cluster mode: replicas no longer running); their
+        running tasks end the same way and become this instance's, so `pending` sends their results.
         Also deletes finished tasks and sent results older than `KEEP_FINISHED`.
         """
         async with self.db.session() as s:
             now = utcnow()
-            running = list((await s.exec(select(BrokerTaskRecord).where(
-                BrokerTaskRecord.instance == self.instance, col(BrokerTaskRecord.finished_at).is_(None)))).all())
-            for task in running:
-                task.state, task.finished_at = "failed", now
-                s.add(task)
-                s.add(BrokerOutboxInject(task_id=task.id, chat_agent_id=task.chat_agent_id, chat_id=task.chat_id,
-                                         text=f"[{task.agent_name}] {INTERRUPTED}", mode=AUTO, created_at=now,
-                                         sent_at=now if sent else None))
+            ended = await self._end_running(s, {self.instance, *adopt}, now, sent=sent)
             old = now - KEEP_FINISHED
             await s.exec(delete(BrokerOutboxInject).where(col(BrokerOutboxInject.sent_at) < old))
             await s.exec(delete(BrokerTaskRecord).where(
                 col(BrokerTaskRecord.finished_at) < old,
                 ~exists().where(col(BrokerOutboxInject.task_id) == BrokerTaskRecord.id)))
             await s.commit()
-        return len(running)
+        return len(ended)
+
+    async def adopt_running(self, gone: set[str], *, sent: bool) -> list[Inject]:
+        """While serving (the cluster's reaper): end the running tasks of gone instances as at start.
+
+        They become this instance's, like `adopt` of `interrupt_running`; returns their results, to send
+        now (the caller publishes them; `pending` would send them again only if Redis never got them).
+        """
+        if not gone:
+            return []
+        async with self.db.session() as s:
+            ended = await self._end_running(s, gone, utcnow(), sent=sent)
+            await s.flush()  # the outbox ids
+            results = [Inject(agent_id=out.chat_agent_id, chat_id=out.chat_id, text=out.text, mode=AUTO,
+                              task_id=task.id, session_id=task.session_id, outbox_id=out.id) for task, out in ended]
+            await s.commit()
+        return results
+
+    async def _end_running(self, s: AsyncSession, instances: set[str], now: datetime, *,
+                           sent: bool) -> list[tuple[BrokerTaskRecord, BrokerOutboxInject]]:
+        """End the running tasks of `instances` as failed (interrupted), each with its result, in session `s`.
+
+        Rows another transaction holds are skipped (PostgreSQL `FOR UPDATE SKIP LOCKED`): a replica starting
+        up and the reaper may adopt the same gone replica's tasks at once, and each task ends once.
+        """
+        running = list((await s.exec(select(BrokerTaskRecord).where(
+            col(BrokerTaskRecord.instance).in_(instances),
+            col(BrokerTaskRecord.finished_at).is_(None)).with_for_update(skip_locked=True))).all())
+        ended = []
+        for task in running:
+            task.state, task.finished_at, task.instance = "failed", now, self.instance
+            s.add(task)
+            out = BrokerOutboxInject(task_id=task.id, chat_agent_id=task.chat_agent_id, chat_id=task.chat_id,
+                                     text=f"[{task.agent_name}] {INTERRUPTED}", mode=AUTO, created_at=now,
+                                     sent_at=now if sent else None)
+            s.add(out)
+            ended.append((task, out))
+        return ended
 
     async def pending(self, *, redis: bool) -> list[PendingInject]:
         """The results to send again at start, oldest first.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection
 from core.broker.service import user_owner
 from core.broker.wire import TOOL_NAME_PREFIX
@@ -49,12 +50,12 @@ class BrokerDispatchTools:
         self.delegation = delegation
 
     def tools_for(self, agent_id: int | None, agent_slug: str) -> list[BrokerDispatchTool]:
-        """The tools of the agents online now that are global or bound to this agent."""
-        return [BrokerDispatchTool(self, conn.id, conn.tool) for conn in self.broker.connections()
+        """The tools of the agents online now (cluster mode: on any replica) that are global or bound to this agent."""
+        return [BrokerDispatchTool(self, conn.id, conn.tool) for conn in self.broker.agents()
                 if conn.tool is not None and conn.closed is None and _binding_of(conn, agent_id, agent_slug)]
 
 
-def _binding_of(conn: AgentConnection, agent_id: int | None, agent_slug: str) -> Any:
+def _binding_of(conn: AgentConnection | DirectoryEntry, agent_id: int | None, agent_slug: str) -> Any:
     """The chat agent id to dispatch under (seed 003 `agentId`), or None when the agent may not use `conn`.
 
     A global agent, or one bound to the numeric id, gets the numeric id (injects on
@@ -112,7 +113,7 @@ class BrokerDispatchTool:
         if ctx.session_id is None or ctx.recursion_depth > 0:
             return ToolResult(False, error="Background tasks can only be started from a user's own chat; use "
                               "agent_invoke to delegate and wait for the answer.", metadata=metadata)
-        conn = broker.connection(self.a2a_id)
+        conn = broker.agent(self.a2a_id)
         chat_agent_id = _binding_of(conn, ctx.agent_id, ctx.agent_slug) if conn is not None else None
         if conn is None or chat_agent_id is None:
             return ToolResult(False, error=f"The agent {self.a2a_id!r} is no longer connected to the broker.",

@@ -45,6 +45,11 @@ mention, in the callee (`@coding-assistant /hang`):
 
 Token usage counts words: prompt tokens over all messages, completion tokens
 as emitted.
+
+Language: the model answers in the language of the user's last message. A message
+with Chinese characters (CJK ideographs) gets the Chinese versions of its fixed
+phrases (core/i18n's zh_CN catalog); any other gets English. Commands, agent ids,
+lorem words and quoted text stay as they are.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat.prompts import AGENT_INVOKE_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
+from core.i18n import N_, _, ngettext, use_language
 
 BACKGROUND_COMMAND = "/background"
 BACKGROUND_RESULT = INJECT_LABELS["auto"]  # how the engine labels a result (an `auto` inject) for the model
@@ -62,7 +68,9 @@ _INJECT_TEXT = re.compile(r"^[^:]*:\s*\[([^\]]+)\]\s*(.*)$", re.DOTALL)
 LOREM_MAX_WORDS = 100_000
 SLOW_MAX_DELAY_MS = 10_000
 PARALLEL_MAX = 10
-HANG_LINE = "Working on it; this reply will not go on until it is stopped."
+HANG_LINE = N_("Working on it; this reply will not go on until it is stopped.")
+# Han ideographs (CJK Unified, Extension A, Compatibility): a message with one of them is answered in Chinese.
+_CHINESE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _SLOW = re.compile(r"/slow\s+(\d+)\s+(\d+)")
 _FAIL = re.compile(r"/fail\s+(\d+)")
 _TIMEOUT = re.compile(r"/timeout\s+(\d+)\s+(.*)", re.DOTALL)
@@ -125,14 +133,23 @@ def find_mentions(text: str) -> list[tuple[str, str]]:
 def plan_reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> DemoReply:
     """Decide the whole reply for a chat-completion request (see the module docstring)."""
     prompt_tokens = sum(len(_content_text(m).split()) for m in messages)
-    reply = _plan(messages, _tool_names(tools))
+    with use_language(reply_language(messages)):
+        reply = _plan(messages, _tool_names(tools))
     reply.prompt_tokens = prompt_tokens
     return reply
 
 
+def reply_language(messages: list[dict[str, Any]]) -> str:
+    """The language of the user's last message: `zh_CN` when it has Chinese characters, else `en`."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return "zh_CN" if _CHINESE.search(_content_text(message)) else "en"
+    return "en"
+
+
 def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     if not messages:
-        return DemoReply(tokenize("(The demo model received no messages.)"))
+        return DemoReply(tokenize(_("(The demo model received no messages.)")))
     last = messages[-1]
     if last.get("role") == "tool":
         return DemoReply(tokenize(_answer_from_tool_results(messages)))
@@ -165,7 +182,8 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
             for i, (slug, body) in enumerate(dispatches)
         ]
         names = ", ".join(f"@{slug}" for slug, _ in dispatches)
-        return DemoReply(tokenize(f"Sending this to {names} in the background.\n\n"), tool_calls=calls)
+        return DemoReply(tokenize(_("Sending this to {names} in the background.").format(names=names) + "\n\n"),
+                         tool_calls=calls)
     if mentions and AGENT_INVOKE_TOOL in tool_names:
         return _delegate(mentions, timeout_ms)
 
@@ -190,10 +208,10 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
         count = min(int(fail.group(1)), LOREM_MAX_WORDS)
         return DemoReply(tokenize(" ".join(_lorem(count + 1))), fail_after_tokens=count)
     if text == "/error":
-        return DemoReply(tokenize("This reply will fail part way through"), fail_after_tokens=4)
+        return DemoReply(tokenize(_("This reply will fail part way through")), fail_after_tokens=4)
 
     if text == "/hang":
-        return DemoReply(tokenize(HANG_LINE), hang=True)
+        return DemoReply(tokenize(_(HANG_LINE)), hang=True)
     if text == HISTORY_COMMAND:
         return DemoReply(tokenize(_history(messages[:-1])))
 
@@ -214,26 +232,28 @@ def _delegate(mentions: list[tuple[str, str]], timeout_ms: int | None) -> DemoRe
             arguments["timeoutMs"] = timeout_ms
         calls.append(DemoToolCall(id=f"call_{i}_{slug}"[:40], name=AGENT_INVOKE_TOOL,
                                   arguments=json.dumps(arguments, ensure_ascii=False)))
-    return DemoReply(tokenize(f"Delegating to {names}.\n\n"), tool_calls=calls)
+    return DemoReply(tokenize(_("Delegating to {names}.").format(names=names) + "\n\n"), tool_calls=calls)
 
 
 def _history(earlier: list[dict[str, Any]]) -> str:
     said = [(m["role"], " ".join(_content_text(m).split())) for m in earlier if m.get("role") in ("user", "assistant")]
     said = [(role, text) for role, text in said if text]
     if not said:
-        return "Nothing came before this message in our conversation."
-    lines = [f"- {'you' if role == 'user' else 'me'}: {text if len(text) <= 80 else text[:79] + '…'}"
+        return _("Nothing came before this message in our conversation.")
+    you, me = _("you"), _("me")
+    lines = [f"- {you if role == 'user' else me}: {text if len(text) <= 80 else text[:79] + '…'}"
              for role, text in said]
-    return "Earlier in our conversation:\n\n" + "\n".join(lines)
+    return _("Earlier in our conversation:") + "\n\n" + "\n".join(lines)
 
 
 def _echo(text: str, *, wants_code: bool) -> str:
-    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty)"
+    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> " + _("(empty)")
     words = len(text.split())
     parts = [
-        f"You wrote {words} word{'s' if words != 1 else ''}:\n\n{quoted}\n\n",
-        "This is the **offline demo model**: it answers deterministically, token by token. ",
-        "Mention an agent (`@coding-assistant write a haiku`) to delegate, or send `/lorem 300` for a long reply.",
+        ngettext("You wrote {count} word:", "You wrote {count} words:", words).format(count=words),
+        f"\n\n{quoted}\n\n",
+        _("This is the **offline demo model**: it answers deterministically, token by token. "),
+        _("Mention an agent (`@coding-assistant write a haiku`) to delegate, or send `/lorem 300` for a long reply."),
     ]
     if wants_code:
         literal = json.dumps(text, ensure_ascii=False)
@@ -258,7 +278,7 @@ def _answer_from_tool_results(messages: list[dict[str, Any]]) -> str:
         except json.JSONDecodeError:
             payload = content
         lines.append(_describe_result(name, payload))
-    return "\n\n".join(lines) or "(No tool results.)"
+    return "\n\n".join(lines) or _("(No tool results.)")
 
 
 def _trailing_background_results(messages: list[dict[str, Any]]) -> list[str]:
@@ -276,24 +296,26 @@ def _trailing_background_results(messages: list[dict[str, Any]]) -> list[str]:
 def _announce(note: str) -> str:
     match = _INJECT_TEXT.match(note)
     if match is None:
-        return f"A background task has ended:\n\n> {note}"
+        return _("A background task has ended:") + f"\n\n> {note}"
     who, text = match.group(1), match.group(2).strip()
-    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (no text)"
-    return f"Result from **{who}**:\n\n{quoted}"
+    quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> " + _("(no text)")
+    return _("Result from **{who}**:").format(who=who) + f"\n\n{quoted}"
 
 
 def _describe_result(name: str, payload: Any) -> str:
     if isinstance(payload, dict):
         who = payload.get("agentSlug") or name
         if payload.get("ok") is False or payload.get("error"):
-            return f"The call to **{who}** failed: {payload.get('error') or 'unknown error'}"
+            return _("The call to **{who}** failed: {error}").format(
+                who=who, error=payload.get("error") or _("unknown error"))
         if payload.get("background"):
-            return f"**{who}** is working on it in the background; I will tell you the result when it arrives."
+            return _("**{who}** is working on it in the background; I will tell you the result when it arrives."
+                     ).format(who=who)
         output = payload.get("output", payload)
         text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
-        quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> (empty)"
-        return f"**{who}** replied:\n\n{quoted}"
-    return f"**{name}** returned: {payload}"
+        quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> " + _("(empty)")
+        return _("**{who}** replied:").format(who=who) + f"\n\n{quoted}"
+    return _("**{name}** returned: {payload}").format(name=name, payload=payload)
 
 
 def _tool_names(tools: list[dict[str, Any]] | None) -> set[str]:

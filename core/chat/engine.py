@@ -40,13 +40,15 @@ from typing import Any
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.drafts import DraftSaver, draft_fields
+from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
 from core.db import Database
+from core.i18n import _, current_language, format_number, set_language
 from core.streaming.background import BackgroundTasks
-from core.streaming.hub import StreamBusy, StreamHub
+from core.streaming.hub import BufferInfo, BufferState, StreamBusy, StreamHub
+from core.streaming.redis_hub import RedisStreamHub
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,7 @@ class _TurnClaim:
 
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[Any] | None = None  # set once the turn runs
+    shared: bool = False  # its buffer was opened in a cluster's shared hub by the claim
 
 
 class ChatEngine:
@@ -175,19 +178,27 @@ class ChatEngine:
         self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s,
                                   open_secret=open_secret)
         self._tasks = BackgroundTasks()
+        self._drafts = DraftWriter(db)
         self._turns: dict[str, _TurnClaim] = {}
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
+        # A cluster (docs/ARCHITECTURE.md, "Cluster"): the session's turn is also claimed in the shared hub (its
+        # buffer opened before anything is saved), so a send on any replica sees it; a stop from any replica
+        # reaches the replica that runs it.
+        self._shared = isinstance(hub, RedisStreamHub)
+        self._announced: dict[str, int] = {}  # a cluster: turns of other replicas told to watchers (first id)
+        if isinstance(hub, RedisStreamHub):
+            hub.on_cancel(self._cancel_here)
+            hub.on_change(self._on_shared_change)
 
     # -- turns of a user's session ---------------------------------------------------
 
     def validate_text(self, text: str) -> str:
         """The message as it will be sent, or InvalidMessage saying what is wrong."""
         if not isinstance(text, str) or not text.strip():
-            raise InvalidMessage("The message is empty; type something first.")
+            raise InvalidMessage(_("The message is empty; type something first."))
         if len(text) > self.max_message_chars:
-            raise InvalidMessage(
-                f"The message is {len(text):,} characters long; the limit is {self.max_message_chars:,}."
-            )
+            raise InvalidMessage(_("The message is {length} characters long; the limit is {limit}.").format(
+                length=format_number(len(text)), limit=format_number(self.max_message_chars)))
         return text.strip()
 
     async def start_turn(self, *, session_id: str, user_id: int, text: str) -> TurnStarted:
@@ -199,23 +210,23 @@ class ChatEngine:
             TurnInProgress: the session is already answering.
         """
         text = self.validate_text(text)
-        claim = self._claim(session_id, "This chat is still answering; wait for it or press Stop.")
+        claim = await self._claim_shared(session_id, _("This chat is still answering; wait for it or press Stop."))
         try:
             async with self.db.session() as s:
                 chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
                 if chat is None:
-                    raise SessionNotFound("There is no such chat session.")
+                    raise SessionNotFound(_("There is no such chat session."))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
-                    raise AgentNotFound("The agent of this chat was deleted; its messages stay readable. "
-                                        "Start a new chat with another agent.")
+                    raise AgentNotFound(_("The agent of this chat was deleted; its messages stay readable. "
+                                          "Start a new chat with another agent."))
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 user_row, draft = await sessions_store.add_messages(s, session_id=session_id, messages=[
                     {"role": "user", "content": text, "source": "user"}, draft_fields(agent)])
             return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
-            self._release_unlaunched(session_id, claim)
+            await self._release_unlaunched(session_id, claim)
 
     async def start_announcement(self, session_id: str) -> TurnStarted:
         """Start a turn without a user message: the agent speaks about what the history ends with.
@@ -227,21 +238,21 @@ class ChatEngine:
             SessionNotFound: no such session, or it has no messages to speak about.
             TurnInProgress: the session is answering; announce after that turn.
         """
-        claim = self._claim(session_id, "This chat is still answering; announce after that turn.")
+        claim = await self._claim_shared(session_id, _("This chat is still answering; announce after that turn."))
         try:
             async with self.db.session() as s:
                 chat = await sessions_store.get_session(s, session_id)
                 agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
                 if chat is None or agent is None or agent.deleted_at is not None:
-                    raise SessionNotFound("There is no such chat session (or its agent was deleted).")
+                    raise SessionNotFound(_("There is no such chat session (or its agent was deleted)."))
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
-                    raise SessionNotFound("The chat has nothing to announce.")
+                    raise SessionNotFound(_("The chat has nothing to announce."))
                 [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
             return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
         finally:
-            self._release_unlaunched(session_id, claim)
+            await self._release_unlaunched(session_id, claim)
 
     def _claim(self, session_id: str, busy_message: str) -> _TurnClaim:
         """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
@@ -255,32 +266,55 @@ class ChatEngine:
         claim = self._turns[session_id] = _TurnClaim()
         return claim
 
+    async def _claim_shared(self, session_id: str, busy_message: str) -> _TurnClaim:
+        """`_claim`, and in a cluster the session's buffer opened in the shared hub (atomic across replicas)."""
+        claim = self._claim(session_id, busy_message)
+        if self._shared:
+            try:
+                await self.hub.create(session_id, meta={})
+            except BaseException as exc:
+                self._release(session_id, claim)
+                if isinstance(exc, StreamBusy):
+                    raise TurnInProgress(busy_message) from exc
+                raise
+            claim.shared = True
+        return claim
+
     def _release(self, session_id: str, claim: _TurnClaim) -> None:
         if self._turns.get(session_id) is claim:
             del self._turns[session_id]
         claim.ended.set()
 
-    def _release_unlaunched(self, session_id: str, claim: _TurnClaim) -> None:
+    async def _release_unlaunched(self, session_id: str, claim: _TurnClaim) -> None:
         """On the way out of a start: a claim whose turn never ran is given back (a running turn gives back its own)."""
         if claim.task is None:
             self._release(session_id, claim)
+            if claim.shared:  # the buffer opened for the claim ends with nothing in it
+                with contextlib.suppress(Exception):
+                    await self.hub.finish(session_id)
 
     async def _launch(self, claim: _TurnClaim, session_id: str, user_id: int, agent: Agent,
                       tool_rows: list[tuple[str, dict[str, Any]]], history: list[AgentMessage],
                       draft_id: int) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
+        meta = {"userSortOrder": anchor.sort_order, "userMessageId": anchor.id, "agentSlug": agent.slug,
+                "draftId": draft_id}
         try:
-            info = await self.hub.create(
-                session_id,
-                meta={"userSortOrder": anchor.sort_order, "userMessageId": anchor.id, "agentSlug": agent.slug},
-            )
+            if claim.shared:  # opened by the claim
+                await self.hub.update_meta(session_id, **meta)
+                info = self.hub.get(session_id)
+            else:
+                info = await self.hub.create(session_id, meta=meta)
         except StreamBusy as exc:  # not expected under the claim: only turns write under the session's key
-            raise TurnInProgress("This chat is still answering; wait for it or press Stop.") from exc
+            raise TurnInProgress(_("This chat is still answering; wait for it or press Stop.")) from exc
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )
         tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
+        # The turn runs in a task of its own (which copies this context): it keeps the language of whoever
+        # started it, a page or a request, for the texts it writes (notes of its background tasks too).
+        set_language(current_language())
         task = claim.task = self._tasks.spawn(
             self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx, draft_id),
             name=f"turn {session_id}",
@@ -297,7 +331,7 @@ class ChatEngine:
         """
         async with self.db.session() as s:
             if await sessions_store.get_session(s, session_id) is None:
-                raise SessionNotFound("There is no such chat session.")
+                raise SessionNotFound(_("There is no such chat session."))
             rows = await sessions_store.add_messages(s, session_id=session_id, messages=[
                 {"role": "system", "source": "user", **note} for note in notes])
         self._notify(SessionChange(session_id, messages=rows))
@@ -324,18 +358,79 @@ class ChatEngine:
                 log.exception("a watcher of session %s failed", change.session_id)
 
     def is_running(self, session_id: str) -> bool:
-        """True from the moment a turn of that session is claimed until it ends."""
-        return session_id in self._turns
+        """True from the moment a turn of that session is claimed until it ends (in a cluster: on any replica)."""
+        if session_id in self._turns:
+            return True
+        info = self.hub.get(session_id) if self._shared else None
+        return info is not None and info.state is BufferState.OPEN
 
     async def cancel(self, session_id: str) -> bool:
-        """Stop the session's running turn (its partial answer is saved); False when none runs."""
+        """Stop the session's running turn (its partial answer is saved); False when none runs.
+
+        In a cluster a turn running on another replica is asked to stop there; this waits for its end too.
+        """
         claim = self._turns.get(session_id)
+        if claim is None and isinstance(self.hub, RedisStreamHub):
+            return await self.hub.request_cancel(session_id)
         if claim is None or claim.task is None or claim.task.done():
             return False
         claim.task.cancel()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(claim.ended.wait(), timeout=10)
         return True
+
+    async def _on_shared_change(self, info: BufferInfo) -> None:
+        """A cluster: a turn another replica started in a session watched here is told to the watchers, once."""
+        if info.state is not BufferState.OPEN:
+            self._announced.pop(info.key, None)
+            return
+        message_id = info.meta.get("userMessageId")
+        if (info.key not in self._watchers or "draftId" not in info.meta
+                or self._announced.get(info.key) == info.first_id):
+            return
+        self._announced[info.key] = info.first_id
+        rows: list[AgentMessage] = []
+        if isinstance(message_id, int):
+            async with self.db.session() as s:
+                row = await s.get(AgentMessage, message_id)
+            if row is not None and row.role == "user":
+                rows = [row]
+        started = TurnStarted(info.key, message_id if isinstance(message_id, int) else 0, info.key,
+                              info.first_id - 1)
+        self._notify(SessionChange(info.key, messages=rows, turn=started))
+
+    async def _cancel_here(self, key: str) -> bool:
+        """A cluster's stop for `key`: cancel the turn when it runs in this process (the caller waits elsewhere)."""
+        claim = self._turns.get(key)
+        if claim is None or claim.task is None or claim.task.done():
+            return False
+        claim.task.cancel()
+        return True
+
+    async def end_orphan(self, session_id: str) -> None:
+        """A cluster's reaper took over this session's turn (its replica's lease expired): save and end it.
+
+        The draft keeps what the turn streamed (the text in the shared stream, which is newer than the
+        draft's last save) and is marked `interrupted`; the stream gets `error` and `finish`.
+        """
+        if not isinstance(self.hub, RedisStreamHub):
+            return
+        events = await self.hub.events(session_id)
+        info = self.hub.get(session_id)
+        draft_id = info.meta.get("draftId") if info is not None else None
+        text = "".join(str(e.data.get("delta", "")) for e in events if e.type == "text-delta")
+        error = ("Interrupted: the server running this answer stopped while it was being written; "
+                 "what it had said is kept.")
+        if isinstance(draft_id, int):
+            try:
+                async with self.db.session() as s:
+                    await sessions_store.interrupt_draft(s, message_id=draft_id, content=text, error=error)
+            except Exception:
+                log.exception("could not save the interrupted answer of session %s", session_id)
+        await self._emit(session_id, "error", {"errorText": error})
+        await self._emit(session_id, "finish", {"finishReason": "error", "usage": {"inputTokens": 0,
+                                                                                   "outputTokens": 0}})
+        await self.hub.finish(session_id, error=error)
 
     async def wait(self, session_id: str, timeout: float | None = None) -> None:
         """Wait until the session's running turn (if any) ends."""
@@ -361,7 +456,7 @@ class ChatEngine:
         ctx: ToolContext, draft_id: int,
     ) -> None:
         run = AgentRun(agent=agent, messages=messages, fields={"source": "user"})
-        draft = DraftSaver(self.db, draft_id, run.text_so_far, interval_s=self.draft_interval_s)
+        draft = DraftSaver(self.db, draft_id, run.text_so_far, interval_s=self.draft_interval_s, writer=self._drafts)
         run.on_text = draft.touch
         try:
             await self.runner.run(stream_key=session_id, run=run, tools=tools, ctx=ctx)
@@ -383,7 +478,7 @@ class ChatEngine:
                                                    messages=outcome.rows if outcome is not None else [])
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
-            await self._emit(stream_key, "error", {"errorText": "The answer could not be saved."})
+            await self._emit(stream_key, "error", {"errorText": _("The answer could not be saved.")})
         finally:
             finish_reason = outcome.finish_reason if outcome else "error"
             usage = {

@@ -194,21 +194,179 @@ class LLMGateway:
             if api_base and not _knows_model(litellm, model):
                 kwargs["custom_llm_provider"] = "openai"
 
-        chunks: list[Any] = []
+        assembly = StreamAssembly(model)
         try:
             response = await litellm.acompletion(**kwargs)
+            if hasattr(response, "_emitted_disqualifying_content"):
+                # LiteLLM checks every delta for eight fields (a pydantic attribute miss each) to decide
+                # whether its Router may continue this stream on another model after a failure; the
+                # gateway has no Router and no fallback, so the check is switched off. (Private to
+                # litellm==1.110.2, which is pinned; without the attribute nothing changes.)
+                response._emitted_disqualifying_content = True
+            kept = getattr(response, "chunks", None)  # what LiteLLM keeps for its end-of-stream usage count
+            if not isinstance(kept, list):
+                kept = None
             async with response:
                 async for chunk in response:
-                    chunks.append(chunk)
-                    if chunk.choices:
-                        delta = chunk.choices[0].delta
-                        if delta is not None and delta.content:
-                            yield TextDelta(delta.content)
+                    text = assembly.add(chunk)
+                    if kept is not None and len(kept) >= _COMPACT_AT:
+                        compact_kept_chunks(kept)
+                    if text:
+                        yield TextDelta(text)
+                    elif assembly.has_final_usage:
+                        # LiteLLM's last chunk. Iterating once more would only make it rebuild the whole
+                        # response again for its success logging and cost, which nothing here reads.
+                        break
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # litellm raises many types; the UI sees one
             raise _as_llm_error(litellm, exc, model) from exc
-        yield _build_result(litellm, chunks, messages, model)
+        yield assembly.result()
+
+
+#: LiteLLM's list of a stream's chunks is folded whenever it holds this many (see `compact_kept_chunks`).
+_COMPACT_AT = 16
+
+
+def compact_kept_chunks(chunks: list[Any]) -> None:
+    """Fold the plain text chunks LiteLLM keeps of a running stream into one, in place.
+
+    LiteLLM keeps every chunk of a stream (about a dozen garbage-collected objects each) until
+    the stream ends, only to count usage at the end. A hundred streams of a few hundred tokens
+    are then 100,000+ live objects, and each full garbage collection walks them all on the
+    event loop: 50-100 ms in which no stream moves (docs/ARCHITECTURE.md, "The streaming hot
+    path"). What its usage count reads of a plain text chunk is the text, so those chunks are
+    folded into the first of them (its text becomes the text of all of them, in order); every
+    other chunk (the first one, tool calls, finish reasons, usage, anything unusual) and the
+    last two (LiteLLM compares them to detect a model repeating itself) stay as they are.
+    """
+    carrier = None
+    kept = [chunks[0]]
+    for chunk in chunks[1:-2]:
+        text = _plain_text(chunk)
+        if text is None:
+            kept.append(chunk)
+        elif carrier is None:
+            carrier = chunk
+            kept.append(chunk)
+        else:
+            delta = _field(carrier.choices[0], "delta")
+            delta.content = delta.content + text
+    kept.extend(chunks[-2:])
+    chunks[:] = kept
+
+
+def _plain_text(chunk: Any) -> str | None:
+    """The text of a chunk that carries nothing but text, else None."""
+    choices = chunk.choices
+    if _field(chunk, "usage") is not None or len(choices) != 1:
+        return None
+    choice = choices[0]
+    delta = _field(choice, "delta")
+    if _field(choice, "finish_reason") or delta is None:
+        return None
+    content = _field(delta, "content")
+    if not isinstance(content, str) or _field(delta, "tool_calls") or _field(delta, "function_call") \
+            or _field(delta, "reasoning_content"):
+        return None
+    return content
+
+
+def _field(obj: Any, name: str) -> Any:
+    """`getattr(obj, name, None)` for LiteLLM's pydantic objects, without the cost of a miss.
+
+    LiteLLM keeps most of a chunk's fields as pydantic extras and deletes the optional ones
+    that are unset; a plain `getattr` of one that is absent (`usage` on every chunk but the
+    last) goes through pydantic's `__getattr__` and an exception: about 5 µs, per chunk, per
+    field. (The names read here are all extras or declared fields in litellm==1.110.2.)
+    """
+    extra = getattr(obj, "__pydantic_extra__", None)
+    if extra is None:  # not one of LiteLLM's models with extras: ask it the usual way
+        return getattr(obj, name, None)
+    if name in extra:
+        return extra[name]
+    return obj.__dict__.get(name)  # a declared field, or nothing (litellm deletes unset optional fields)
+
+
+class StreamAssembly:
+    """The end of a streamed call (text, tool calls, finish reason, usage), built from the chunks as they pass.
+
+    What `litellm.stream_chunk_builder` would rebuild from the whole list of chunks at the end, in
+    one blocking pass (tens of ms for a long reply, on the event loop), is gathered here a chunk
+    at a time for the cost of a few attribute reads (docs/ARCHITECTURE.md, "The streaming hot
+    path"). Tool calls are keyed by their `index`, as the builder keys them: the last id and
+    name a fragment carries win, argument pieces are joined in order; a call that never got an
+    id is kept under `call_<n>` (the builder drops it). Usage is the last one a chunk carried:
+    with `stream_options.include_usage` LiteLLM ends every stream with a usage chunk (the
+    provider's figures, or its own count when the provider sent none).
+    """
+
+    __slots__ = ("model", "_text", "_calls", "_finish_reason", "_usage", "has_final_usage")
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._text: list[str] = []
+        self._calls: dict[Any, list[Any]] = {}  # index -> [id, name, argument pieces]
+        self._finish_reason: str | None = None
+        self._usage: Any = None
+        #: The usage-only chunk that ends a stream asked for `include_usage` has come: nothing follows it.
+        self.has_final_usage = False
+
+    def add(self, chunk: Any) -> str | None:
+        """Take one chunk into account; returns its text, if it has any."""
+        usage = _field(chunk, "usage")
+        if usage is not None:
+            self._usage = usage
+        choices = chunk.choices
+        if not choices:
+            self.has_final_usage = usage is not None
+            return None
+        choice = choices[0]
+        finish_reason = _field(choice, "finish_reason")
+        if finish_reason:
+            self._finish_reason = finish_reason
+        delta = _field(choice, "delta")
+        if delta is None:
+            return None
+        tool_calls = _field(delta, "tool_calls")
+        if tool_calls:
+            for fragment in tool_calls:
+                self._add_call_fragment(fragment)
+        content = _field(delta, "content")
+        if content:
+            self._text.append(content)
+            return content
+        return None
+
+    def _add_call_fragment(self, fragment: Any) -> None:
+        function = getattr(fragment, "function", None)
+        if function is None:
+            return
+        index = getattr(fragment, "index", 0)
+        call = self._calls.get(index)
+        if call is None:
+            call = self._calls[index] = [None, None, []]
+        if fragment.id:
+            call[0] = fragment.id
+        if function.name:
+            call[1] = function.name
+        if function.arguments:
+            call[2].append(function.arguments)
+
+    def result(self) -> ModelResult:
+        """The `ModelResult` of everything added."""
+        usage = self._usage
+        return ModelResult(
+            text="".join(self._text),
+            tool_calls=[ToolCall(id=call_id or f"call_{i}", name=name or "", arguments="".join(pieces))
+                        for i, (call_id, name, pieces) in enumerate(self._calls.values())],
+            usage=Usage(
+                input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            ),
+            finish_reason=self._finish_reason or "stop",
+            model=self.model,
+        )
 
 
 async def model_problem(model: str, *, api_base: str | None = None) -> str | None:
@@ -240,29 +398,6 @@ async def _ensure_litellm() -> Any:
     if _litellm is not None:
         return _litellm
     return await asyncio.to_thread(litellm_module)
-
-
-def _build_result(litellm: Any, chunks: list[Any], messages: list[dict[str, Any]], model: str) -> ModelResult:
-    if not chunks:
-        return ModelResult(text="", model=model)
-    full = litellm.stream_chunk_builder(chunks, messages=messages)
-    choice = full.choices[0]
-    message = choice.message
-    calls = [
-        ToolCall(id=tc.id or f"call_{i}", name=tc.function.name or "", arguments=tc.function.arguments or "")
-        for i, tc in enumerate(message.tool_calls or [])
-    ]
-    usage = getattr(full, "usage", None)
-    return ModelResult(
-        text=message.content or "",
-        tool_calls=calls,
-        usage=Usage(
-            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
-        ),
-        finish_reason=choice.finish_reason or "stop",
-        model=model,
-    )
 
 
 def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
@@ -316,12 +451,13 @@ def _make_demo_handler(litellm: Any) -> Any:
                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
             reply = demo_model.plan_reply(messages, optional_params.get("tools"))
             delay = reply.delay_s if reply.delay_s is not None else _demo_delay(api_base)
+            pace = _Pace(delay)
             emitted = 0
             for token in reply.tokens:
                 if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
                     raise demo_model.DemoModelError(f"failure requested after {emitted} words (/fail, /error)")
                 if delay:
-                    await asyncio.sleep(delay)
+                    await pace.next()
                 emitted += 1
                 yield _chunk(text=token)
             if reply.hang:
@@ -346,6 +482,32 @@ def _make_demo_handler(litellm: Any) -> Any:
             return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
 
     return LocalDemoLLM()
+
+
+class _Pace:
+    """The demo model's clock: token k is due `k * delay` after the first, as a provider sends them.
+
+    A provider produces tokens on its own clock; when the app is late to read one, the next is
+    already there. Sleeping `delay` after each token instead would slow a stream down whenever the
+    event loop is busy, and would line up the streams that were late together, so they all come
+    due in the same loop iteration from then on (100 streams at 50 tokens/s: every 20 ms, one
+    iteration doing the work of all of them). A stream more than `_MAX_DEBT` tokens behind starts
+    its clock again rather than sending the debt in one burst.
+    """
+
+    _MAX_DEBT = 5
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.due: float | None = None
+
+    async def next(self) -> None:
+        """Wait until the next token is due (at least one pass of the event loop)."""
+        now = asyncio.get_running_loop().time()
+        self.due = (now if self.due is None else self.due) + self.delay
+        if now - self.due > self._MAX_DEBT * self.delay:
+            self.due = now
+        await asyncio.sleep(max(0.0, self.due - now))
 
 
 def _demo_delay(api_base: str | None) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -17,7 +17,10 @@ from core.auth.deps import CurrentUser, ServicesDep
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatError
+from core.i18n import _
+from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
+from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 from models import AgentMessage, AgentSession, User
 
@@ -90,7 +93,7 @@ def chat_router() -> APIRouter:
     @router.get("/sessions", response_model=list[SessionOut], response_model_by_alias=True)
     async def list_sessions(user: CurrentUser, services: ServicesDep) -> list[SessionOut]:
         """The caller's chat sessions, most recent first (delegated-task sessions are not listed)."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             rows = await sessions_store.list_sessions(s, user_id=user.id)
             slugs = await _agent_slugs(s)
         return [_session_out(r, slugs, services) for r in rows]
@@ -102,13 +105,15 @@ def chat_router() -> APIRouter:
             if body.agent_id:
                 agent = await agents_store.get_agent_by_slug(s, body.agent_id)
                 if agent is None:
-                    raise HTTPException(404, detail=f"There is no agent {body.agent_id!r}.")
+                    raise ApiError(404, "agent_not_found", detail=_("There is no agent {name!r}.").format(
+                        name=body.agent_id))
             else:
                 agent = await agents_store.get_default_agent(s, services.settings.default_agent)
                 if agent is None:
-                    raise HTTPException(404, detail=(
-                        f"The default agent {services.settings.default_agent!r} does not exist: name one with "
-                        "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."))
+                    raise ApiError(404, "default_agent_missing", detail=_(
+                        "The default agent {name!r} does not exist: name one with "
+                        "agentId (GET /api/agents lists them), or set DEFAULT_AGENT.").format(
+                        name=services.settings.default_agent))
             row = await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id,
                                                       title=body.title or "New chat")
         return _session_out(row, {agent.id: (agent.slug, False)}, services)
@@ -116,15 +121,16 @@ def chat_router() -> APIRouter:
     @router.get("/sessions/{session_id}", response_model=SessionOut, response_model_by_alias=True)
     async def get_session(session_id: str, user: CurrentUser, services: ServicesDep) -> SessionOut:
         """One chat session."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             row = await _owned_session(s, session_id, user)
             slugs = await _agent_slugs(s)
+        await refresh(services.hub, session_id)  # a cluster: whether a turn runs on any replica
         return _session_out(row, slugs, services)
 
     @router.delete("/sessions/{session_id}", status_code=204)
     async def delete_session(session_id: str, user: CurrentUser, services: ServicesDep) -> Response:
         """Delete a chat (stops its running turn first)."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             await _owned_session(s, session_id, user)
         await services.chat.cancel(session_id)  # outside the transaction: the turn saves in its own
         async with services.db.session() as s:
@@ -134,7 +140,7 @@ def chat_router() -> APIRouter:
     @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut], response_model_by_alias=True)
     async def list_messages(session_id: str, user: CurrentUser, services: ServicesDep) -> list[MessageOut]:
         """The saved messages of a chat, in order."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             await _owned_session(s, session_id, user)
             rows = await sessions_store.list_messages(s, session_id=session_id)
         return [message_out(m) for m in rows]
@@ -143,12 +149,12 @@ def chat_router() -> APIRouter:
                  response_model_by_alias=True)
     async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, services: ServicesDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
-        async with services.db.session() as s:  # first: another user's busy chat must not answer 409
+        async with services.db.read() as s:  # first: another user's busy chat must not answer 409
             await _owned_session(s, session_id, user)
         try:
             turn = await services.chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
         except ChatError as exc:
-            raise HTTPException(exc.status_code, detail=exc.message) from exc
+            raise ApiError(exc.status_code, exc.code, detail=exc.message) from exc
         return TurnOut(
             session_id=turn.session_id,
             user_message_id=turn.user_message_id,
@@ -159,16 +165,16 @@ def chat_router() -> APIRouter:
     @router.post("/sessions/{session_id}/stop")
     async def stop_turn(session_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, bool]:
         """Stop the running answer; what it said so far is kept."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             await _owned_session(s, session_id, user)
         return {"stopped": await services.chat.cancel(session_id)}
 
     @router.get("/sessions/{session_id}/stream", response_model=None)
     async def stream(session_id: str, request: Request, user: CurrentUser, services: ServicesDep):
         """SSE of the chat's current (or last) turn; resumable with `Last-Event-ID`."""
-        async with services.db.session() as s:
+        async with services.db.read() as s:
             await _owned_session(s, session_id, user)
-        if services.hub.get(session_id) is None:
+        if await refresh(services.hub, session_id) is None:  # a cluster: the turn may run on another replica
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(services.hub, session_id, last_event_id(request))
 
@@ -178,7 +184,7 @@ def chat_router() -> APIRouter:
 async def _owned_session(s, session_id: str, user: User) -> AgentSession:
     row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user.id)
     if row is None:
-        raise HTTPException(404, detail="There is no such chat session.")
+        raise ApiError(404, "session_not_found", detail=_("There is no such chat session."))
     return row
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
+from core.i18n import _
 from core.secret_box import SecretUnreadable
 from core.streaming.hub import StreamHub
 from models import Agent, AgentMessage
@@ -107,12 +108,13 @@ class AgentRunner:
             run.finish("canceled", status="canceled")
             raise
         except TimeoutError:
-            await self._fail(stream_key, run, f"The answer took longer than {self.turn_timeout_s:g} s and was stopped.")
+            await self._fail(stream_key, run, _("The answer took longer than {seconds} s and was stopped.").format(
+                seconds=f"{self.turn_timeout_s:g}"))
         except LLMError as exc:
             await self._fail(stream_key, run, exc.message)
         except Exception:
             log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
-            await self._fail(stream_key, run, "Something went wrong on the server while answering; try again.")
+            await self._fail(stream_key, run, _("Something went wrong on the server while answering; try again."))
         return run.outcome
 
     async def _fail(self, stream_key: str, run: AgentRun, message: str) -> None:

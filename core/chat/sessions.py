@@ -14,6 +14,7 @@ runs, its answer is followed live from the hub.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import delete, or_, update
@@ -152,7 +153,11 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
     """Append messages (dicts of `AgentMessage` fields) after the last one, in one transaction.
 
     Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
+    On PostgreSQL the session's row is locked first, so writers on several replicas take turns at the
+    highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
     """
+    if session.bind is not None and session.bind.dialect.name == "postgresql":
+        await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
     order = await max_sort_order(session, session_id=session_id)
     rows = []
     for fields in messages:
@@ -167,19 +172,21 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
         if first_user is not None and chat.title == "New chat":
             chat.title = make_title(first_user["content"])
         session.add(chat)
-    await session.commit()
-    for row in rows:
-        await session.refresh(row)
+    await session.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
     return rows
 
 
-async def save_draft(session: AsyncSession, *, message_id: int, content: str) -> None:
-    """Write a running turn's text so far into its draft (one UPDATE; nothing when the draft is gone)."""
-    await session.exec(  # type: ignore[call-overload]
-        update(AgentMessage)
-        .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
-        .values(content=content)
-    )
+async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
+    """Write running turns' text so far into their drafts (message id -> text), in one transaction.
+
+    One UPDATE per draft; a draft that is gone (its turn has ended) is simply not found.
+    """
+    for message_id, content in drafts.items():
+        await session.exec(  # type: ignore[call-overload]
+            update(AgentMessage)
+            .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+            .values(content=content)
+        )
     await session.commit()
 
 
@@ -193,6 +200,7 @@ async def replace_draft(session: AsyncSession, *, session_id: str, message_id: i
     if message_id is not None:
         await session.exec(  # type: ignore[call-overload]
             delete(AgentMessage).where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+            .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
         )
     if messages:
         return await add_messages(session, session_id=session_id, messages=messages)
@@ -212,6 +220,20 @@ async def mark_interrupted(session: AsyncSession) -> int:
     )
     await session.commit()
     return result.rowcount or 0
+
+
+async def interrupt_draft(session: AsyncSession, *, message_id: int, content: str, error: str) -> bool:
+    """End one draft whose turn's replica stopped (a cluster's reaper): keep `content`, mark it `interrupted`.
+
+    Returns False when the draft was already replaced by an answer (nothing to do).
+    """
+    result = await session.exec(  # type: ignore[call-overload]
+        update(AgentMessage)
+        .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+        .values(content=content, status=INTERRUPTED, error=error)
+    )
+    await session.commit()
+    return bool(result.rowcount)
 
 
 def make_title(text: str) -> str:

@@ -13,7 +13,9 @@ from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine, InvalidMessage, SessionNotFound
 from core.db import Database
+from core.i18n import _
 from core.streaming.hub import BufferState, StreamHub
+from core.streaming.redis_hub import refresh
 from models import Agent, AgentMessage, AgentSession
 
 
@@ -60,11 +62,11 @@ class Workspace:
             InvalidMessage: the title is blank.
         """
         if not title.strip():
-            raise InvalidMessage("A chat's title cannot be empty.")
+            raise InvalidMessage(_("A chat's title cannot be empty."))
         async with self.db.session() as s:
             row = await sessions_store.rename_session(s, session_id=session_id, user_id=user_id, title=title)
         if row is None:
-            raise SessionNotFound("There is no such chat session.")
+            raise SessionNotFound(_("There is no such chat session."))
         return row
 
     async def delete(self, user_id: int, session_id: str) -> bool:
@@ -93,12 +95,12 @@ class Workspace:
         async with self.db.session() as s:
             row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
             if row is None:
-                raise SessionNotFound("There is no such chat session.")
+                raise SessionNotFound(_("There is no such chat session."))
             agent = await agents_store.get_agent(s, row.agent_id)
             messages = await sessions_store.list_messages(s, session_id=session_id)
         if agent is None:
-            raise SessionNotFound("The agent of this chat no longer exists.")
-        info = self.hub.get(session_id)
+            raise SessionNotFound(_("The agent of this chat no longer exists."))
+        info = await refresh(self.hub, session_id)  # a cluster: the turn may run on another replica
         # Live while the turn's answer is not saved: nothing the agent said comes after the message it answers
         # (a background task's note may, when it was saved just as the turn began).
         live = info is not None and info.state is BufferState.OPEN and not any(
@@ -115,7 +117,7 @@ class Workspace:
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
             if agent is None:
-                raise SessionNotFound(f"There is no agent {agent_slug!r}.")
+                raise SessionNotFound(_("There is no agent {name!r}.").format(name=agent_slug))
             return await sessions_store.create_session(s, user_id=user_id, agent_id=agent.id)
 
     async def change_agent(self, user_id: int, session_id: str, agent_slug: str) -> bool:
@@ -124,7 +126,7 @@ class Workspace:
             row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
             if row is None or agent is None:
-                raise SessionNotFound("There is no such chat session or agent.")
+                raise SessionNotFound(_("There is no such chat session or agent."))
             if await sessions_store.max_sort_order(s, session_id=session_id):
                 return False
             await sessions_store.set_session_agent(s, session_id=session_id, agent_id=agent.id)

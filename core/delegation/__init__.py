@@ -15,7 +15,15 @@ May import: `core.chat`, `core.streaming`, `core.auth`, `core.web`, the ground f
 from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgent, RemoteAgentError, RemoteEvent
 from core.delegation.runs import BackgroundTask
 from core.delegation.service import DelegationRefused, DelegationService
-from core.delegation.states import STATE_WORDS, is_terminal, short_task_text, state_word
+from core.delegation.states import (
+    CONNECTION_LOST,
+    STATE_WORDS,
+    TIMED_OUT,
+    is_terminal,
+    short_task_text,
+    state_label,
+    state_word,
+)
 from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
@@ -48,12 +56,15 @@ __all__ = [
     "RemoteAgentError",
     "RemoteEvent",
     "STATE_WORDS",
+    "CONNECTION_LOST",
+    "TIMED_OUT",
     "TaskDetail",
     "TaskRecords",
     "TaskView",
     "is_terminal",
     "parse_invoke_arguments",
     "short_task_text",
+    "state_label",
     "state_word",
     "task_stream_key",
 ]

@@ -18,6 +18,7 @@ A change is read by the next turn: a running turn keeps the agent row it started
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,8 +31,11 @@ from core.chat.llm import LLMError, LLMGateway, model_problem
 from core.db import Database
 from core.delegation.registry import AgentRegistry
 from core.delegation.tasks import SUBMITTED, WORKING
+from core.i18n import _
 from core.secret_box import LazySecretBox
 from models import A2ATaskSession, Agent, RemoteA2AAgent
+
+LOCAL_AGENT = "agent"  # the kind of registry notice an edit sends (core/db_events.py)
 
 KIND_LOCAL, KIND_HTTP, KIND_BROKER = "local", "remote-http", "broker"
 TOOL_TYPES = (agents_store.AGENT_INVOKE, agents_store.A2A_DISPATCH)
@@ -128,6 +132,13 @@ class AgentAdmin:
         self.llm = llm
         self.secrets = secrets
         self.default_model = default_model
+        # Cluster mode: tells the other replicas an agent was created, edited or deleted (`core.db_events`,
+        # kind "agent"); they pass it to their registry's listeners (`AgentRegistry.changed`).
+        self.notify: Callable[[str, str, str], Awaitable[None]] | None = None
+
+    async def _told(self, agent_id: str, op: str) -> None:
+        if self.notify is not None:
+            await self.notify(LOCAL_AGENT, agent_id, op)
 
     async def may_change(self, user_id: int | None, *, multi_user: bool) -> bool:
         """Whether that user may create, change and delete agents (for the page; routes use `AdminUser`)."""
@@ -165,7 +176,7 @@ class AgentAdmin:
         """
         view = next((v for v in await self.list() if v.id == agent_id), None)
         if view is None:
-            raise UnknownAgent(f"There is no agent {agent_id!r}.")
+            raise UnknownAgent(_("There is no agent {name!r}.").format(name=agent_id))
         return view
 
     async def edges(self, views: list[AgentView] | None = None) -> list[Edge]:
@@ -205,10 +216,10 @@ class AgentAdmin:
         """
         slug = str(fields.get("id") or "")
         if not agents_store.SLUG_PATTERN.fullmatch(slug):
-            raise AgentRuleError("An agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
-                                 "or digit.", ("id",))
+            raise AgentRuleError(_("An agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
+                                   "or digit."), ("id",))
         if not str(fields.get("name") or "").strip():
-            raise AgentRuleError("An agent needs a name.", ("name",))
+            raise AgentRuleError(_("An agent needs a name."), ("name",))
         await self._check_id_free(slug)
         model = (fields.get("model") or "").strip() or self.default_model
         api_base = _api_base(fields.get("api_base"))
@@ -227,9 +238,10 @@ class AgentAdmin:
                     s, slug=slug, name=fields["name"], model=model, description=fields.get("description") or "",
                     system_prompt=fields.get("system_prompt") or "", tools=tools, **settings)
             except agents_store.AgentExists as exc:
-                raise AgentConflict(f"Cannot create the agent: {exc}.", ("id",)) from exc
+                raise AgentConflict(_("Cannot create the agent: {reason}.").format(reason=exc), ("id",)) from exc
             except agents_store.AgentError as exc:
-                raise AgentRuleError(f"Cannot create the agent: {exc}.", ()) from exc
+                raise AgentRuleError(_("Cannot create the agent: {reason}.").format(reason=exc), ()) from exc
+        await self._told(agent.slug, "created")
         return await self.get(agent.slug)
 
     async def update(self, agent_id: str, fields: dict[str, Any]) -> AgentView:
@@ -243,15 +255,15 @@ class AgentAdmin:
             AgentRuleError: a rule refuses the change.
         """
         if "id" in fields and fields["id"] != agent_id:
-            raise AgentRuleError("The id of an agent cannot be changed; create a new agent instead.", ("id",))
+            raise AgentRuleError(_("The id of an agent cannot be changed; create a new agent instead."), ("id",))
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
         if agent is None:
-            raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+            raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
         changes: dict[str, Any] = {}
         if "name" in fields:
             if not str(fields["name"] or "").strip():
-                raise AgentRuleError("An agent needs a name.", ("name",))
+                raise AgentRuleError(_("An agent needs a name."), ("name",))
             changes["name"] = fields["name"].strip()
         for name in ("description", "system_prompt"):
             if name in fields:
@@ -274,8 +286,9 @@ class AgentAdmin:
         async with self.db.session() as s:
             row = await agents_store.get_agent_by_slug(s, agent_id)
             if row is None:
-                raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+                raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
             await agents_store.update_agent(s, row, changes, tools)
+        await self._told(agent_id, "updated")
         return await self.get(agent_id)
 
     async def delete(self, agent_id: str) -> Deleted:
@@ -288,7 +301,7 @@ class AgentAdmin:
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             if agent is None:
-                raise UnknownAgent(f"There is no local agent {agent_id!r}.")
+                raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
             running = list((await s.exec(
                 select(A2ATaskSession.id).where(
                     col(A2ATaskSession.state).in_([SUBMITTED, WORKING]),
@@ -296,9 +309,10 @@ class AgentAdmin:
                 ).order_by(col(A2ATaskSession.created_at)))).all())
             if running:
                 raise AgentConflict(
-                    f"{agent.name} has running tasks ({', '.join(running)}); wait until they end or stop them, "
-                    "then delete it.")
+                    _("{name} has running tasks ({tasks}); wait until they end or stop them, then delete it.").format(
+                        name=agent.name, tasks=", ".join(running)))
             removed_from = await agents_store.delete_agent(s, agent)
+        await self._told(agent_id, "deleted")
         return Deleted(agent_id, removed_from)
 
     # -- trying --------------------------------------------------------------------------
@@ -348,12 +362,13 @@ class AgentAdmin:
     async def _check_id_free(self, slug: str) -> None:
         remote = self.registry.remote(slug)
         if remote is not None:
-            kind = "a broker agent" if remote.kind == "ws" else "a remote HTTP agent"
-            raise AgentConflict(f"{slug!r} is the id of {kind}; choose another id.", ("id",))
+            message = _("{id!r} is the id of a broker agent; choose another id.") if remote.kind == "ws" \
+                else _("{id!r} is the id of a remote HTTP agent; choose another id.")
+            raise AgentConflict(message.format(id=slug), ("id",))
         async with self.db.session() as s:
             if await s.get(RemoteA2AAgent, slug) is not None:
-                raise AgentConflict(f"{slug!r} is the id of a registered remote HTTP agent; choose another id.",
-                                    ("id",))
+                raise AgentConflict(_("{id!r} is the id of a registered remote HTTP agent; choose another id.").format(
+                    id=slug), ("id",))
 
     async def _check_model(self, model: str, api_base: str | None) -> None:
         problem = await model_problem(model, api_base=api_base)
@@ -365,12 +380,13 @@ class AgentAdmin:
         if not allowed:
             return
         if slug in allowed:
-            raise AgentRuleError("An agent cannot call itself; take its own id out of allowedAgents.", loc)
+            raise AgentRuleError(_("An agent cannot call itself; take its own id out of allowedAgents."), loc)
         known = {v.id for v in await self.list()}
         unknown = [a for a in allowed if a not in known]
         if unknown:
-            raise AgentRuleError(f"allowedAgents names agents that do not exist: {', '.join(unknown)} "
-                                 "(a broker agent must be connected to be named).", loc)
+            raise AgentRuleError(_("allowedAgents names agents that do not exist: {ids} "
+                                   "(a broker agent must be connected to be named).").format(
+                                       ids=", ".join(unknown)), loc)
 
 
 def _allowed_loc(fields: dict[str, Any]) -> Loc:
@@ -401,7 +417,7 @@ def _api_base(value: Any) -> str | None:
         return None
     parts = urlsplit(text)
     if parts.scheme not in {"http", "https"} or not parts.netloc:
-        raise AgentRuleError("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1.",
+        raise AgentRuleError(_("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1."),
                              ("apiBase",))
     return text
 
@@ -412,14 +428,16 @@ def _tools(specs: Any) -> dict[str, dict[str, Any]]:
     for index, spec in enumerate(specs or []):
         tool_type = spec.get("type")
         if tool_type not in TOOL_TYPES:
-            raise AgentRuleError(f"Unknown tool type {tool_type!r}; the tools are {', '.join(TOOL_TYPES)}.",
+            raise AgentRuleError(_("Unknown tool type {type!r}; the tools are {types}.").format(
+                type=tool_type, types=", ".join(TOOL_TYPES)),
                                  ("tools", index, "type"))
         if tool_type in tools:
-            raise AgentRuleError(f"The tool {tool_type!r} is listed twice.", ("tools", index, "type"))
+            raise AgentRuleError(_("The tool {type!r} is listed twice.").format(type=tool_type),
+                                 ("tools", index, "type"))
         config = spec.get("config") or {}
         if tool_type == agents_store.A2A_DISPATCH:
             if config:
-                raise AgentRuleError("The a2a-dispatch tool takes no config.", ("tools", index, "config"))
+                raise AgentRuleError(_("The a2a-dispatch tool takes no config."), ("tools", index, "config"))
             tools[tool_type] = {}
         else:
             tools[tool_type] = _invoke_config(config, ("tools", index, "config"))
@@ -433,12 +451,12 @@ def _invoke_config(config: dict[str, Any], loc: Loc) -> dict[str, Any]:
             if value is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise AgentRuleError(f"{name} is a whole number of at least 1.", (*loc, name))
+                raise AgentRuleError(_("{name} is a whole number of at least 1.").format(name=name), (*loc, name))
             result[name] = value
         elif name == "allowedAgents":
             if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-                raise AgentRuleError("allowedAgents is a list of agent ids, or null for any agent.", (*loc, name))
+                raise AgentRuleError(_("allowedAgents is a list of agent ids, or null for any agent."), (*loc, name))
             result[name] = sorted(set(value)) if value is not None else None
         else:
-            raise AgentRuleError(f"Unknown agent-invoke setting {name!r}.", (*loc, name))
+            raise AgentRuleError(_("Unknown agent-invoke setting {name!r}.").format(name=name), (*loc, name))
     return result

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from core.auth.deps import AdminUser, CurrentUser, ServicesDep
 from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView, UnknownAgent
+from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 
 
@@ -162,10 +163,11 @@ async def _call(awaitable):
     try:
         return await awaitable
     except (AgentConflict, UnknownAgent) as exc:
-        raise HTTPException(exc.status_code, detail=exc.message) from exc
+        code = "agent_not_found" if isinstance(exc, UnknownAgent) else "agent_conflict"
+        raise ApiError(exc.status_code, code, detail=exc.message) from exc
     except AgentRuleError as exc:
-        raise HTTPException(422, detail=[{"loc": ["body", *exc.loc], "msg": exc.message, "type": "value_error"}]) \
-            from exc
+        raise ApiError(422, "invalid_request",
+                       detail=[{"loc": ["body", *exc.loc], "msg": exc.message, "type": "value_error"}]) from exc
 
 
 def _out(view: AgentView) -> AgentOut:

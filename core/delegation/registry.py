@@ -81,15 +81,21 @@ class AgentRegistry:
     db: Database
     _remote: dict[str, RemoteAgent] = field(default_factory=dict)
     _listeners: list[Callable[[str, RemoteAgent | None], Awaitable[None] | None]] = field(default_factory=list)
+    # Cluster mode: why an id is taken on another replica (the broker's directory), or None.
+    taken_elsewhere: Callable[[str], str | None] | None = None
 
     async def claim(self, agent: RemoteAgent) -> None:
         """Add a remote agent under its id.
 
         Raises:
-            IdTaken: a local agent has that id, or a remote agent is already online under it.
+            IdTaken: a local agent has that id, or a remote agent is already online under it (in cluster
+                mode: on any replica).
         """
         if agent.id in self._remote:
             raise IdTaken(f"an agent with the id {agent.id!r} is already connected")
+        elsewhere = self.taken_elsewhere(agent.id) if self.taken_elsewhere is not None else None
+        if elsewhere is not None:
+            raise IdTaken(elsewhere)
         async with self.db.session() as s:
             if await agents_store.get_agent_by_slug(s, agent.id) is not None:
                 raise IdTaken(f"{agent.id!r} is the id of a local agent; choose another id")
@@ -113,8 +119,12 @@ class AgentRegistry:
         return [self._remote[k] for k in sorted(self._remote)]
 
     def on_change(self, listener: Callable[[str, RemoteAgent | None], Awaitable[None] | None]) -> None:
-        """Call `listener(id, agent or None)` when a remote agent comes or goes."""
+        """Call `listener(id, agent or None)` when a remote agent comes or goes, or an agent changes."""
         self._listeners.append(listener)
+
+    async def changed(self, agent_id: str, _op: str = "") -> None:
+        """An agent was created, edited or deleted (here, or on another replica): tell the listeners."""
+        await self._notify(agent_id, self._remote.get(agent_id))
 
     async def _notify(self, agent_id: str, agent: RemoteAgent | None) -> None:
         for listener in list(self._listeners):

@@ -12,14 +12,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from core.auth.deps import CurrentUser, ServicesDep
 from core.chat.routes import MessageOut, message_out
 from core.delegation.tasks import TaskView, seed_task_shape, task_stream_key
+from core.i18n import _
+from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
+from core.web.errors import ApiError
 
 # Seed 000 §3.2.5: the task stream says it can be resumed (here with Last-Event-ID or ?lastEventId=).
 RESUMABLE = {"X-Stream-Resume": "true"}
@@ -74,10 +77,11 @@ def tasks_router() -> APIRouter:
         (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
         """
         if not task_id:
-            raise HTTPException(400, detail="Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
+            raise ApiError(400, "task_id_missing",
+                           detail=_("Missing taskId: call /api/agents/a2a/stream?taskId=<task id>."))
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if await services.delegation.owned_task(user.id, task_id) is None or services.hub.get(key) is None:
+        if await services.delegation.owned_task(user.id, task_id) is None or await refresh(services.hub, key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(services.hub, key, last_event_id(request), shape=seed_task_shape(task_id),
                                 headers=RESUMABLE)
@@ -93,7 +97,7 @@ def tasks_router() -> APIRouter:
         """One delegated task with the callee's messages and its nested delegations."""
         detail = await services.delegation.task_detail(user.id, task_id)
         if detail is None:
-            raise HTTPException(404, detail="There is no such task among your conversations.")
+            raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
         return {
             **_task_out(detail.task),
             "messages": [message_out(m) for m in detail.messages],

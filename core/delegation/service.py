@@ -40,6 +40,7 @@ from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import Database
 from core.delegation.registry import AgentRegistry, RemoteAgent, RemoteAgentError
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
+from core.delegation.states import CONNECTION_LOST, TIMED_OUT
 from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
@@ -54,8 +55,10 @@ from core.delegation.tasks import (
     task_stream_key,
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
+from core.i18n import _
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
+from core.streaming.redis_hub import RedisStreamHub
 from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,8 @@ class DelegationService:
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
         self._external_runs: dict[str, asyncio.Task[Any]] = {}
+        if isinstance(hub, RedisStreamHub):  # a cluster: CancelTask on any replica reaches the one running it
+            hub.on_cancel(self._cancel_here)
 
     # -- running -------------------------------------------------------------------------
 
@@ -165,13 +170,14 @@ class DelegationService:
                     await self._run_remote(key, remote, text, task.id, record)
             state, error = record.result()
         except TimeoutError:
-            error = f"{callee_name} did not finish within {limits.timeout_s:g} s and was stopped."
-            await self.hub.append(key, "error", {"errorText": error})
+            error = _("{name} did not finish within {seconds} s and was stopped.").format(
+                name=callee_name, seconds=f"{limits.timeout_s:g}")
+            await self.hub.append(key, "error", {"errorText": error, "code": TIMED_OUT})
             record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
             state, error = CANCELED, (
-                "The delegation was stopped because the calling turn was stopped." if ctx.session_id
-                else "The caller canceled the task.")
+                _("The delegation was stopped because the calling turn was stopped.") if ctx.session_id
+                else _("The caller canceled the task."))
             record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
             await asyncio.shield(self._finish(task.id, record, state, error, started))
@@ -194,6 +200,7 @@ class DelegationService:
 
     async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: RemoteRun) -> None:
         """Relay a remote agent's events into the task buffer until it reports a terminal state."""
+        code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
         try:
             async for event in remote.stream(text, task_id=task_id):
                 if event.text:
@@ -212,8 +219,9 @@ class DelegationService:
                 record.state, record.error = FAILED, f"{remote.name} ended the stream without a final state."
         except (ConnectionError, OSError, RemoteAgentError) as exc:
             record.state, record.error = FAILED, f"{remote.name} is unreachable: {exc}"
+            code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
         if record.state == FAILED and record.error:
-            await self.hub.append(key, "error", {"errorText": record.error})
+            await self.hub.append(key, "error", {"errorText": record.error, **({"code": code} if code else {})})
 
     def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
         if depth > limits.max_recursion_depth:
@@ -260,7 +268,7 @@ class DelegationService:
         """
         depth = ctx.recursion_depth + 1
         async with self.db.session() as s:
-            task, _ = await self.records.create_task(s, agent_id, None, text, depth, ctx)
+            task, _user_row = await self.records.create_task(s, agent_id, None, text, depth, ctx)
         await self._announce(task.id, agent_id, agent_name, depth, ctx)
         await self.records.set_state(task.id, WORKING, SUBMITTED)
         return BackgroundTask(self, task.id, RemoteRun(agent_id, message_fields(task.id, ctx)))
@@ -333,14 +341,36 @@ class DelegationService:
     async def cancel_external_task(self, task_id: str, timeout: float = 10.0) -> bool:
         """Stop a task started by `start_external_task` and wait until it is recorded as canceled.
 
-        Returns False when no such task runs in this process.
+        Returns False when no such task runs in this process (in a cluster: on any replica).
         """
         run = self._external_runs.get(task_id)
+        if run is None and isinstance(self.hub, RedisStreamHub):  # it may run on another replica: stop it there
+            return await self.hub.request_cancel(task_stream_key(task_id), timeout=timeout)
         if run is None or run.done():
             return False
         run.cancel()
         await asyncio.wait([run], timeout=timeout)
         return True
+
+    async def _cancel_here(self, key: str) -> bool:
+        """A cluster's cancel of `a2a_<taskId>`: stop the task when this process runs it for an A2A caller."""
+        run = self._external_runs.get(key.removeprefix("a2a_")) if key.startswith("a2a_") else None
+        if run is None or run.done():
+            return False
+        run.cancel()
+        return True
+
+    async def end_orphan(self, task_id: str) -> None:
+        """A cluster's reaper took over this task's stream (its replica's lease expired): record it failed, end it."""
+        error = "Interrupted: the server running this task stopped."
+        key = task_stream_key(task_id)
+        try:
+            await self.records.set_state(task_id, FAILED, WORKING, error)
+        except Exception:
+            log.exception("could not record the interruption of task %s", task_id)
+        await self.hub.append(key, "done", {"state": FAILED, "error": error, "durationMs": 0,
+                                            "usage": {"inputTokens": 0, "outputTokens": 0}})
+        await self.hub.finish(key, error=error)
 
     async def shutdown_external_tasks(self) -> None:
         """Cancel every task started by `start_external_task` (each records itself as canceled)."""

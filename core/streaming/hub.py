@@ -281,6 +281,10 @@ class StreamHub:
             raise UnknownStream(key)
         return Subscription(buf, after, self.subscriber_queue)
 
+    def live_streams(self) -> int:
+        """How many buffers are being written now (a turn, a delegation or a task streaming)."""
+        return sum(1 for buf in self._buffers.values() if buf.state is BufferState.OPEN)
+
     def keys(self) -> list[str]:
         """Keys of every buffer currently held."""
         return list(self._buffers)

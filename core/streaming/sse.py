@@ -208,6 +208,20 @@ class SSEResponse(EventSourceResponse):
         self._on_end = on_end
         self._write_timeout = send_timeout_s
 
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        # sse-starlette wraps every write in `anyio.move_on_after(send_timeout)`: a cancel scope,
+        # with its current-task lookups, for each token even when there is no timeout. This
+        # response has none there (`send_timeout` stays None; `_timed` arms its own only when a
+        # write has to wait), so a write is just the write, marked when it fails as sse-starlette does.
+        if self.send_timeout is not None:
+            await super()._send_with_timeout(send, message)
+            return
+        try:
+            await send(message)
+        except BaseException:
+            self._send_interrupted = True
+            raise
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the stream (sse-starlette), then tell `on_end` why it ended."""
         reason: str | None = None

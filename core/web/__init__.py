@@ -4,18 +4,24 @@ Owns: request bodies (`RequestBody`: unknown fields are 422, text is valid Unico
 answer (`schemas.py`); limits on what is read from outside, body sizes and JSON nesting
 (`input_limits.py`); the names the server answers to and no changes from other sites
 (`request_guards.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
-external text in log lines (`logtext.py`).
+external text in log lines (`logtext.py`); errors with a machine `code`, in the caller's
+`Accept-Language` (`errors.py`).
 
-May import: the standard library, starlette, FastAPI, pydantic; nothing else of `core`.
+May import: the standard library, starlette, FastAPI, pydantic; of `core` only `core.i18n`.
 """
 
 from core.web.api_docs import add_api_docs
+from core.web.errors import ApiError, LanguageMiddleware, error_code, install_error_handlers
 from core.web.input_limits import MAX_JSON_NESTING, json_nesting, read_capped
 from core.web.logtext import install_client_fault_filter, loggable
 from core.web.request_guards import RequestGuardMiddleware
 from core.web.schemas import RequestBody, validation_error_response
 
 __all__ = [
+    "ApiError",
+    "LanguageMiddleware",
+    "error_code",
+    "install_error_handlers",
     "MAX_JSON_NESTING",
     "RequestBody",
     "RequestGuardMiddleware",

@@ -46,22 +46,25 @@ class AppProcess:
         """Everything it has printed so far."""
         return self.log_path.read_text(errors="replace")
 
-    def wait_until_serving(self, timeout_s: float = START_TIMEOUT_S) -> float:
-        """Poll `GET /` until it answers 200; returns the seconds it took."""
+    def wait_until_serving(self, timeout_s: float = START_TIMEOUT_S, path: str = "/") -> float:
+        """Poll `GET path` until it answers 200; returns the seconds it took.
+
+        With accounts `/` redirects to the login page: wait on `/login` there.
+        """
         started = time.monotonic()
         last = "no answer yet"
         while time.monotonic() - started < timeout_s:
             if self.process.poll() is not None:
                 raise AssertionError(f"the app exited with {self.process.returncode}:\n{self.output}")
             try:
-                response = httpx.get(f"{self.base_url}/", timeout=2)
+                response = httpx.get(f"{self.base_url}{path}", timeout=2)
                 if response.status_code == 200:
                     return time.monotonic() - started
                 last = f"HTTP {response.status_code}"
             except httpx.TransportError as exc:
                 last = repr(exc)
             time.sleep(0.05)
-        raise AssertionError(f"GET / did not answer 200 within {timeout_s:.0f} s (last: {last}):\n{self.output}")
+        raise AssertionError(f"GET {path} did not answer 200 within {timeout_s:.0f} s (last: {last}):\n{self.output}")
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         """Send `signum` and wait for the exit; returns the exit code."""
@@ -73,6 +76,16 @@ class AppProcess:
             self.process.kill()
             self.process.wait()
             raise AssertionError(f"the app did not exit within {STOP_TIMEOUT_S:.0f} s of {signum!r}") from None
+
+
+def end_process(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Ask a helper process to stop (SIGTERM); kill it if it is still there after `timeout_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @contextmanager

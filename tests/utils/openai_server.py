@@ -75,7 +75,8 @@ class ScriptedResponse:
 
     text_chunks: tuple[str, ...] = ()
     calls: tuple[ScriptedCall, ...] = ()
-    usage: tuple[int, int] = (11, 7)
+    #: None: the server sends no usage, even when the client asks for it (some OpenAI-compatible servers).
+    usage: tuple[int, int] | None = (11, 7)
     finish_reason: str | None = None
     #: 0 for a normal response; an HTTP error status otherwise.
     status: int = 0
@@ -93,8 +94,8 @@ class ScriptedResponse:
         return self.finish_reason or ("tool_calls" if self.calls else "stop")
 
 
-def text(*chunks: str, usage: tuple[int, int] = (11, 7), chunk_delay_s: float = 0.0) -> ScriptedResponse:
-    """Text chunks, then `finish_reason="stop"`."""
+def text(*chunks: str, usage: tuple[int, int] | None = (11, 7), chunk_delay_s: float = 0.0) -> ScriptedResponse:
+    """Text chunks, then `finish_reason="stop"` (`usage=None`: no usage chunk, even when asked)."""
     return ScriptedResponse(text_chunks=tuple(chunks), usage=usage, chunk_delay_s=chunk_delay_s)
 
 
@@ -112,7 +113,7 @@ def tool_call(
     id: str | None = None,
     text_chunks: list[str] | tuple[str, ...] = (),
     fragments: int = 3,
-    usage: tuple[int, int] = (11, 7),
+    usage: tuple[int, int] | None = (11, 7),
 ) -> ScriptedResponse:
     """Optional text, then one tool call whose arguments arrive in `fragments` pieces."""
     return ScriptedResponse(text_chunks=tuple(text_chunks), calls=(call(name, arguments, id=id, fragments=fragments),),
@@ -120,7 +121,7 @@ def tool_call(
 
 
 def tool_calls(*calls: ScriptedCall, text_chunks: list[str] | tuple[str, ...] = (),
-               usage: tuple[int, int] = (11, 7)) -> ScriptedResponse:
+               usage: tuple[int, int] | None = (11, 7)) -> ScriptedResponse:
     """Parallel tool calls in one response (index 0, 1, ...)."""
     return ScriptedResponse(text_chunks=tuple(text_chunks), calls=tuple(calls), usage=usage)
 
@@ -230,7 +231,7 @@ def stream_items(response: ScriptedResponse, *, model: str, include_usage: bool,
                 fragment = {"index": index, "function": {"arguments": piece}}
             items.append(f.chunk({"tool_calls": [fragment]}))
     items.append(f.chunk({}, response.effective_finish_reason))
-    if include_usage:
+    if include_usage and response.usage is not None:
         items.append(f.usage_chunk(response.usage))
     items.append("[DONE]")
     return items
@@ -245,13 +246,15 @@ def completion_body(response: ScriptedResponse, *, model: str, completion_id: st
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in response.calls
         ]
-    return {
+    body = {
         "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
         "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": response.effective_finish_reason}],
-        "usage": _usage(response.usage),
     }
+    if response.usage is not None:
+        body["usage"] = _usage(response.usage)
+    return body
 
 
 class _SSEStream:

@@ -1,0 +1,92 @@
+"""Errors of the HTTP API in the caller's language, each with a stable machine `code`.
+
+Every request is translated into its `Accept-Language` (`LanguageMiddleware` sets `core.i18n`'s
+language for the request; pages may choose another, ui/language.py). An error answer keeps
+FastAPI's shape, `{"detail": …}`, and adds `code` beside it: the route's own code when it raised
+an `ApiError` (`session_not_found`, …), else one named after the status (`not_found`,
+`unauthorized`, …). Scripts compare `code`; `detail` is for people and changes with the language.
+The codes are listed in docs/ARCHITECTURE.md, "Languages".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import HTTPException
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from core.i18n import negotiate, use_language
+
+__all__ = ["STATUS_CODES", "ApiError", "LanguageMiddleware", "error_code", "install_error_handlers"]
+
+# The code of an error that names none of its own, by HTTP status.
+STATUS_CODES: dict[int, str] = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    409: "conflict", 413: "too_large", 415: "unsupported_media_type", 422: "invalid_request",
+    429: "too_many_requests", 500: "internal_error", 502: "bad_gateway", 503: "unavailable",
+}
+API_PREFIXES = ("/api", "/a2a")
+
+
+class ApiError(HTTPException):
+    """An HTTP error with a stable `code`; `detail` is written (translated) where it is raised."""
+
+    def __init__(self, status_code: int, code: str, detail: Any, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status_code, detail=detail, headers=headers)
+        self.code = code
+
+
+def error_code(exc: StarletteHTTPException) -> str:
+    """The machine code of an HTTP error."""
+    return getattr(exc, "code", None) or STATUS_CODES.get(exc.status_code, f"http_{exc.status_code}")
+
+
+class LanguageMiddleware:
+    """Translate each HTTP request into the language its `Accept-Language` asks for (else English)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request with `core.i18n`'s language set from its header."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope.get("headers") or [] if k == b"accept-language"), b"")
+        with use_language(negotiate(header.decode("latin-1")[:1000])):
+            await self.app(scope, receive, send)
+
+
+async def api_error_response(request: Request, exc: Exception) -> Response:
+    """`{"detail": …, "code": …}` for an HTTP error of the API (other paths: FastAPI's own answer)."""
+    assert isinstance(exc, StarletteHTTPException)
+    if not request.url.path.startswith(API_PREFIXES):
+        return await http_exception_handler(request, exc)
+    # ASCII JSON (as schemas.py's 422): a detail that repeats bad input can always be sent.
+    body = json.dumps({"detail": exc.detail, "code": error_code(exc)}, ensure_ascii=True, default=str)
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=headers)
+    return Response(body.encode(), status_code=exc.status_code, media_type="application/json", headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer the API's HTTP errors with a `code` (NiceGUI keeps its 404 page for page addresses)."""
+    page_404 = app.exception_handlers.get(404)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        routed = request.scope.get("endpoint") is not None  # an unknown address keeps NiceGUI's answer
+        if routed and request.url.path.startswith(API_PREFIXES) and isinstance(exc, StarletteHTTPException):
+            return await api_error_response(request, exc)
+        if page_404 is not None:
+            return await page_404(request, exc)
+        return await http_exception_handler(request, exc)  # type: ignore[arg-type]
+
+    app.add_exception_handler(404, not_found)
+    app.add_exception_handler(StarletteHTTPException, api_error_response)
+    app.add_middleware(LanguageMiddleware)

@@ -1,0 +1,80 @@
+"""The event-loop probe (core/web/loop_probe.py) that bench/bench_capacity.py reads: it sees a blocked loop."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from core.settings import Settings
+from core.web.loop_probe import LINE_PREFIX, LoopProbe
+
+GC_FIGURES = re.compile(r"longest gc (?P<ms>[0-9.]+) ms \(generation (?P<generation>-?[0-9])\), (?P<full>[0-9]+) full")
+
+
+async def test_a_callback_that_holds_the_loop_is_reported_and_the_window_starts_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    probe = LoopProbe(interval_s=0.002)
+    probe.start()
+    try:
+        await asyncio.sleep(0.05)  # the ticker runs
+        time.sleep(0.12)  # holds the loop, as a long synchronous step would
+        await asyncio.sleep(0.02)
+        with caplog.at_level(logging.INFO, logger="core.web.loop_probe"):
+            first = probe.report()
+        await asyncio.sleep(0.05)
+        second = probe.report()
+    finally:
+        await probe.stop()
+
+    assert first in caplog.text and first.startswith(LINE_PREFIX)
+    blocked_ms = float(first.removeprefix(LINE_PREFIX).split()[0])
+    assert blocked_ms >= 100  # the 120 ms block (less the interval it was due in)
+    assert float(second.removeprefix(LINE_PREFIX).split()[0]) < blocked_ms  # a new window
+
+
+async def test_garbage_collections_are_timed_apart_from_the_loop() -> None:
+    probe = LoopProbe(interval_s=0.005)
+    probe.start()
+    try:
+        probe.report()
+        garbage = [[[] for _ in range(50)] for _ in range(20_000)]  # a heap a full collection has to walk
+        gc.collect()
+        del garbage
+        line = probe.report()
+        quiet = probe.report()
+    finally:
+        await probe.stop()
+    found = GC_FIGURES.search(line)
+    assert found is not None, line
+    assert float(found["ms"]) > 0 and found["generation"] == "2" and int(found["full"]) >= 1
+    assert GC_FIGURES.search(quiet)["full"] == "0"  # a new window
+    assert probe._on_gc not in gc.callbacks  # stop() took the callback out
+
+
+async def test_sigusr1_logs_the_window(caplog: pytest.LogCaptureFixture) -> None:
+    probe = LoopProbe(interval_s=0.005)
+    probe.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="core.web.loop_probe"):
+            await asyncio.sleep(0.03)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            await asyncio.sleep(0.05)
+    finally:
+        await probe.stop()
+    assert LINE_PREFIX in caplog.text
+    assert signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)  # stop() gave the signal back
+
+
+def test_the_probe_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOP_PROBE", raising=False)
+    assert Settings(_env_file=None).loop_probe is False
+    monkeypatch.setenv("LOOP_PROBE", "1")
+    assert Settings(_env_file=None).loop_probe is True

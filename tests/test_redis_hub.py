@@ -1,0 +1,183 @@
+"""The Redis stream hub (core/streaming/redis_hub.py): two hubs in one process stand for two replicas.
+
+Real Redis (TEST_REDIS_URL), a key prefix of each test's own, removed at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from core.streaming.hub import BufferState, StreamBusy, StreamClosed, UnknownStream
+from core.streaming.redis_hub import RedisStreamHub
+from tests.conftest import unavailable
+from tests.utils.broker import redis_test_url
+from tests.utils.cluster import delete_prefix
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+async def hubs() -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
+    """Replica A's hub and replica B's, sharing one Redis key prefix."""
+    url = redis_test_url()
+    probe = Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        await probe.ping()
+    except Exception as exc:
+        unavailable(f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}")
+    finally:
+        await probe.aclose()
+    prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
+    a = RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner="a", lease_s=1.0,
+                       max_events=100, ttl_s=60)
+    b = RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner="b", lease_s=1.0,
+                       max_events=100, ttl_s=60)
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        await a.stop()
+        await b.stop()
+        delete_prefix(url, prefix)
+
+
+async def collect(subscription) -> list[int]:
+    return [event.id async for event in subscription]
+
+
+async def test_a_buffer_opened_on_one_replica_is_busy_on_the_other(hubs) -> None:
+    a, b = hubs
+    await a.create("s1", {"who": "a"})
+    with pytest.raises(StreamBusy):
+        await b.create("s1")
+    await a.finish("s1")
+    info = await b.create("s1")  # finished: any replica may open the next one, ids go on
+    assert info.first_id == 1 and (await a.refresh("s1")).meta == {}
+
+
+async def test_a_reader_on_b_gets_every_event_of_a_in_order_then_the_end(hubs) -> None:
+    a, b = hubs
+    await a.create("s2")
+    await a.append("s2", "text-delta", {"delta": "x"})
+    await b.refresh("s2")
+    reader = asyncio.create_task(collect(b.subscribe("s2")))
+    await asyncio.sleep(0.05)
+    for n in range(2, 201):
+        await a.append("s2", "text-delta", {"delta": str(n)})
+    await a.finish("s2", error="boom")
+    assert await asyncio.wait_for(reader, 10) == list(range(1, 201))
+    info = await b.refresh("s2")
+    assert info.state is BufferState.ERROR and info.error == "boom" and info.last_id == 200
+    with pytest.raises(StreamClosed):
+        await b.append("s2", "text-delta", {})
+    with pytest.raises(UnknownStream):
+        await b.append("nope", "text-delta", {})
+
+
+async def test_resume_after_an_id_and_the_next_buffer_keeps_counting(hubs) -> None:
+    a, b = hubs
+    await a.create("s3")
+    for _ in range(10):
+        await a.append("s3", "e", {})
+    await a.finish("s3")
+    await b.refresh("s3")
+    assert await collect(b.subscribe("s3", after=7)) == [8, 9, 10]
+    assert await collect(b.subscribe("s3", after=10)) == []
+    ahead = b.subscribe("s3", after=11)
+    assert ahead.ahead
+    ahead.close()
+    info = await b.create("s3")
+    assert info.first_id == 11
+    await b.append("s3", "e", {})
+    await b.finish("s3")
+    await a.refresh("s3")
+    assert await collect(a.subscribe("s3")) == [11]  # the earlier buffer's events are gone with it
+
+
+async def test_trimmed_events_are_a_gap_judged_from_the_real_first_entry(hubs) -> None:
+    a, b = hubs
+    await a.create("s4")
+    for _ in range(1_000):
+        await a.append("s4", "e", {})
+    info = await b.refresh("s4")
+    assert 1 < info.first_id <= 1_000 - 100 + 1  # MAXLEN ~ 100 keeps at least the last 100
+    behind, caught_up = b.subscribe("s4", after=0), b.subscribe("s4", after=info.first_id - 1)
+    assert behind.gap and not caught_up.gap
+    behind.close()
+    caught_up.close()
+    await a.finish("s4")
+
+
+async def test_a_cancel_asked_on_b_runs_on_the_owner_and_waits_for_the_end(hubs) -> None:
+    a, b = hubs
+    asked: list[str] = []
+
+    async def stop_here(key: str) -> bool:
+        asked.append(key)
+        asyncio.get_running_loop().call_later(0.2, lambda: asyncio.ensure_future(a.finish(key)))
+        return True
+
+    a.on_cancel(stop_here)
+    await a.create("s5")
+    started = time.monotonic()
+    assert await b.request_cancel("s5", timeout=5) is True
+    assert asked == ["s5"] and 0.15 < time.monotonic() - started < 5
+    assert (await b.refresh("s5")).state is BufferState.DONE
+    assert await b.request_cancel("s5") is False  # nothing open
+
+
+async def test_an_owner_that_stops_renewing_loses_its_buffer_to_the_reaper(hubs) -> None:
+    a, b = hubs
+    await a.create("s6")
+    await asyncio.sleep(1.5)  # a renews every third of its 1 s lease
+    assert await b.expired() == []
+    for task in a._tasks:  # a "dies": no more renewals
+        task.cancel()
+    await asyncio.sleep(1.3)
+    assert await b.expired() == ["s6"]
+    assert await b.take_over("s6") is True
+    assert await a.take_over("s6") is False  # b holds a fresh lease now
+    await b.append("s6", "error", {"errorText": "stopped"})
+    await b.finish("s6")
+    assert [e.type for e in await a.events("s6")] == ["error"]
+
+
+async def test_other_replicas_hear_of_a_buffer_opened_elsewhere(hubs) -> None:
+    a, b = hubs
+    seen = []
+
+    async def on_change(info) -> None:
+        seen.append((info.key, info.state, dict(info.meta)))
+
+    b.on_change(on_change)
+    await a.create("s7", {"n": 1})
+    await a.update_meta("s7", draftId=5)
+    await a.finish("s7")
+    deadline = time.monotonic() + 5
+    while len(seen) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert [s[0] for s in seen] == ["s7"] * 3
+    assert seen[-1][1] is BufferState.DONE and any(s[2] == {"n": 1, "draftId": 5} for s in seen)
+    assert b.get("s7").state is BufferState.DONE
+
+
+async def test_live_streams_counts_what_a_replica_writes_or_reads_for_its_subscribers(hubs) -> None:
+    a, b = hubs
+    await a.create("s9")
+    assert (a.live_streams(), b.live_streams()) == (1, 0)  # A writes it; B knows of it, follows nothing
+    await b.refresh("s9")
+    reader = asyncio.create_task(collect(b.subscribe("s9")))
+    await asyncio.sleep(0.05)
+    assert b.live_streams() == 1  # B reads it for its subscriber
+    await a.append("s9", "text-delta", {"delta": "x"})
+    await a.finish("s9")
+    await asyncio.wait_for(reader, 10)
+    assert a.live_streams() == 0
+    assert b.live_streams() == 0  # its subscriber had the end
