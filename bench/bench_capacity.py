@@ -34,8 +34,10 @@ Per N:
   (from /proc) / token events;
 - longest loop block: the server's event-loop probe (`core/web/loop_probe.py`),
   a window opened with SIGUSR1 before the requests and read with SIGUSR1 after
-  the last stream; in the same window, the longest garbage collection (and its
-  generation) and the number of full collections.
+  the last stream; when it ended (seconds after the first request: the turns
+  start in the first second or two) and how many blocks passed 20 ms; in the
+  same window, the longest garbage collection (and its generation) and the
+  number of full collections.
 
 Then (unless `--no-ratio`, or with `--quick`) the A2A `SendStreamingMessage`
 ratio against a plain a2a-sdk server at 500 and 2,000 updates, measured by
@@ -76,7 +78,8 @@ from bench._common import (  # noqa: E402
 BURST_S = 0.002
 #: More bursts than this share of gaps, and a row's gaps say nothing about pacing.
 MAX_BURST_SHARE = 0.10
-PROBE_LINE = re.compile(rb"loop-probe: longest block ([0-9.]+) ms over ([0-9.]+) s .*?; "
+PROBE_LINE = re.compile(rb"loop-probe: longest block ([0-9.]+) ms at ([0-9.]+) s over ([0-9.]+) s "
+                        rb"\([0-9,]+ ticks, ([0-9]+) over 20 ms\); "
                         rb"longest gc ([0-9.]+) ms \(generation (-?[0-9])\), ([0-9]+) full")
 
 
@@ -190,21 +193,23 @@ async def a2a_run(port: int, n: int, text: str, key: str) -> list[StreamRecord]:
     return records
 
 
-def loop_block(server, previous_lines: int) -> tuple[float | None, str, int]:
+def loop_block(server, previous_lines: int) -> tuple[float | None, str, str, int]:
     """Ask the server for its probe's window (SIGUSR1) and read the line it logs.
 
-    Returns the longest block (ms), the longest garbage collection as "ms (generation) / full
-    collections", and how many probe lines the log holds.
+    Returns the longest block (ms), where it was and how many blocks passed 20 ms as "at s / count",
+    the longest garbage collection as "ms (generation) / full collections", and how many probe
+    lines the log holds.
     """
     server.proc.send_signal(signal.SIGUSR1)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         lines = PROBE_LINE.findall(server.log_path.read_bytes())
         if len(lines) > previous_lines:
-            block, _, gc_ms, generation, full = lines[-1]
-            return float(block), f"{float(gc_ms):.1f} (gen {int(generation)}) / {int(full)}", len(lines)
+            block, at, _, over_20, gc_ms, generation, full = lines[-1]
+            return (float(block), f"{float(at):.2f} / {int(over_20)}",
+                    f"{float(gc_ms):.1f} (gen {int(generation)}) / {int(full)}", len(lines))
         time.sleep(0.05)
-    return None, "n/a", previous_lines
+    return None, "n/a", "n/a", previous_lines
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -225,14 +230,14 @@ async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: i
     """One N: the table row, the figures, and how many probe lines the log holds now."""
     sessions = new_chats(server.port, n) if kind == "chat" else []
     wait_cpu_idle(server.pid, timeout=30)
-    _, _, probe_lines = loop_block(server, probe_lines)  # opens a new window
+    *_, probe_lines = loop_block(server, probe_lines)  # opens a new window
     cpu0 = cpu_seconds(server.pid)
     t0 = time.perf_counter()
     records = await (chat_run(server.port, sessions, text) if kind == "chat" else a2a_run(server.port, n, text, key))
     wall = time.perf_counter() - t0
     firsts = sorted(r.token_times[0] - t0 for r in records if r.token_times)
     cpu = cpu_seconds(server.pid) - cpu0
-    block_ms, gc_pause, probe_lines = loop_block(server, probe_lines)
+    block_ms, block_where, gc_pause, probe_lines = loop_block(server, probe_lines)
     got = sum(len(r.token_times) for r in records)
     gaps = sorted(b - a for r in records for a, b in zip(r.token_times, r.token_times[1:], strict=False))
     short = sum(1 for r in records if len(r.token_times) < tokens or r.error)
@@ -247,7 +252,7 @@ async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: i
            f"{figures['longest']:.0f}", f"{figures['first_p50']:.2f} / {figures['first_max']:.2f}",
            f"{figures['bursts'] * 100:.0f} %",
            f"{figures['cpu_us']:.0f}",
-           "n/a" if block_ms is None else f"{block_ms:.1f}", gc_pause,
+           "n/a" if block_ms is None else f"{block_ms:.1f}", block_where, gc_pause,
            f"{short}" + (f" ({errors[0]})" if errors else ""),
            load()]
     return row, figures, probe_lines
@@ -295,7 +300,7 @@ async def main() -> None:
                       f"({1000 / max(args.delay_ms, 1):.0f} tokens/s)")
                 print(table(["N", "tokens/s", "gap p50 ms", "gap p99 ms", "added p99 ms", "longest gap ms",
                              "first token p50 / max s", "gaps < 2 ms", "server CPU µs/token", "longest loop block ms",
-                             "longest gc ms / full gcs", "short streams", "load"], rows))
+                             "at s / blocks > 20 ms", "longest gc ms / full gcs", "short streams", "load"], rows))
                 print()
         finally:
             stop(server)

@@ -15,6 +15,7 @@ import pytest
 from core.settings import Settings
 from core.web.loop_probe import LINE_PREFIX, LoopProbe
 
+BLOCK_WHERE = re.compile(r" ms at (?P<at>[0-9.]+) s over [0-9.]+ s \([0-9,]+ ticks, (?P<over_20>[0-9]+) over 20 ms\)")
 GC_FIGURES = re.compile(r"longest gc (?P<ms>[0-9.]+) ms \(generation (?P<generation>-?[0-9])\), (?P<full>[0-9]+) full")
 
 
@@ -31,6 +32,7 @@ async def test_a_callback_that_holds_the_loop_is_reported_and_the_window_starts_
             first = probe.report()
         await asyncio.sleep(0.05)
         second = probe.report()
+        counted_after_report = probe.long_blocks
     finally:
         await probe.stop()
 
@@ -38,6 +40,11 @@ async def test_a_callback_that_holds_the_loop_is_reported_and_the_window_starts_
     blocked_ms = float(first.removeprefix(LINE_PREFIX).split()[0])
     assert blocked_ms >= 100  # the 120 ms block (less the interval it was due in)
     assert float(second.removeprefix(LINE_PREFIX).split()[0]) < blocked_ms  # a new window
+    where = BLOCK_WHERE.search(first)
+    assert where is not None, first
+    assert 0.15 <= float(where["at"]) < 0.5  # it ended after the 50 ms of ticking and the 120 ms hold
+    assert int(where["over_20"]) >= 1  # the hold (a busy machine may add a late tick of its own)
+    assert BLOCK_WHERE.search(second) is not None and counted_after_report == 0  # a new window counts anew
 
 
 async def test_garbage_collections_are_timed_apart_from_the_loop() -> None:
