@@ -223,10 +223,11 @@ def _state_words(page: Page) -> tuple[str, str, str]:
     """The state word of the first task in its card, its tab and its panel, once the panel shows one.
 
     On a phone the panel is reopened by a click: its badge can be read before the sheet has
-    rendered its text, so wait for some text first; the assertion is that the three agree.
+    rendered its text, so wait until the badge shows some (`innerText`, what is read below: its
+    `textContent` is there before the sheet is drawn); the assertion is that the three agree.
     """
     card = page.get_by_test_id("tool-call").first
-    expect(page.get_by_test_id("agent-invoke-status").first).to_have_text(re.compile(r"\S"))
+    expect(page.get_by_test_id("agent-invoke-status").first).to_have_text(re.compile(r"\S"), use_inner_text=True)
     return (card.get_by_test_id("tool-call-status").inner_text().strip(),
             page.get_by_test_id("agent-invoke-tab").first.get_attribute("data-state"),
             page.get_by_test_id("agent-invoke-status").first.inner_text().strip())

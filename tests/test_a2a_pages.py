@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 from nicegui import ElementFilter, app, ui
 from nicegui.testing import User
-from nicegui.testing.general_fixtures import get_path_to_main_file
-from nicegui.testing.user_simulation import user_simulation
 
 from core.a2a import api_keys
 from core.services import Services
 from tests.test_a2a_client import echo_server
+from tests.utils.simulated_user import simulated_app_user
 
 
 @pytest.fixture
@@ -24,11 +23,8 @@ async def user(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pyte
     """The app (app.py) in NiceGUI's user simulation, on this test's data dir; fails on ERROR logs."""
     # app.py setdefault()s this one; keep it per test so it does not leak into later tests.
     monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))
-    async with user_simulation(main_file=get_path_to_main_file(request)) as simulated:
+    async with simulated_app_user(request, caplog) as simulated:
         yield simulated
-        errors = [r for r in caplog.get_records("call") if r.levelname == "ERROR"]
-        if errors:
-            pytest.fail(f"There were unexpected ERROR logs: {[r.getMessage() for r in errors]}", pytrace=False)
 
 
 def services() -> Services:

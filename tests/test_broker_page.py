@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 from nicegui import ElementFilter, app, ui
 from nicegui.testing import User
-from nicegui.testing.general_fixtures import get_path_to_main_file
-from nicegui.testing.user_simulation import user_simulation
 
 from core.broker import wire
 from core.broker.auth import Identity
 from core.broker.connection import AgentConnection
 from core.broker.service import DISPATCH_TOKEN_OWNER, BrokerTask, user_owner
 from tests.utils.broker import travel_card
+from tests.utils.simulated_user import simulated_app_user
 from ui.broker_page import age
 
 
@@ -25,7 +24,7 @@ from ui.broker_page import age
 async def user(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
                ) -> AsyncIterator[User]:
     monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))
-    async with user_simulation(main_file=get_path_to_main_file(request)) as simulated:
+    async with simulated_app_user(request) as simulated:
         yield simulated
 
 
@@ -56,7 +55,8 @@ async def test_the_broker_page_shows_agents_and_tasks_live(user: User) -> None:
     broker._tasks[task.id] = task
     # Another owner's task (a chat system with the dispatch token): its text and chat id are not shown.
     other = BrokerTask(id="task-2", agent=conn, chat_agent_id=456, chat_id="their-chat", text="a private request",
-                       owner=DISPATCH_TOKEN_OWNER, state="working", last_text="their progress", created_at=time.time() + 1)
+                       owner=DISPATCH_TOKEN_OWNER, state="working", last_text="their progress",
+                       created_at=time.time() + 1)
     broker._tasks[other.id] = other
 
     for _ in range(40):  # the page's timer refreshes once a second

@@ -21,14 +21,13 @@ import pytest
 from nicegui import ElementFilter, app, ui
 from nicegui import core as nicegui_core
 from nicegui.testing import User
-from nicegui.testing.general_fixtures import get_path_to_main_file
 from nicegui.testing.user_interaction import UserInteraction
-from nicegui.testing.user_simulation import user_simulation
 
 from core.auth import accounts
 from core.db import Database
 from core.services import Services
 from core.settings import load_settings
+from tests.utils.simulated_user import simulated_app_user
 from tests.utils.sync import run_sync
 
 TEST_IDS = ["msg-input", "send-btn", "stop-btn", "session-list", "new-session-btn", "agent-picker", "chat-messages"]
@@ -90,11 +89,8 @@ def _create_accounts(pairs: list[tuple[str, str]]) -> None:
 async def user(app_env: dict[str, Any], caplog: pytest.LogCaptureFixture,
                request: pytest.FixtureRequest) -> AsyncIterator[User]:
     """NiceGUI's `user` fixture, but only once `app_env` has prepared the environment."""
-    async with user_simulation(main_file=get_path_to_main_file(request)) as simulated:
+    async with simulated_app_user(request, caplog) as simulated:
         yield simulated
-        errors = [r for r in caplog.get_records("call") if r.levelname == "ERROR"]
-        if errors:
-            pytest.fail(f"There were unexpected ERROR logs: {[r.getMessage() for r in errors]}", pytrace=False)
 
 
 SLOW_DEMO = {"env": {"DEMO_MODEL_DELAY_MS": "10"}}
