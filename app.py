@@ -50,6 +50,7 @@ def build(settings) -> object:
     from core.web.full_collections import FullCollections
     from core.web.request_guards import RequestGuardMiddleware
     from core.web.schemas import validation_error_response
+    from core.web.start_gate import StartGateMiddleware
     from ui import register_pages
     from ui.asgi_middlewares import use_pure_asgi_middlewares
 
@@ -60,6 +61,8 @@ def build(settings) -> object:
     public_origin = urlsplit(settings.base_url)
     app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
                        trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
+    # Outermost: requests that arrive together start a few per pass of the event loop (core/web/start_gate.py).
+    app.add_middleware(StartGateMiddleware)
     app.add_exception_handler(RequestValidationError, validation_error_response)
     install_error_handlers(app)  # API errors with a `code`, in the caller's Accept-Language
     app.include_router(api_router())

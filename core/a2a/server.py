@@ -132,7 +132,7 @@ class A2AServer:
                     f"(create one at {self.settings.base_url}/api-keys)."),
                 status_code=401, headers={"WWW-Authenticate": 'Bearer realm="a2a"'},
             )
-        if await self.cards.spec(agent_id) is None:
+        if not await self.cards.exists(agent_id):
             return JSONResponse(wire.invalid_request_body(f"There is no agent {agent_id!r} on this server."),
                                 status_code=404)
         body = await _read_body(request, MAX_BODY_BYTES)
@@ -187,6 +187,13 @@ class AgentCards:
     def rpc_url(self, agent_id: str) -> str:
         """The absolute URL of an agent's JSON-RPC endpoint."""
         return f"{self.settings.base_url}/a2a/agents/{agent_id}"
+
+    async def exists(self, agent_id: str) -> bool:
+        """Whether `spec` would find the agent: one indexed read (every JSON-RPC call asks), no card built."""
+        if self.registry.remote(agent_id) is not None:
+            return True
+        async with self.db.read() as s:
+            return await agents_store.get_agent_by_slug(s, agent_id) is not None
 
     async def spec(self, agent_id: str) -> wire.CardSpec | None:
         """The agent's card in plain values, or None when no agent has that id."""

@@ -241,6 +241,7 @@ def compact_kept_chunks(chunks: list[Any]) -> None:
     last two (LiteLLM compares them to detect a model repeating itself) stay as they are.
     """
     carrier = None
+    folded: list[str] = []
     kept = [chunks[0]]
     for chunk in chunks[1:-2]:
         text = _plain_text(chunk)
@@ -248,10 +249,12 @@ def compact_kept_chunks(chunks: list[Any]) -> None:
             kept.append(chunk)
         elif carrier is None:
             carrier = chunk
+            folded.append(text)
             kept.append(chunk)
         else:
-            delta = _field(carrier.choices[0], "delta")
-            delta.content = delta.content + text
+            folded.append(text)
+    if len(folded) > 1:  # one assignment: pydantic's __setattr__ is the costly part of a fold
+        _field(carrier.choices[0], "delta").content = "".join(folded)
     kept.extend(chunks[-2:])
     chunks[:] = kept
 

@@ -3,7 +3,8 @@
 Owns: request bodies (`RequestBody`: unknown fields are 422, text is valid Unicode) and the 422
 answer (`schemas.py`); limits on what is read from outside, body sizes and JSON nesting
 (`input_limits.py`); the names the server answers to and no changes from other sites
-(`request_guards.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
+(`request_guards.py`); requests that arrive together start a few per pass of the event loop
+(`start_gate.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
 external text in log lines (`logtext.py`); errors with a machine `code`, in the caller's
 `Accept-Language` (`errors.py`).
 
@@ -16,6 +17,7 @@ from core.web.input_limits import MAX_JSON_NESTING, json_nesting, read_capped
 from core.web.logtext import install_client_fault_filter, loggable
 from core.web.request_guards import RequestGuardMiddleware
 from core.web.schemas import RequestBody, validation_error_response
+from core.web.start_gate import StartGate, StartGateMiddleware
 
 __all__ = [
     "ApiError",
@@ -25,6 +27,8 @@ __all__ = [
     "MAX_JSON_NESTING",
     "RequestBody",
     "RequestGuardMiddleware",
+    "StartGate",
+    "StartGateMiddleware",
     "add_api_docs",
     "install_client_fault_filter",
     "json_nesting",
