@@ -4,8 +4,9 @@ asyncio runs every callback that is ready in one pass of its loop before it look
 sockets again. When a hundred requests arrive at once (a hundred chats sent at once, a burst of
 A2A calls), their first steps (routing, the middlewares, validation, up to the first database
 read) are all ready in the same pass, and they run back to back: 30-40 ms measured here with 100
-chat sends, in which no running stream moves. `StartGate` lets at most `per_pass` HTTP requests
-start in one pass; the others wait for the next passes, in order of arrival. A request that
+chat sends, in which no running stream moves. `StartGate` lets through at most `per_pass` HTTP
+requests per pass (those let through resume in the pass after); the others wait for the next
+passes, in order of arrival. A request that
 arrives alone starts at once, as before; a burst of 100 is spread over about 100 / `per_pass`
 passes (a few ms each), so the last of them starts a few tens of ms later and the streams
 already running keep their pace meanwhile.
