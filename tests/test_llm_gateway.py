@@ -8,6 +8,7 @@ reassembly, usage, error mapping and timeouts are LiteLLM's real behaviour.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from typing import Any
@@ -225,6 +226,33 @@ async def test_demo_delay_is_honoured() -> None:
     assert len(deltas) == 20
     assert elapsed >= 0.35, f"20 tokens at 20 ms took only {elapsed:.3f} s"
     only_result(results)
+
+
+async def test_without_a_delay_a_long_demo_reply_still_lets_the_event_loop_run(demo: LLMGateway) -> None:
+    """A provider's chunks are network reads, which let other tasks run; the demo model lets them run too."""
+    passes = 0
+    streaming = True
+
+    async def other_task() -> None:
+        nonlocal passes
+        while streaming:
+            passes += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    passes_at_each_word = []
+    async for event in demo.stream(DEMO, user("/lorem 2000")):
+        if isinstance(event, TextDelta):
+            passes_at_each_word.append(passes)
+    streaming = False
+    await other
+
+    assert len(passes_at_each_word) == 2000
+    # The most words streamed in a row while the other task could not run. Without the demo model's
+    # slices it is all 2,000; with them, what fits in 2 ms (about 50 here).
+    longest = max(len(list(run)) for _, run in itertools.groupby(passes_at_each_word))
+    assert longest <= 500, f"{longest} words streamed in a row without letting the event loop run"
 
 
 # -- the real provider path ------------------------------------------------------------------

@@ -455,12 +455,21 @@ def _make_demo_handler(litellm: Any) -> Any:
             reply = demo_model.plan_reply(messages, optional_params.get("tools"))
             delay = reply.delay_s if reply.delay_s is not None else _demo_delay(api_base)
             pace = _Pace(delay)
+            loop = asyncio.get_running_loop()
+            ran_since = loop.time()
             emitted = 0
             for token in reply.tokens:
                 if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
                     raise demo_model.DemoModelError(f"failure requested after {emitted} words (/fail, /error)")
                 if delay:
                     await pace.next()
+                elif loop.time() - ran_since >= _ZERO_DELAY_SLICE_S:
+                    # A provider's next chunk is a network read that lets the event loop run; without a
+                    # delay the demo model has none, and a long reply would hold the loop to its end
+                    # (118 ms for 2,000 words). It lets the loop run every few ms instead: a pass per
+                    # chunk would cost every burst its batching (one SSE write per event).
+                    await asyncio.sleep(0)
+                    ran_since = loop.time()
                 emitted += 1
                 yield _chunk(text=token)
             if reply.hang:
@@ -485,6 +494,10 @@ def _make_demo_handler(litellm: Any) -> Any:
             return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
 
     return LocalDemoLLM()
+
+
+#: Without a delay, the demo model lets the event loop run at least this often.
+_ZERO_DELAY_SLICE_S = 0.002
 
 
 class _Pace:
