@@ -98,13 +98,10 @@ class Services:
         db = Database(settings.database)
         hub: StreamHub | RedisStreamHub
         if settings.cluster and settings.redis.dsn:  # several replicas (docs/ARCHITECTURE.md, "Cluster")
-            from redis.asyncio import Redis
-
-            hub = RedisStreamHub(
-                Redis.from_url(settings.redis.dsn, decode_responses=True),
-                prefix=settings.redis.key_prefix, owner=settings.instance_id, lease_s=settings.cluster_lease_s,
-                max_events=settings.stream_buffer_max_events, ttl_s=settings.stream_buffer_ttl_s,
-                subscriber_queue=settings.stream_subscriber_queue,
+            hub = RedisStreamHub.from_url(
+                settings.redis.dsn, prefix=settings.redis.key_prefix, owner=settings.instance_id,
+                lease_s=settings.cluster_lease_s, max_events=settings.stream_buffer_max_events,
+                ttl_s=settings.stream_buffer_ttl_s, subscriber_queue=settings.stream_subscriber_queue,
             )
         else:
             hub = StreamHub(

@@ -181,3 +181,42 @@ async def test_live_streams_counts_what_a_replica_writes_or_reads_for_its_subscr
     await asyncio.wait_for(reader, 10)
     assert a.live_streams() == 0
     assert b.live_streams() == 0  # its subscriber had the end
+
+
+async def test_a_replica_following_many_streams_keeps_connections_for_its_appends() -> None:
+    """The followers' blocking reads have a pool of their own: the commands' small one stays free for appends."""
+    url = redis_test_url()
+    probe = Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        await probe.ping()
+    except Exception as exc:
+        unavailable(f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}")
+    finally:
+        await probe.aclose()
+    prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
+    hub = RedisStreamHub.from_url(url, command_connections=4, prefix=prefix, owner="a", lease_s=5.0,
+                                  max_events=100, ttl_s=60)
+    await hub.start()
+    keys = [f"k{i}" for i in range(30)]
+    try:
+        for key in keys:
+            await hub.create(key)
+        readers = [asyncio.create_task(collect(hub.subscribe(key))) for key in keys]
+        async with asyncio.timeout(5):
+            while len(hub._followers) < len(keys):  # every stream followed: 30 blocking reads at once
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+
+        async def write(key: str) -> None:
+            for _ in range(10):
+                await hub.append(key, "text-delta", {"delta": "x"})
+            await hub.finish(key)
+
+        # On one pool of 4, the appends would wait behind the 1 s blocking reads (or fail, unbounded).
+        async with asyncio.timeout(5):
+            await asyncio.gather(*(write(key) for key in keys))
+            received = await asyncio.gather(*readers)
+        assert received == [list(range(1, 11))] * len(keys)
+    finally:
+        await hub.stop()
+        delete_prefix(url, prefix)

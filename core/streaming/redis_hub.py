@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from core.streaming.hub import (
@@ -55,6 +55,12 @@ log = logging.getLogger(__name__)
 END_TYPE = "__end__"
 REPLAY_BATCH = 512
 FOLLOW_BLOCK_MS = 1_000  # under the client's socket timeout
+#: Connections the hub's commands share (appends, state, cancels); a command waits for a free one.
+COMMAND_CONNECTIONS = 64
+#: How long a command waits for a free connection before it fails.
+COMMAND_WAIT_S = 10.0
+#: Streams one replica can follow at once: one connection each, for its blocking read.
+MAX_FOLLOWED_STREAMS = 10_000
 
 # KEYS: stream, hash, open set; ARGV: key, meta JSON, owner, lease until (ms), channel
 _CREATE = """
@@ -250,16 +256,35 @@ class RedisStreamHub:
     """`StreamHub`'s interface on Redis Streams (see the module docstring).
 
     Args:
-        redis: a client with `decode_responses=True`.
+        redis: a client with `decode_responses=True`, for the hub's commands.
+        readers: the client of the followers' blocking reads (default: `redis`). Each followed
+            stream holds one of its connections all the time (`XREAD BLOCK`), so it must allow
+            one per stream this replica follows; `from_url` builds both clients.
         prefix: `redis.key_prefix` (keys and channels of the hub go under `<prefix>hub:`).
         owner: this replica's `INSTANCE_ID`.
         lease_s: how long this replica's claim on an open buffer lasts without renewal.
         max_events, ttl_s, subscriber_queue: as for `StreamHub`.
     """
 
-    def __init__(self, redis: Redis, *, prefix: str, owner: str, lease_s: float = 15.0, max_events: int = 20_000,
-                 ttl_s: float = 300.0, subscriber_queue: int = 10_000) -> None:
+    @classmethod
+    def from_url(cls, url: str, *, command_connections: int = COMMAND_CONNECTIONS,
+                 **options: Any) -> RedisStreamHub:
+        """A hub on the Redis at `url`, its commands and its followers' blocking reads on pools of their own.
+
+        Commands share `command_connections` connections; one waits for a free connection, up to
+        `COMMAND_WAIT_S`. On one pool, a replica following many streams (one blocking read each) ran
+        out of connections for its appends: redis-py's limit is 100, and with 80 turns streaming on
+        one replica an append failed with "Too many connections" and ended its turn.
+        """
+        commands = Redis(connection_pool=BlockingConnectionPool.from_url(
+            url, decode_responses=True, max_connections=command_connections, timeout=COMMAND_WAIT_S))
+        readers = Redis.from_url(url, decode_responses=True, max_connections=MAX_FOLLOWED_STREAMS)
+        return cls(commands, readers=readers, **options)
+
+    def __init__(self, redis: Redis, *, readers: Redis | None = None, prefix: str, owner: str, lease_s: float = 15.0,
+                 max_events: int = 20_000, ttl_s: float = 300.0, subscriber_queue: int = 10_000) -> None:
         self.redis = redis
+        self.readers = readers if readers is not None else redis
         self.prefix = f"{prefix}hub:"
         self.owner = owner
         self.lease_s = lease_s
@@ -354,6 +379,8 @@ class RedisStreamHub:
                 if await self.redis.get(self._replica_key) == self._boot:
                     await self.redis.delete(self._replica_key)  # the name is free for a restart at once
                 await self.redis.aclose()
+                if self.readers is not self.redis:
+                    await self.readers.aclose()
 
     def on_cancel(self, handler: Callable[[str], Awaitable[bool]]) -> None:
         """`handler(key)` stops what this replica runs under `key` (True when it ran here); asked by any replica."""
@@ -668,10 +695,10 @@ class RedisStreamHub:
         """This replica's one reader of a stream: hands each new entry to the local subscribers of `key`."""
         stream = self._stream(key)
         try:
-            top = await self.redis.xrevrange(stream, "+", "-", count=1)
+            top = await self.readers.xrevrange(stream, "+", "-", count=1)
             cursor = top[0][0] if top else "0-0"
             while self._subscribers.get(key) and not self._stopped:
-                reply = await self.redis.xread({stream: cursor}, block=FOLLOW_BLOCK_MS, count=REPLAY_BATCH)
+                reply = await self.readers.xread({stream: cursor}, block=FOLLOW_BLOCK_MS, count=REPLAY_BATCH)
                 for _name, entries in reply or ():
                     for raw_id, fields in entries:
                         cursor = raw_id
