@@ -185,7 +185,7 @@ def run_capacity(quick: bool, work: Path) -> dict[str, int]:
     from tests.utils.broker import redis_test_url
     from tests.utils.cluster import ADMIN, ClusterBackends, add_account, delete_prefix
 
-    steps = [5, 10, 20, 40] if quick else [5, 10, 20, 40, 60, 80, 120]
+    steps = [5, 10, 20, 40] if quick else [5, 10, 20, 40, 50, 60, 80, 100, 120]
     tokens = 100 if quick else 200
     results: dict[str, int] = {}
 

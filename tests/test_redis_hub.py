@@ -220,3 +220,24 @@ async def test_a_replica_following_many_streams_keeps_connections_for_its_append
     finally:
         await hub.stop()
         delete_prefix(url, prefix)
+
+
+async def test_appends_sent_together_keep_their_order_and_fail_one_by_one(hubs) -> None:
+    """Appends that are ready together go in one round trip; each gets its own id or its own error."""
+    a, b = hubs
+    await a.create("batch-1")
+    await a.create("batch-2")
+    await a.create("closed")
+    await a.finish("closed")
+
+    async def writer(key: str, count: int) -> list[int]:
+        return [await a.append(key, "e", {"n": n}) for n in range(count)]
+
+    results = await asyncio.gather(writer("batch-1", 50), writer("batch-2", 50), a.append("closed", "e", {}),
+                                   return_exceptions=True)
+    assert results[0] == list(range(1, 51)) and results[1] == list(range(1, 51))
+    assert isinstance(results[2], StreamClosed)  # the other appends of its batch went through
+    await a.finish("batch-1")
+    await b.refresh("batch-1")
+    received = [event async for event in b.subscribe("batch-1")]
+    assert [event.data["n"] for event in received] == list(range(50))
