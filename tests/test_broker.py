@@ -30,21 +30,15 @@ from tests.utils.broker import (
     travel_card,
     wait_for,
 )
+from tests.utils.cluster import redis_reachable
 
 
 @pytest.fixture
 async def redis_url() -> str:
     """A reachable Redis (skip, or fail under CI=true, without one)."""
-    import redis.asyncio as redis
-
     url = redis_test_url()
-    client = redis.Redis.from_url(url, socket_connect_timeout=1)
-    try:
-        await client.ping()
-    except Exception as exc:
-        unavailable(f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}")
-    finally:
-        await client.aclose()
+    if (reason := redis_reachable(url)) is not None:
+        unavailable(reason)
     return url
 
 

@@ -17,7 +17,7 @@ from core.streaming.hub import BufferState, StreamBusy, StreamClosed, UnknownStr
 from core.streaming.redis_hub import RedisStreamHub
 from tests.conftest import unavailable
 from tests.utils.broker import redis_test_url
-from tests.utils.cluster import delete_prefix
+from tests.utils.cluster import delete_prefix, redis_reachable
 
 pytestmark = pytest.mark.cluster
 
@@ -26,13 +26,8 @@ pytestmark = pytest.mark.cluster
 async def hubs() -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
     """Replica A's hub and replica B's, sharing one Redis key prefix."""
     url = redis_test_url()
-    probe = Redis.from_url(url, socket_connect_timeout=1)
-    try:
-        await probe.ping()
-    except Exception as exc:
-        unavailable(f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}")
-    finally:
-        await probe.aclose()
+    if (reason := redis_reachable(url)) is not None:
+        unavailable(reason)
     prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
     a = RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner="a", lease_s=1.0,
                        max_events=100, ttl_s=60)
@@ -186,13 +181,8 @@ async def test_live_streams_counts_what_a_replica_writes_or_reads_for_its_subscr
 async def test_a_replica_following_many_streams_keeps_connections_for_its_appends() -> None:
     """The followers' blocking reads have a pool of their own: the commands' small one stays free for appends."""
     url = redis_test_url()
-    probe = Redis.from_url(url, socket_connect_timeout=1)
-    try:
-        await probe.ping()
-    except Exception as exc:
-        unavailable(f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}")
-    finally:
-        await probe.aclose()
+    if (reason := redis_reachable(url)) is not None:
+        unavailable(reason)
     prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
     hub = RedisStreamHub.from_url(url, command_connections=4, prefix=prefix, owner="a", lease_s=5.0,
                                   max_events=100, ttl_s=60)

@@ -26,17 +26,19 @@ def record_passes(gate: StartGate, log: list[str]) -> None:
     gate._next_pass = marked  # type: ignore[method-assign]
 
 
+async def request(gate: StartGate, name: str, log: list[str]) -> None:
+    """A request: it passes the gate, then notes that it started."""
+    await gate.enter()
+    log.append(name)
+
+
 async def test_a_burst_starts_a_few_per_pass_in_order_of_arrival() -> None:
     gate = StartGate(per_pass=4)
     log: list[str] = []
     record_passes(gate, log)
 
-    async def request(name: str) -> None:
-        await gate.enter()
-        log.append(name)
-
     names = [f"r{i}" for i in range(18)]
-    await asyncio.gather(*(request(n) for n in names))
+    await asyncio.gather(*(request(gate, n, log) for n in names))
 
     started = [entry for entry in log if entry != PASS]
     assert started == names  # everyone started, first come first served
@@ -56,11 +58,7 @@ async def test_a_request_canceled_while_it_waits_gives_its_turn_to_the_next() ->
     gate = StartGate(per_pass=1)
     log: list[str] = []
 
-    async def request(name: str) -> None:
-        await gate.enter()
-        log.append(name)
-
-    tasks = [asyncio.ensure_future(request(f"r{i}")) for i in range(4)]
+    tasks = [asyncio.ensure_future(request(gate, f"r{i}", log)) for i in range(4)]
     await asyncio.sleep(0)  # r0 is through, r1-r3 queue
     tasks[1].cancel()
     done, pending = await asyncio.wait(tasks, timeout=5)
@@ -74,11 +72,7 @@ async def test_a_request_canceled_just_as_it_is_let_through_does_not_hold_up_the
     gate = StartGate(per_pass=1)
     log: list[str] = []
 
-    async def request(name: str) -> None:
-        await gate.enter()
-        log.append(name)
-
-    first, second, third = (asyncio.ensure_future(request(n)) for n in ("r0", "r1", "r2"))
+    first, second, third = (asyncio.ensure_future(request(gate, n, log)) for n in ("r0", "r1", "r2"))
     await asyncio.sleep(0)  # r0 is through; r1 and r2 queue; the gate's next pass is scheduled
     # Runs in the next pass right after the gate has let r1 through, before r1 resumes.
     asyncio.get_running_loop().call_soon(second.cancel)

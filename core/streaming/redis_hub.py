@@ -284,7 +284,7 @@ class _AppendBatches:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    if len(batch) == 1:
+                    if len(batch) == 1:  # alone: a pipeline would first ask SCRIPT EXISTS, one more round trip
                         keys, args, _ = batch[0]
                         results: list[Any] = [await self._script(keys=keys, args=args)]
                     else:
@@ -305,8 +305,7 @@ class _AppendBatches:
             for _, _, done in [*batch, *self._pending]:
                 if not done.done():
                     done.set_exception(RedisError("the Redis hub stopped before this append was sent"))
-            if self._pending:
-                self._pending = []
+            self._pending = []
 
 
 class RedisStreamHub:
