@@ -178,38 +178,82 @@ async def test_live_streams_counts_what_a_replica_writes_or_reads_for_its_subscr
     assert b.live_streams() == 0  # its subscriber had the end
 
 
-async def test_a_replica_following_many_streams_keeps_connections_for_its_appends() -> None:
+async def test_a_replica_following_many_streams_keeps_connections_for_its_appends(hubs) -> None:
     """The followers' blocking reads have a pool of their own: the commands' small one stays free for appends."""
+    writer, _ = hubs
     url = redis_test_url()
-    if (reason := redis_reachable(url)) is not None:
-        unavailable(reason)
-    prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
-    hub = RedisStreamHub.from_url(url, command_connections=4, prefix=prefix, owner="a", lease_s=5.0,
-                                  max_events=100, ttl_s=60)
+    hub = RedisStreamHub.from_url(url, command_connections=4, prefix=writer.prefix.removesuffix("hub:"),
+                                  owner="c", lease_s=5.0, max_events=100, ttl_s=60)
     await hub.start()
-    keys = [f"k{i}" for i in range(30)]
+    followed = [f"k{i}" for i in range(30)]
+    own = [f"own{i}" for i in range(30)]
     try:
-        for key in keys:
-            await hub.create(key)
-        readers = [asyncio.create_task(collect(hub.subscribe(key))) for key in keys]
+        for key in followed:
+            await writer.create(key)
+            await hub.refresh(key)
+        readers = [asyncio.create_task(collect(hub.subscribe(key))) for key in followed]
         async with asyncio.timeout(5):
-            while len(hub._followers) < len(keys):  # every stream followed: 30 blocking reads at once
+            while len(hub._followers) < len(followed):  # every stream followed: 30 blocking reads at once
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)
 
-        async def write(key: str) -> None:
+        async def write(on: RedisStreamHub, key: str) -> None:
             for _ in range(10):
-                await hub.append(key, "text-delta", {"delta": "x"})
-            await hub.finish(key)
+                await on.append(key, "text-delta", {"delta": "x"})
+            await on.finish(key)
 
+        for key in own:
+            await hub.create(key)
         # On one pool of 4, the appends would wait behind the 1 s blocking reads (or fail, unbounded).
         async with asyncio.timeout(5):
-            await asyncio.gather(*(write(key) for key in keys))
+            await asyncio.gather(*(write(hub, key) for key in own))
+            await asyncio.gather(*(write(writer, key) for key in followed))
             received = await asyncio.gather(*readers)
-        assert received == [list(range(1, 11))] * len(keys)
+        assert received == [list(range(1, 11))] * len(followed)
     finally:
         await hub.stop()
-        delete_prefix(url, prefix)
+
+
+async def test_readers_on_the_replica_that_runs_a_stream_get_it_from_its_appends(hubs) -> None:
+    """No blocking read for a stream this replica writes: a reader that joins mid-stream misses and repeats nothing."""
+    a, b = hubs
+    await a.create("local")
+    for n in range(5):
+        await a.append("local", "e", {"n": n})
+    a.readers = Redis.from_url("redis://127.0.0.1:9/0")  # a follower here would fail: nothing listens there
+    early = asyncio.create_task(collect(a.subscribe("local", after=2)))
+    late: asyncio.Task | None = None
+    for n in range(5, 90):  # under the fixture's max_events: nothing trimmed
+        await a.append("local", "e", {"n": n})
+        if n == 40:
+            late = asyncio.create_task(collect(a.subscribe("local")))
+        if n % 10 == 0:
+            await asyncio.sleep(0)  # the readers take what is there, while appends go on
+    await a.finish("local")
+    async with asyncio.timeout(5):
+        assert await early == list(range(3, 91))
+        assert await late == list(range(1, 91))
+    assert "local" not in a._followers
+    await b.refresh("local")
+    assert await collect(b.subscribe("local", after=88)) == [89, 90]
+
+
+async def test_a_reader_of_a_stream_whose_lease_this_replica_lost_follows_the_new_owner(hubs) -> None:
+    """A replica that finds its stream taken over reads the rest from Redis, from what its reader has."""
+    a, b = hubs
+    await a.create("lost")
+    await a.append("lost", "e", {})
+    reader = asyncio.create_task(collect(a.subscribe("lost")))
+    await asyncio.sleep(0.05)
+    for task in a._tasks:  # a pauses: its lease runs out and b takes the stream over
+        task.cancel()
+    await asyncio.sleep(1.3)
+    assert await b.take_over("lost") is True
+    await b.append("lost", "error", {"errorText": "stopped"})
+    await b.finish("lost")
+    await a._renew()  # a wakes up: the stream is not its own any more, and has ended
+    assert not a.owns("lost")
+    assert await asyncio.wait_for(reader, 5) == [1, 2]
 
 
 async def test_appends_sent_together_keep_their_order_and_fail_one_by_one(hubs) -> None:

@@ -16,8 +16,9 @@ have); docs/ARCHITECTURE.md, "Cluster", says how the parts fit. Per key, under
 
 Each write is one Lua script, so "open" is claimed atomically across replicas (a second
 `create` anywhere raises `StreamBusy`) and an append checks the state, takes the next id
-and adds the entry in one step. Readers replay with `XRANGE`; one follower task per key
-per replica (`XREAD BLOCK`) hands live events to this replica's subscribers.
+and adds the entry in one step. Readers replay with `XRANGE`. Live events reach the
+subscribers of the replica that runs the stream straight from its appends; on the other
+replicas, one follower task per key (`XREAD BLOCK`) hands them to their subscribers.
 
 `get` and `subscribe` are synchronous, as in `StreamHub`: they read this replica's mirror
 of the state hashes, kept fresh by a pub/sub channel and by `refresh(key)`, which callers
@@ -89,11 +90,11 @@ redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd
 return id
 """
 
-# KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel
+# KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel. The last event's id (-1: not open).
 _FINISH = """
 local state = redis.call('HGET', KEYS[2], 'state')
 if not state then return -2 end
-if state ~= 'open' then return 0 end
+if state ~= 'open' then return -1 end
 local last = tonumber(redis.call('HGET', KEYS[2], 'next')) - 1
 local gen = redis.call('HGET', KEYS[2], 'gen')
 redis.call('XADD', KEYS[1], last .. '-' .. gen, 't', '__end__', 'd', ARGV[2])
@@ -107,7 +108,7 @@ else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
 redis.call('PUBLISH', ARGV[4], ARGV[1])
-return 1
+return last
 """
 
 # KEYS: hash; ARGV: meta JSON to merge, channel, key
@@ -493,20 +494,25 @@ class RedisStreamHub:
         info = self._mirror.get(key)
         if info is not None and event_id > info.last_id:
             info.last_id = event_id
+        if key in self._owned:  # this replica's readers of its own stream: no round trip through Redis
+            self._deliver(key, ("event", event_id, StreamEvent(event_id, type, data or {})))
         return event_id
 
     async def finish(self, key: str, *, error: str | None = None) -> None:
         """Mark the buffer done (or errored with `error`); every replica's subscribers end after what they have."""
-        done = await self._scripts["finish"](
+        last = await self._scripts["finish"](
             keys=[self._stream(key), self._hash(key), self.open_set],
             args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel])
+        owned = key in self._owned
         self._owned.discard(key)
-        if done == -2:
+        if last == -2:
             raise UnknownStream(key)
         info = self._mirror.get(key)
         if info is not None and info.state is BufferState.OPEN:
             info.state, info.error = (BufferState.ERROR if error else BufferState.DONE), error
             self._finished_at[key] = time.monotonic()
+        if owned and last >= 0:
+            self._deliver(key, ("end", last, StreamEvent(last, END_TYPE, {"error": error})))
 
     async def update_meta(self, key: str, **meta: Any) -> None:
         """Merge `meta` into the buffer's metadata."""
@@ -671,6 +677,9 @@ class RedisStreamHub:
         for key, flag in zip(keys, results, strict=True):
             if flag == -1:
                 self._owned.discard(key)  # finished, or taken over by the reaper after a long pause
+                subs = self._subscribers.get(key)
+                if subs:  # its live events now come from the replica that has it, from what each reader has
+                    self._follow_soon(key, after=min(sub._last for sub in subs))
             elif flag == 1:
                 await self._run_cancel_handlers(key)  # the nudge was missed: the durable flag covers it
 
@@ -736,9 +745,22 @@ class RedisStreamHub:
 
     def _register(self, sub: RedisSubscription) -> None:
         self._subscribers.setdefault(sub.key, set()).add(sub)
-        if sub.key not in self._followers:
-            self._followers[sub.key] = asyncio.get_running_loop().create_task(
-                self._follow(sub.key), name=f"redis hub: follow {sub.key}")
+        if sub.key not in self._owned:  # an owned stream's appends deliver to its subscribers themselves
+            self._follow_soon(sub.key)
+
+    def _follow_soon(self, key: str, after: int | None = None) -> None:
+        if key not in self._followers:
+            self._followers[key] = asyncio.get_running_loop().create_task(
+                self._follow(key, after), name=f"redis hub: follow {key}")
+
+    def _deliver(self, key: str, item: tuple[str, int, StreamEvent]) -> None:
+        """Hand one live event (or the end) to this replica's subscribers of `key`.
+
+        A subscriber skips ids it already has (its replay, or the follower when both run), and fills
+        from Redis the ids it missed, so two paths to it never repeat or lose an event.
+        """
+        for sub in tuple(self._subscribers.get(key, ())):
+            sub._push(item)
 
     def _unregister(self, sub: RedisSubscription) -> None:
         subs = self._subscribers.get(sub.key)
@@ -747,12 +769,19 @@ class RedisStreamHub:
             if not subs:
                 del self._subscribers[sub.key]
 
-    async def _follow(self, key: str) -> None:
-        """This replica's one reader of a stream: hands each new entry to the local subscribers of `key`."""
+    async def _follow(self, key: str, after: int | None = None) -> None:
+        """This replica's one reader of a stream: hands each new entry to the local subscribers of `key`.
+
+        From the newest entry on (its subscribers replay what came before), or from the entries
+        after event `after` (the end entry after it included).
+        """
         stream = self._stream(key)
         try:
-            top = await self.readers.xrevrange(stream, "+", "-", count=1)
-            cursor = top[0][0] if top else "0-0"
+            if after is None:
+                top = await self.readers.xrevrange(stream, "+", "-", count=1)
+                cursor = top[0][0] if top else "0-0"
+            else:
+                cursor = f"{after}-0"
             while self._subscribers.get(key) and not self._stopped:
                 reply = await self.readers.xread({stream: cursor}, block=FOLLOW_BLOCK_MS, count=REPLAY_BATCH)
                 for _name, entries in reply or ():
@@ -764,8 +793,7 @@ class RedisStreamHub:
                         info = self._mirror.get(key)
                         if info is not None and kind == "event" and number > info.last_id:
                             info.last_id = number
-                        for sub in tuple(self._subscribers.get(key, ())):
-                            sub._push((kind, number, event))
+                        self._deliver(key, (kind, number, event))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -777,9 +805,8 @@ class RedisStreamHub:
         finally:
             if self._followers.get(key) is asyncio.current_task():
                 del self._followers[key]
-            if self._subscribers.get(key) and not self._stopped:  # a subscriber came while this one was leaving
-                self._followers[key] = asyncio.get_running_loop().create_task(
-                    self._follow(key), name=f"redis hub: follow {key}")
+            if self._subscribers.get(key) and not self._stopped and key not in self._owned:
+                self._follow_soon(key)  # a subscriber came while this one was leaving
 
 
 async def refresh(hub: Any, key: str) -> BufferInfo | None:
