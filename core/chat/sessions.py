@@ -31,7 +31,8 @@ INTERRUPTED_ERROR = ("Interrupted by a server restart: the server stopped while 
                      "this is what it had said. Send the message again for a full answer.")
 
 
-async def create_session(session: AsyncSession, *, user_id: int, agent_id: int, title: str = "New chat") -> AgentSession:
+async def create_session(session: AsyncSession, *, user_id: int, agent_id: int,
+                         title: str = "New chat") -> AgentSession:
     """A new, empty chat session."""
     row = AgentSession(user_id=user_id, agent_id=agent_id, title=title)
     session.add(row)
