@@ -323,7 +323,7 @@ async def main() -> None:
         rows = await bench_a2a.compare([500, 2000], args.ratio_runs)
         print(f"\nA2A SendStreamingMessage vs a plain a2a-sdk server (bench_a2a.py, median of {args.ratio_runs}; "
               "budget: ratio ≥ 1.0)")
-        print(table(["updates", "server", "events", "events/s", "range", "server CPU µs/event"], rows))
+        print(table(bench_a2a.HEADER, rows))
     print(f"load average at end: {load()}")
 
 

@@ -53,6 +53,7 @@ from sqlmodel import col, select
 
 from core.a2a import api_keys
 from core.a2a import protocol as wire
+from core.aio import ReadyBatches
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.agents import AGENT_INVOKE
@@ -69,6 +70,8 @@ from models import A2ATaskSession, AgentMessage
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+#: At most this many text deltas that were ready together go out as one status update.
+MAX_DELTAS_PER_UPDATE = 256
 # What a message with a contextId this caller does not have gets (-32602), also said on every card.
 UNKNOWN_CONTEXT = ("There is no context {context_id!r} for this agent and key: send the contextId of one of your "
                    "earlier tasks with this agent to continue that conversation, or none to start a new one.")
@@ -440,7 +443,12 @@ class AgentRequestHandler(wire.RequestHandler):
             yield event
 
     async def _follow(self, snap: wire.TaskSnapshot, *, user_id: int, agent_id: str) -> AsyncIterator[Any]:
-        """The task's hub buffer as A2A events, from its first event, until its terminal state."""
+        """The task's hub buffer as A2A events, from its first event, until its terminal state.
+
+        Text deltas that are ready together (a replay, or a busy event loop that let several pile up)
+        go out as one status update with their text joined: the same text in fewer events, so a
+        loaded server spends less per token exactly when it has the least to spare.
+        """
         events = wire.TaskEvents(snap.id, snap.context_id)
         key = task_stream_key(snap.id)
         after: int | None = None
@@ -450,12 +458,24 @@ class AgentRequestHandler(wire.RequestHandler):
                 subscription = self.hub.subscribe(key, after)
             except UnknownStream:
                 break  # evicted (long finished): the ending comes from the database
+            batches = ReadyBatches(subscription, MAX_DELTAS_PER_UPDATE)
             try:
-                async for event in subscription:
-                    after = event.id
-                    if event.type == "text-delta":
-                        yield events.text(event.data.get("delta", ""))
-                    elif event.type == "state":
+                while True:
+                    try:
+                        batch = await batches.next()
+                    except StopAsyncIteration:
+                        break
+                    text: list[str] = []
+                    for event in batch:
+                        after = event.id
+                        if event.type == "text-delta":
+                            text.append(event.data.get("delta", ""))
+                            continue
+                        if event.type != "state":
+                            continue
+                        if text:
+                            yield events.text("".join(text))
+                            text = []
                         state = event.data.get("state")
                         if state in TERMINAL_STATES:
                             async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
@@ -464,10 +484,13 @@ class AgentRequestHandler(wire.RequestHandler):
                         if state == WORKING and not said_working:
                             said_working = True
                             yield events.state(WORKING)
+                    if text:
+                        yield events.text("".join(text))
                 break
             except SubscriberOverflow:
                 continue  # this client read too slowly; pick up after the last event it got
             finally:
+                batches.close()
                 subscription.close()
         async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
             yield ending

@@ -5,7 +5,7 @@ of Server-Sent Events the app writes (`sse.py`: `SSEResponse`, `hub_sse_response
 the seed's `SSEStream`), seed 002's task events on the hub (`TaskEvents`), and `BackgroundTasks`,
 the owned task sets the long-lived services run their work in.
 
-May import: the standard library, starlette and sse-starlette; nothing else of `core`, and no
+May import: the standard library, starlette and sse-starlette, and `core.aio`; nothing else of `core`, and no
 models: streams carry plain dicts, so any part of the app can use them.
 """
 

@@ -58,7 +58,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
@@ -66,10 +66,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
+from core.aio import ReadyBatches, finish_step
 from core.streaming.hub import BufferState, StreamEvent, StreamHub, SubscriberOverflow, Subscription, UnknownStream
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 RETRY_MS = 2000
@@ -268,7 +268,7 @@ class SSEResponse(EventSourceResponse):
                 except StopIteration:
                     return  # written without waiting: no timer needed
                 async with asyncio.timeout(timeout):
-                    await _finish_step(step, yielded)
+                    await finish_step(step, yielded)
             except TimeoutError:
                 raise SendTimeoutError(f"a write to the client waited more than {timeout} s") from None
 
@@ -348,7 +348,7 @@ async def _hub_connection(
     shape: Shape | None = None,
 ) -> AsyncIterator[bytes]:
     last_id = after
-    batches = _ReadyBatches(subscription, _MAX_BATCH_EVENTS)
+    batches = ReadyBatches(subscription, _MAX_BATCH_EVENTS)
     try:
         if reset_reason is not None:
             yield prefix + _notice("reset", reason=reset_reason)
@@ -371,77 +371,3 @@ async def _hub_connection(
     finally:
         batches.close()
         subscription.close()
-
-
-class _ReadyBatches(Generic[T]):
-    """Batches from an async iterator: wait for one item, then take every further one that is ready now.
-
-    `async for` takes one item per step, which would cost one write per event.
-    To write whatever is ready in one go, `next()` steps the iterator's
-    `__anext__()` coroutine by hand: when it finishes without suspending, its
-    item was ready; when it suspends (nothing queued), the half-run step is
-    parked and the next `next()` call awaits it to completion, exactly as a task
-    would have. The end of the iterator, or its error, is raised by the call
-    after the items that came before it.
-    """
-
-    __slots__ = ("_source", "_limit", "_parked", "_error")
-
-    def __init__(self, source: AsyncIterator[T], limit: int) -> None:
-        self._source = source
-        self._limit = limit
-        self._parked: tuple[Any, Any] | None = None  # (the suspended __anext__ coroutine, what it yielded)
-        self._error: BaseException | None = None
-
-    async def next(self) -> list[T]:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._parked is None:
-            items = [await self._source.__anext__()]
-        else:
-            coro, yielded = self._parked
-            self._parked = None
-            items = [await _finish_step(coro, yielded)]
-        while len(items) < self._limit:
-            coro = self._source.__anext__()
-            try:
-                yielded = coro.send(None)
-            except StopIteration as done:
-                items.append(done.value)
-                continue
-            except Exception as exc:  # StopAsyncIteration, SubscriberOverflow, ...
-                self._error = exc
-                break
-            self._parked = (coro, yielded)
-            break
-        return items
-
-    def close(self) -> None:
-        """Abandon a parked step (its cleanup runs now)."""
-        if self._parked is not None:
-            coro, _ = self._parked
-            self._parked = None
-            coro.close()
-
-
-async def _finish_step(coro: Any, yielded: Any) -> Any:
-    """Drive a coroutine that suspended on `yielded` to its end, as asyncio's Task would; its result."""
-    while True:
-        try:
-            if yielded is None:  # a bare `yield` (asyncio.sleep(0)): give the loop one turn
-                await asyncio.sleep(0)
-            else:
-                # What Task does with a future it is handed: it takes over the "blocking" flag.
-                yielded._asyncio_future_blocking = False
-                await yielded
-        except BaseException as exc:  # cancellation, or the future's error: the coroutine handles it
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-            continue
-        try:
-            yielded = coro.send(None)
-        except StopIteration as done:
-            return done.value
