@@ -1,6 +1,6 @@
 r"""Capacity (issue 19): N concurrent streaming turns in one process, and how smooth each stream stays.
 
-    .venv/bin/python bench/bench_capacity.py [--quick] [--sizes 10 25 50 100 200] [--streams chat a2a]
+    .venv/bin/python bench/bench_capacity.py [--quick] [--sizes 10 25 50 100 200] [--streams chat a2a] [--pin]
                                              [--tokens 150] [--delay-ms 20] [--no-ratio]
 
 One `python app.py` (demo model at `--delay-ms` between tokens: 20 ms is 50
@@ -37,7 +37,9 @@ Per N:
   the last stream; when it ended (seconds after the first request: the turns
   start in the first second or two) and how many blocks passed 20 ms; in the
   same window, the longest garbage collection (and its generation) and the
-  number of full collections.
+  number of full collections. The probe counts any time the loop did not run,
+  including time the load client (on the same CPUs) took from the server:
+  `--pin` gives each a CPU of its own, so the blocks are the server's own.
 
 Then (unless `--no-ratio`, or with `--quick`) the A2A `SendStreamingMessage`
 ratio against a plain a2a-sdk server at 500 and 2,000 updates, measured by
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
@@ -268,6 +271,8 @@ async def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=20, help="the demo model's delay between tokens")
     parser.add_argument("--no-ratio", action="store_true", help="skip the A2A ratio against a plain a2a-sdk server")
     parser.add_argument("--ratio-runs", type=int, default=3)
+    parser.add_argument("--pin", action="store_true",
+                        help="the server on CPU 1 and this load client on CPU 0 (Linux; at least 2 CPUs)")
     args = parser.parse_args()
     sizes = args.sizes or ([10, 50, 100] if args.quick else [10, 25, 50, 100, 200])
     text = f"/lorem {args.tokens}"
@@ -279,6 +284,11 @@ async def main() -> None:
         server = spawn(Path(tmp) / "data", port=port, env_extra={
             "DEMO_MODEL_DELAY_MS": str(args.delay_ms), "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
             "LOOP_PROBE": "1"})
+        if args.pin:
+            # Before the server starts its threads (they inherit it): the loop probe then counts
+            # only the server's own work, not time the load client took from its core.
+            os.sched_setaffinity(server.proc.pid, {1})
+            os.sched_setaffinity(0, {0})
         try:
             wait_first_200(server, path="/api/me")
             status, created = http_json(port, "POST", "/api/a2a/keys", {"name": "bench"})
