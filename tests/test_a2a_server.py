@@ -7,6 +7,7 @@ Local agents run on the demo model, so what they answer is known exactly:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,7 +104,10 @@ async def test_streaming_send_gives_text_as_generated_then_the_artifact_then_com
     assert kinds(events)[0] == "task"
     assert kinds(events)[-2:] == ["artifact_update", "status_update"]
     texts = status_texts(events)
-    assert len(texts) >= 40 and "".join(texts) == lorem(40)  # one status update per token
+    # In pieces as generated: whole tokens, in order; the tokens that were ready together share an update.
+    assert len(texts) > 1 and "".join(texts) == lorem(40)
+    token_ends = set(itertools.accumulate(len(t) for t in tokens(40)))
+    assert set(itertools.accumulate(len(t) for t in texts)) <= token_ends
     artifact = events[-2].artifact_update.artifact
     assert "".join(p.text for p in artifact.parts) == lorem(40)
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
