@@ -22,13 +22,13 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
 class ReadyBatches(Generic[T]):
     """Batches from an async iterator: wait for one item, then take every further one that is ready now.
 
-    `async for` takes one item per step, which would cost one write per event.
-    To write whatever is ready in one go, `next()` steps the iterator's
-    `__anext__()` coroutine by hand: when it finishes without suspending, its
-    item was ready; when it suspends (nothing queued), the half-run step is
-    parked and the next `next()` call awaits it to completion, exactly as a task
-    would have. The end of the iterator, or its error, is raised by the call
-    after the items that came before it.
+    `async for` over the source takes one item per step, which would cost one
+    write per event. `async for batch in ReadyBatches(source, limit)` steps the
+    source's `__anext__()` coroutine by hand: when it finishes without
+    suspending, its item was ready; when it suspends (nothing queued), the
+    half-run step is parked and the next batch awaits it to completion, exactly
+    as a task would have. The end of the source, or its error, is raised by the
+    step after the items that came before it.
     """
 
     __slots__ = ("_source", "_limit", "_parked", "_error")
@@ -39,7 +39,10 @@ class ReadyBatches(Generic[T]):
         self._parked: tuple[Any, Any] | None = None  # (the suspended __anext__ coroutine, what it yielded)
         self._error: BaseException | None = None
 
-    async def next(self) -> list[T]:
+    def __aiter__(self) -> ReadyBatches[T]:
+        return self
+
+    async def __anext__(self) -> list[T]:
         """The next batch: at least one item, then as many more (up to the limit) as are ready now."""
         if self._error is not None:
             error, self._error = self._error, None

@@ -460,11 +460,7 @@ class AgentRequestHandler(wire.RequestHandler):
                 break  # evicted (long finished): the ending comes from the database
             batches = ReadyBatches(subscription, MAX_DELTAS_PER_UPDATE)
             try:
-                while True:
-                    try:
-                        batch = await batches.next()
-                    except StopAsyncIteration:
-                        break
+                async for batch in batches:
                     text: list[str] = []
                     for event in batch:
                         after = event.id

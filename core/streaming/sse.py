@@ -353,21 +353,17 @@ async def _hub_connection(
         if reset_reason is not None:
             yield prefix + _notice("reset", reason=reset_reason)
             prefix = b""
-        while True:
-            try:
-                events = await batches.next()
-            except StopAsyncIteration:
-                return
-            except SubscriberOverflow as exc:
-                yield prefix + _notice("overflow", reason=str(exc), lastEventId=last_id)
-                return
-            last_id = events[-1].id
-            chunk = b"".join([_hub_frame(event, named, shape) for event in events]) if len(events) > 1 else \
-                _hub_frame(events[0], named, shape)
-            if prefix:
-                chunk = prefix + chunk
-                prefix = b""
-            yield chunk
+        try:
+            async for events in batches:
+                last_id = events[-1].id
+                chunk = b"".join([_hub_frame(event, named, shape) for event in events]) if len(events) > 1 else \
+                    _hub_frame(events[0], named, shape)
+                if prefix:
+                    chunk = prefix + chunk
+                    prefix = b""
+                yield chunk
+        except SubscriberOverflow as exc:
+            yield prefix + _notice("overflow", reason=str(exc), lastEventId=last_id)
     finally:
         batches.close()
         subscription.close()
