@@ -34,10 +34,16 @@ INTERRUPTED_ERROR = ("Interrupted by a server restart: the server stopped while 
 async def create_session(session: AsyncSession, *, user_id: int, agent_id: int,
                          title: str = "New chat") -> AgentSession:
     """A new, empty chat session."""
-    row = AgentSession(user_id=user_id, agent_id=agent_id, title=title)
-    session.add(row)
+    row = add_session(session, user_id=user_id, agent_id=agent_id, title=title)
     await session.commit()
     await session.refresh(row)
+    return row
+
+
+def add_session(session: AsyncSession, *, user_id: int, agent_id: int, title: str = "New chat") -> AgentSession:
+    """A new, empty chat session in `session`'s transaction (saved by its next commit); its id is set already."""
+    row = AgentSession(user_id=user_id, agent_id=agent_id, title=title)
+    session.add(row)
     return row
 
 
@@ -151,11 +157,20 @@ async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
 
 
 async def add_messages(session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]) -> list[AgentMessage]:
-    """Append messages (dicts of `AgentMessage` fields) after the last one, in one transaction.
+    """Append messages (dicts of `AgentMessage` fields) after the last one and commit (`append_messages`)."""
+    rows = await append_messages(session, session_id=session_id, messages=messages)
+    await session.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
+    return rows
+
+
+async def append_messages(session: AsyncSession, *, session_id: str,
+                          messages: list[dict[str, Any]]) -> list[AgentMessage]:
+    """Append messages (dicts of `AgentMessage` fields) after the last one, in `session`'s transaction.
 
     Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
     On PostgreSQL the session's row is locked first, so writers on several replicas take turns at the
     highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
+    The caller commits, with whatever else belongs to the same unit of work.
     """
     if session.bind is not None and session.bind.dialect.name == "postgresql":
         await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
@@ -173,7 +188,6 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
         if first_user is not None and chat.title == "New chat":
             chat.title = make_title(first_user["content"])
         session.add(chat)
-    await session.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
     return rows
 
 

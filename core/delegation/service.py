@@ -277,11 +277,11 @@ class DelegationService:
         """Save the callee's answer and totals, then end the task's stream (runs once per task)."""
         key = task_stream_key(task_id)
         try:
-            await self.records.save_answer(task_id, record.rows(), input_tokens=record.input_tokens,
-                                           output_tokens=record.output_tokens)
+            await self.records.end_task(task_id, state, error, rows=record.rows(), input_tokens=record.input_tokens,
+                                        output_tokens=record.output_tokens)
             if state == CANCELED:
                 await self.hub.append(key, "error", {"errorText": error})
-            await self.records.set_state(task_id, state, WORKING, error)
+            await self.records.announce_state(task_id, state, WORKING, error)
         except Exception:
             log.exception("could not record the end of task %s", task_id)
         finally:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import update
 from sqlmodel import col, select
 
 from core.chat import agents as agents_store
@@ -151,10 +152,9 @@ class TaskRecords:
             owner_id = callee_id if callee_id is not None else ctx.agent_id
             if owner_id is None:
                 owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
-            hidden = await sessions_store.create_session(
-                s, user_id=ctx.user_id, agent_id=owner_id,
-                title=sessions_store.make_title(f"Task: {text}"),
-            )
+            hidden = sessions_store.add_session(s, user_id=ctx.user_id, agent_id=owner_id,
+                                                title=sessions_store.make_title(f"Task: {text}"))
+            await s.flush()  # before the task row, which refers to it (the models declare no relationship)
             session_id = hidden.id
         task = A2ATaskSession(
             session_id=session_id, callee_agent_id=callee_id, callee_agent_slug=slug,
@@ -163,8 +163,7 @@ class TaskRecords:
             input=text, tool_call_id=ctx.tool_call_id or None, input_message_id=message_id,
         )
         s.add(task)
-        await s.commit()
-        await s.refresh(task)
+        # One transaction for the session, the task and the input: every task's start pays for it.
         [user_row] = await sessions_store.add_messages(s, session_id=session_id, messages=[{
             "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
             "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
@@ -172,29 +171,31 @@ class TaskRecords:
         return task, user_row
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Record the task's new state, then tell its stream (`state` {state, previous, timestamp, error})."""
+        """Record the task's new state, then tell its stream (`announce_state`)."""
         async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task_id)
-            if row is not None:
-                row.state, row.error, row.updated_at = state, error, utcnow()
-                if state in TERMINAL_STATES:
-                    row.finished_at = row.updated_at
-                s.add(row)
-                await s.commit()
-        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
+            await s.exec(_state_update(task_id, state, error))  # type: ignore[call-overload]
+            await s.commit()
+        await self.announce_state(task_id, state, previous, error)
 
-    async def save_answer(self, task_id: str, rows: list[dict[str, Any]], *, input_tokens: int,
-                          output_tokens: int) -> None:
-        """Save the callee's answer into the task's hidden session, and the task's token totals."""
+    async def end_task(self, task_id: str, state: str, error: str | None, *, rows: list[dict[str, Any]],
+                       input_tokens: int, output_tokens: int) -> None:
+        """Save the callee's answer into the task's hidden session, its token totals and its terminal state.
+
+        One transaction, and no event: the caller tells the stream (`announce_state`) once it is saved.
+        """
         async with self.db.session() as s:
-            row = await s.get(A2ATaskSession, task_id)
-            if rows and row is not None:
-                await sessions_store.add_messages(s, session_id=row.session_id, messages=rows)
-                row = await s.get(A2ATaskSession, task_id)
-            if row is not None:
-                row.input_tokens, row.output_tokens = input_tokens, output_tokens
-                s.add(row)
-                await s.commit()
+            if rows:
+                session_id = (await s.exec(select(A2ATaskSession.session_id)
+                                           .where(col(A2ATaskSession.id) == task_id))).first()
+                if session_id is not None:
+                    await sessions_store.append_messages(s, session_id=session_id, messages=rows)
+            await s.exec(_state_update(task_id, state, error)  # type: ignore[call-overload]
+                         .values(input_tokens=input_tokens, output_tokens=output_tokens))
+            await s.commit()
+
+    async def announce_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
+        """Tell the task's stream of its new state (`state` {state, previous, timestamp, error})."""
+        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -276,6 +277,16 @@ class TaskRecords:
             created_at=row.created_at, finished_at=row.finished_at,
             live=self.hub.get(task_stream_key(row.id)) is not None,
         )
+
+
+def _state_update(task_id: str, state: str, error: str | None) -> Any:
+    """The one UPDATE of a task's state (and its end time when the state is terminal): no read first."""
+    now = utcnow()
+    values: dict[str, Any] = {"state": state, "error": error, "updated_at": now}
+    if state in TERMINAL_STATES:
+        values["finished_at"] = now
+    return update(A2ATaskSession).where(col(A2ATaskSession.id) == task_id).values(**values) \
+        .execution_options(synchronize_session=False)  # the row is not loaded in the session
 
 
 DELETED_MARK = " (agent deleted)"
