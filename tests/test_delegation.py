@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import select
 
 from core.chat import agents as agents_store
@@ -106,6 +107,29 @@ async def test_a_mention_runs_the_callee_into_its_buffer_and_saves_its_messages(
     assert (user.role, user.content) == ("user", "write hello")
     assert (answer.role, answer.content, answer.model_id) == ("assistant", expected, "local/demo")
     assert answer.output_tokens == len(streamed)
+
+
+async def test_a_tasks_records_are_written_in_three_units_of_work(services: Services) -> None:
+    # Every task's start and end pay for their transactions: the start, `working`, the end.
+    commits: list[object] = []
+
+    def count(connection) -> None:
+        commits.append(connection)
+
+    event.listen(services.db.engine.sync_engine, "commit", count)
+    try:
+        task_id = await services.delegation.start_external_task(
+            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+        await services.delegation.wait_external_task(task_id, timeout=10)
+    finally:
+        event.remove(services.db.engine.sync_engine, "commit", count)
+    assert len(commits) == 3
+    [task] = await all_tasks(services)
+    assert (task.id, task.state, task.error) == (task_id, "completed", None)
+    assert task.finished_at is not None and task.output_tokens > 0 and task.input_tokens > 0
+    user, answer = await messages_of(services, task.session_id)
+    assert (user.role, user.content, answer.role) == ("user", "write hello", "assistant")
+    assert answer.content == _echo("write hello", wants_code=True)
 
 
 async def test_task_sessions_stay_out_of_the_session_list(services: Services) -> None:
