@@ -137,9 +137,10 @@ class BackgroundTask:
     _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED,
                "auth-required": COMPLETED}
 
-    def __init__(self, service: DelegationService, task_id: str, record: RemoteRun) -> None:
+    def __init__(self, service: DelegationService, task_id: str, session_id: str, record: RemoteRun) -> None:
         self.service = service
         self.task_id = task_id
+        self.session_id = session_id  # the task's hidden session, which keeps the answer
         self.record = record
         self.ended = False
         self._started = time.monotonic()
@@ -163,4 +164,4 @@ class BackgroundTask:
             self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
             if final == FAILED:
                 await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
-        await self.service._finish(self.task_id, self.record, final, error, self._started)
+        await self.service._finish(self.task_id, self.session_id, self.record, final, error, self._started)

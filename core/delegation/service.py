@@ -180,9 +180,9 @@ class DelegationService:
                 else _("The caller canceled the task."))
             record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
-            await asyncio.shield(self._finish(task.id, record, state, error, started))
+            await asyncio.shield(self._finish(task.id, task.session_id, record, state, error, started))
             raise
-        await self._finish(task.id, record, state, error, started)
+        await self._finish(task.id, task.session_id, record, state, error, started)
 
         metadata = {
             "taskId": task.id, "agentSlug": slug, "calleeAgentName": callee_name,
@@ -271,14 +271,18 @@ class DelegationService:
             task, _user_row = await self.records.create_task(s, agent_id, None, text, depth, ctx)
         await self._announce(task.id, agent_id, agent_name, depth, ctx)
         await self.records.set_state(task.id, WORKING, SUBMITTED)
-        return BackgroundTask(self, task.id, RemoteRun(agent_id, message_fields(task.id, ctx)))
+        return BackgroundTask(self, task.id, task.session_id, RemoteRun(agent_id, message_fields(task.id, ctx)))
 
-    async def _finish(self, task_id: str, record: RunRecord, state: str, error: str | None, started: float) -> None:
-        """Save the callee's answer and totals, then end the task's stream (runs once per task)."""
+    async def _finish(self, task_id: str, session_id: str, record: RunRecord, state: str, error: str | None,
+                      started: float) -> None:
+        """Save the callee's answer (into its hidden session `session_id`) and totals, then end the task's stream.
+
+        Runs once per task.
+        """
         key = task_stream_key(task_id)
         try:
-            await self.records.end_task(task_id, state, error, rows=record.rows(), input_tokens=record.input_tokens,
-                                        output_tokens=record.output_tokens)
+            await self.records.end_task(task_id, session_id, state, error, rows=record.rows(),
+                                        input_tokens=record.input_tokens, output_tokens=record.output_tokens)
             if state == CANCELED:
                 await self.hub.append(key, "error", {"errorText": error})
             await self.records.announce_state(task_id, state, WORKING, error)

@@ -177,18 +177,15 @@ class TaskRecords:
             await s.commit()
         await self.announce_state(task_id, state, previous, error)
 
-    async def end_task(self, task_id: str, state: str, error: str | None, *, rows: list[dict[str, Any]],
-                       input_tokens: int, output_tokens: int) -> None:
-        """Save the callee's answer into the task's hidden session, its token totals and its terminal state.
+    async def end_task(self, task_id: str, session_id: str, state: str, error: str | None, *,
+                       rows: list[dict[str, Any]], input_tokens: int, output_tokens: int) -> None:
+        """Save the callee's answer into the task's hidden session `session_id`, its totals and its terminal state.
 
         One transaction, and no event: the caller tells the stream (`announce_state`) once it is saved.
         """
         async with self.db.session() as s:
             if rows:
-                session_id = (await s.exec(select(A2ATaskSession.session_id)
-                                           .where(col(A2ATaskSession.id) == task_id))).first()
-                if session_id is not None:
-                    await sessions_store.append_messages(s, session_id=session_id, messages=rows)
+                await sessions_store.append_messages(s, session_id=session_id, messages=rows)
             await s.exec(_state_update(task_id, state, error)  # type: ignore[call-overload]
                          .values(input_tokens=input_tokens, output_tokens=output_tokens))
             await s.commit()
