@@ -25,10 +25,10 @@ def test_text_updates_are_written_by_hand_to_exactly_the_sdks_json() -> None:
     for text in texts:
         update = events.text(text)
         assert wire._text_update_json(update) is not None, "the token's shape goes the fast way"
-        assert wire.stream_result(7, update) == sdk_result(update), repr(text)
+        assert wire._stream_result(7, update) == sdk_result(update), repr(text)
     working = events.state("working")
     assert wire._text_update_json(working) is not None
-    assert wire.stream_result(7, working) == sdk_result(working)
+    assert wire._stream_result(7, working) == sdk_result(working)
 
 
 def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
@@ -50,14 +50,14 @@ def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
     ]
     for event in others:
         assert wire._text_update_json(event) is None, event
-        assert wire.stream_result(7, event) == sdk_result(event)
+        assert wire._stream_result(7, event) == sdk_result(event)
     # Shapes it does know, written by hand: no timestamp, an error message, an unset role.
     known = [events.state("completed"), events.state("failed", error="boom"),
              TaskStatusUpdateEvent(task_id="t", status=TaskStatus(
                  state=TaskState.TASK_STATE_WORKING, message=Message(message_id="m", parts=[Part(text="a")])))]
     for event in known:
         assert wire._text_update_json(event) is not None, event
-        assert wire.stream_result(7, event) == sdk_result(event)
+        assert wire._stream_result(7, event) == sdk_result(event)
 
 
 async def test_a_stream_that_fails_midway_ends_with_the_errors_json_rpc_response() -> None:
