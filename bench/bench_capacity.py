@@ -279,6 +279,7 @@ async def main() -> None:
     print(f"load average at start: {load()}")
 
     results: dict[str, list[dict]] = {}
+    all_cpus = os.sched_getaffinity(0) if args.pin else None
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         port = free_port()
         server = spawn(Path(tmp) / "data", port=port, env_extra={
@@ -314,6 +315,9 @@ async def main() -> None:
                 print()
         finally:
             stop(server)
+            if all_cpus is not None:
+                # The ratio's two servers inherit this process's CPUs: all of them again, as without --pin.
+                os.sched_setaffinity(0, all_cpus)
 
     for kind, figures_list in results.items():
         at_100 = [f for f in figures_list if f["n"] == 100]
