@@ -90,9 +90,24 @@ class OneTripConnection(aiosqlite.Connection):
     A transaction's `BEGIN` (`begin_with_next_statement`) travels with its first statement,
     and a commit or rollback with no transaction open costs no trip (SQLAlchemy's pool rolls
     back every connection it gets back, after the session has already ended its transaction).
+    Whether one is open is only asked when the thread has finished every trip handed to it:
+    a statement whose caller was cancelled still runs there, and may yet open one.
     """
 
     _pending_begin: str | None = None
+    _trips_sent = 0  # counted on the event loop's thread
+    _trips_done = 0  # counted on the connection's thread
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The one way onto the connection's thread (aiosqlite's), counting the trips there and back."""
+        self._trips_sent += 1
+        return await super()._execute(self._counted, fn, *args, **kwargs)
+
+    def _counted(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._trips_done += 1
 
     def cursor(self) -> OneTripCursor:  # type: ignore[override]
         """A cursor; opening it costs no trip (the adapter enters it with `async with`)."""
@@ -126,10 +141,11 @@ class OneTripConnection(aiosqlite.Connection):
         await super().rollback()
 
     def _ends_nothing(self) -> bool:
-        # Read on the loop's thread: SQLAlchemy awaits each call on a connection before the next,
-        # so nothing runs on the connection's thread while it is asked.
+        """Whether ending the transaction now has nothing to end (then it costs no trip)."""
         empty = self._pending_begin is not None
         self._pending_begin = None
+        if self._trips_done != self._trips_sent:
+            return False  # a trip is still on its way (a cancelled caller's): end after it, in order
         return empty or (self._connection is not None and not self._connection.in_transaction)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections import Counter
 from pathlib import Path
@@ -133,3 +134,26 @@ async def test_an_in_memory_database_is_one_database_across_sessions() -> None:
     async with database.read() as s:
         assert (await s.exec(text("SELECT x FROM t"))).all() == [(7,)]  # type: ignore[call-overload]
     await database.close()
+
+
+async def test_ending_a_transaction_whose_statement_was_cancelled_waits_for_that_statement(tmp_path: Path) -> None:
+    # A cancelled statement still runs on the connection's thread, after whatever is ahead of it.
+    # The rollback that follows must run after it too, or its transaction would stay open.
+    connection = await async_creator(make_url(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"), {})()
+    try:
+        cursor = connection.cursor()
+        await cursor.execute("CREATE TABLE t (x INTEGER)")
+        slow = asyncio.ensure_future(connection.cursor().execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"))
+        await asyncio.sleep(0.01)  # the thread is busy with it
+        connection.begin_with_next_statement("BEGIN IMMEDIATE")
+        insert = asyncio.ensure_future(connection.cursor().execute("INSERT INTO t VALUES (1)"))
+        await asyncio.sleep(0)
+        insert.cancel()
+        await connection.rollback()
+        await slow
+        assert not connection._connection.in_transaction
+        await cursor.execute("SELECT count(*) FROM t")
+        assert await cursor.fetchall() == [(0,)]
+    finally:
+        await connection.close()
