@@ -91,7 +91,7 @@ def build(settings) -> object:
     if settings.loop_probe:  # the capacity benchmark's event-loop probe; off unless LOOP_PROBE is set
         from core.web.loop_probe import LoopProbe
 
-        probe = LoopProbe()
+        probe = LoopProbe(busy=lambda: services.hub.live_streams() > 0)
         app.on_startup(probe.start)
         app.on_shutdown(probe.stop)
     return services

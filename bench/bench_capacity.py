@@ -37,16 +37,20 @@ Per N:
   the last stream; when it ended (seconds after the first request: the turns
   start in the first second or two) and how many blocks passed 20 ms; in the
   same window, the longest garbage collection (and its generation) and the
-  number of full collections. The probe counts any time the loop did not run,
-  including time the load client (on the same CPUs) took from the server:
-  `--pin` gives each a CPU of its own, so the blocks are the server's own.
+  number of full collections. The first figure counts only the blocks after which
+  a stream was still live (the goal is about streams); the one in brackets is the
+  whole window's, which may hold the full collection the app runs on purpose once
+  the last stream has ended (`core/web/full_collections.py`). The probe counts any
+  time the loop did not run, including time the load client (on the same CPUs)
+  took from the server: `--pin` gives each a CPU of its own, so the blocks are the
+  server's own.
 
 Then (unless `--no-ratio`, or with `--quick`) the A2A `SendStreamingMessage`
 ratio against a plain a2a-sdk server at 500 and 2,000 updates, measured by
 `bench_a2a.py`'s own code (`bench_a2a.compare`), on a second server with the demo
 model at zero delay.
 
-Goals (issue 19), at N = 100: added p99 ≤ 50 ms and no loop block over 20 ms.
+Goals (issue 19), at N = 100: added p99 ≤ 50 ms and no loop block over 20 ms while streams run.
 """
 
 from __future__ import annotations
@@ -83,7 +87,8 @@ BURST_S = 0.002
 MAX_BURST_SHARE = 0.10
 PROBE_LINE = re.compile(rb"loop-probe: longest block ([0-9.]+) ms at ([0-9.]+) s over ([0-9.]+) s "
                         rb"\([0-9,]+ ticks, ([0-9]+) over 20 ms\); "
-                        rb"longest gc ([0-9.]+) ms \(generation (-?[0-9])\), ([0-9]+) full")
+                        rb"longest gc ([0-9.]+) ms \(generation (-?[0-9])\), ([0-9]+) full"
+                        rb"(?:; while streams run: longest ([0-9.]+) ms, ([0-9]+) over 20 ms)?")
 
 
 @dataclass
@@ -196,23 +201,26 @@ async def a2a_run(port: int, n: int, text: str, key: str) -> list[StreamRecord]:
     return records
 
 
-def loop_block(server, previous_lines: int) -> tuple[float | None, str, str, int]:
+def loop_block(server, previous_lines: int) -> tuple[float | None, float | None, str, str, int]:
     """Ask the server for its probe's window (SIGUSR1) and read the line it logs.
 
-    Returns the longest block (ms), where it was and how many blocks passed 20 ms as "at s / count",
-    the longest garbage collection as "ms (generation) / full collections", and how many probe
-    lines the log holds.
+    Returns the longest block while streams ran (ms; what the goal is about), the longest block
+    of the whole window (ms; it also holds the full garbage collection the app runs once the last
+    stream has ended), where that one was and how many blocks passed 20 ms as "at s / count (while
+    streams ran)", the longest garbage collection as "ms (generation) / full collections", and how
+    many probe lines the log holds.
     """
     server.proc.send_signal(signal.SIGUSR1)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         lines = PROBE_LINE.findall(server.log_path.read_bytes())
         if len(lines) > previous_lines:
-            block, at, _, over_20, gc_ms, generation, full = lines[-1]
-            return (float(block), f"{float(at):.2f} / {int(over_20)}",
+            block, at, _, over_20, gc_ms, generation, full, streaming, streaming_over_20 = lines[-1]
+            return (float(streaming or block), float(block),
+                    f"{float(at):.2f} / {int(over_20)} ({int(streaming_over_20 or over_20)})",
                     f"{float(gc_ms):.1f} (gen {int(generation)}) / {int(full)}", len(lines))
         time.sleep(0.05)
-    return None, "n/a", "n/a", previous_lines
+    return None, None, "n/a", "n/a", previous_lines
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -240,7 +248,7 @@ async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: i
     wall = time.perf_counter() - t0
     firsts = sorted(r.token_times[0] - t0 for r in records if r.token_times)
     cpu = cpu_seconds(server.pid) - cpu0
-    block_ms, block_where, gc_pause, probe_lines = loop_block(server, probe_lines)
+    block_ms, any_block_ms, block_where, gc_pause, probe_lines = loop_block(server, probe_lines)
     got = sum(len(r.token_times) for r in records)
     gaps = sorted(b - a for r in records for a, b in zip(r.token_times, r.token_times[1:], strict=False))
     short = sum(1 for r in records if len(r.token_times) < tokens or r.error)
@@ -255,7 +263,7 @@ async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: i
            f"{figures['longest']:.0f}", f"{figures['first_p50']:.2f} / {figures['first_max']:.2f}",
            f"{figures['bursts'] * 100:.0f} %",
            f"{figures['cpu_us']:.0f}",
-           "n/a" if block_ms is None else f"{block_ms:.1f}", block_where, gc_pause,
+           "n/a" if block_ms is None else f"{block_ms:.1f} ({any_block_ms:.1f})", block_where, gc_pause,
            f"{short}" + (f" ({errors[0]})" if errors else ""),
            load()]
     return row, figures, probe_lines
@@ -310,8 +318,10 @@ async def main() -> None:
                 print(f"\n{kind} stream: N at once, each /lorem {args.tokens} at {args.delay_ms} ms per token "
                       f"({1000 / max(args.delay_ms, 1):.0f} tokens/s)")
                 print(table(["N", "tokens/s", "gap p50 ms", "gap p99 ms", "added p99 ms", "longest gap ms",
-                             "first token p50 / max s", "gaps < 2 ms", "server CPU µs/token", "longest loop block ms",
-                             "at s / blocks > 20 ms", "longest gc ms / full gcs", "short streams", "load"], rows))
+                             "first token p50 / max s", "gaps < 2 ms", "server CPU µs/token",
+                             "longest loop block ms while streams ran (any)",
+                             "at s / blocks > 20 ms (while streams ran)", "longest gc ms / full gcs", "short streams",
+                             "load"], rows))
                 print()
         finally:
             stop(server)
@@ -327,8 +337,8 @@ async def main() -> None:
             # (all its events in one read): its gaps say nothing about pacing.
             paced = f["bursts"] <= MAX_BURST_SHARE
             ok = paced and f["added"] <= 50 and f["block"] is not None and f["block"] <= 20
-            print(f"goal at N=100 ({kind}): added p99 {f['added']:.1f} ms (≤ 50), longest loop block "
-                  f"{f['block']} ms (≤ 20){'' if paced else ', streams read in bursts (replays)'}: "
+            print(f"goal at N=100 ({kind}): added p99 {f['added']:.1f} ms (≤ 50), longest loop block while streams "
+                  f"ran {f['block']} ms (≤ 20){'' if paced else ', streams read in bursts (replays)'}: "
                   f"{'met' if ok else 'NOT met'}")
 
     if not (args.no_ratio or args.quick):

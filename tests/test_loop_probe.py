@@ -47,6 +47,36 @@ async def test_a_callback_that_holds_the_loop_is_reported_and_the_window_starts_
     assert BLOCK_WHERE.search(second) is not None and counted_after_report == 0  # a new window counts anew
 
 
+STREAMING = re.compile(r"; while streams run: longest (?P<ms>[0-9.]+) ms, (?P<over_20>[0-9]+) over 20 ms$")
+
+
+async def test_blocks_after_which_no_stream_is_live_are_left_out_of_the_streaming_figures() -> None:
+    live = {"streams": True}
+    probe = LoopProbe(interval_s=0.002, busy=lambda: live["streams"])
+    probe.start()
+    try:
+        await asyncio.sleep(0.03)
+        time.sleep(0.03)  # a block while streams run
+        await asyncio.sleep(0.03)
+        live["streams"] = False
+        await asyncio.sleep(0.01)
+        time.sleep(0.08)  # a longer one once they have ended (the app's full collection, say)
+        await asyncio.sleep(0.03)
+        line = probe.report()
+        quiet = probe.report()
+    finally:
+        await probe.stop()
+
+    overall_ms = float(line.removeprefix(LINE_PREFIX).split()[0])
+    streaming = STREAMING.search(line)
+    assert streaming is not None, line
+    assert overall_ms >= 70  # the block after the streams ended is in the window's figures
+    assert 25 <= float(streaming["ms"]) < 70, line  # and not in the streaming ones
+    assert int(streaming["over_20"]) >= 1 and int(BLOCK_WHERE.search(line)["over_20"]) >= 2
+    assert STREAMING.search(quiet)["over_20"] == "0"  # a new window
+    assert STREAMING.search(LoopProbe().report()) is None  # without `busy`, the line is as before
+
+
 async def test_garbage_collections_are_timed_apart_from_the_loop() -> None:
     probe = LoopProbe(interval_s=0.005)
     probe.start()
