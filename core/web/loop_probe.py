@@ -18,8 +18,8 @@ stream, and is left out there (it still counts in the first figures)::
 
     ...; while streams run: longest 2.9 ms, 0 over 20 ms
 
-`busy` is asked only after a block longer than `BUSY_ASKED_AFTER_S`, so the second longest is
-exact from that length up (shorter ones show as 0.0).
+`busy` is asked only after a block longer than `BUSY_ASKED_AFTER_S`, so the longest block while
+streams run is exact from that length up (below it, the line shows 0.0).
 
 The garbage collector's own pauses are timed too (`gc.callbacks`): the longest one in
 the window, its generation, and how many full (generation 2) collections ran, so a
