@@ -83,15 +83,18 @@ def build(settings) -> object:
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
     app.on_startup(lambda: _start_soon(freeze_start_up_heap, 2.0))
     app.on_startup(share_the_gil_with_the_event_loop)
+    def streams_live() -> bool:  # a hub buffer is being written: a turn, a delegation or a task streams
+        return services.hub.live_streams() > 0
+
     # Full garbage collections between streams, not in the middle of them (core/web/full_collections.py).
-    full_collections = FullCollections(busy=lambda: services.hub.live_streams() > 0)
+    full_collections = FullCollections(busy=streams_live)
     app.on_startup(full_collections.start)
     app.on_shutdown(full_collections.stop)
     app.on_shutdown(services.stop)
     if settings.loop_probe:  # the capacity benchmark's event-loop probe; off unless LOOP_PROBE is set
         from core.web.loop_probe import LoopProbe
 
-        probe = LoopProbe(busy=lambda: services.hub.live_streams() > 0)
+        probe = LoopProbe(busy=streams_live)  # "while streams run": the same test full collections wait for
         app.on_startup(probe.start)
         app.on_shutdown(probe.stop)
     return services
