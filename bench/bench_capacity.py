@@ -93,7 +93,7 @@ PROBE_LINE = re.compile(rb"loop-probe: longest block ([0-9.]+) ms at ([0-9.]+) s
 
 @dataclass
 class StreamRecord:
-    """What one client saw: the arrival time of each token event, and whether the stream ended well."""
+    """What one client saw: the arrival time of each token, and whether the stream ended well."""
 
     token_times: list[float] = field(default_factory=list)
     status: int = 0
@@ -103,7 +103,10 @@ class StreamRecord:
 
 async def read_stream(port: int, method: str, path: str, body: bytes | None, headers: dict[str, str],
                       sep: bytes, is_token, record: StreamRecord) -> None:
-    """One HTTP request whose response is SSE, read to EOF; token events stamped as their read arrives."""
+    """One HTTP request whose response is SSE, read to EOF; tokens stamped as their read arrives.
+
+    `is_token(piece)` says how many tokens an event carries (0: not a token event).
+    """
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError as exc:
@@ -129,22 +132,29 @@ async def read_stream(port: int, method: str, path: str, body: bytes | None, hea
             pending = pieces.pop()
             for piece in pieces:
                 record.events += 1
-                if is_token(piece):
-                    record.token_times.append(now)
+                # An event that carries k tokens (an A2A update that joined deltas) is k arrivals.
+                record.token_times.extend([now] * is_token(piece))
     except (OSError, asyncio.IncompleteReadError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
         writer.close()
 
 
-def chat_token(piece: bytes) -> bool:
-    """A chat stream's token event."""
-    return b'"type":"text-delta"' in piece
+def chat_token(piece: bytes) -> int:
+    """How many tokens a chat stream's event carries: one per text delta."""
+    return 1 if b'"type":"text-delta"' in piece else 0
 
 
-def a2a_token(piece: bytes) -> bool:
-    """An A2A stream's token event: a status update with the agent's message."""
-    return b'"statusUpdate"' in piece and b'"ROLE_AGENT"' in piece
+def a2a_token(piece: bytes) -> int:
+    """How many tokens (lorem words) an A2A stream's event carries: a status update with the agent's message.
+
+    The server joins the deltas that are ready together into one update (a loaded loop, a late
+    reader), so one event may carry several words.
+    """
+    if b'"statusUpdate"' not in piece or b'"ROLE_AGENT"' not in piece:
+        return 0
+    update = json.loads(piece.partition(b"data:")[2])["result"]["statusUpdate"]
+    return sum(len(part.get("text", "").split()) for part in update["status"]["message"]["parts"])
 
 
 async def post_json(port: int, path: str, payload: object) -> tuple[int, dict]:

@@ -643,3 +643,30 @@ async def test_the_demo_model_restarts_its_clock_after_a_long_stall_instead_of_a
     gaps = [b - a for a, b in zip(times[2:], times[3:], strict=False)]
     assert gaps[0] >= 0.29
     assert all(gap >= 0.012 for gap in gaps[1:])  # paced again, not 15 tokens at once
+
+
+async def test_tokens_that_came_due_while_the_reader_was_late_are_read_without_a_pass_of_the_event_loop() -> None:
+    # As a network read finds in its buffer the chunks that came while the app was busy: a loaded
+    # loop then does one step for the tokens it missed, not one loop pass per token.
+    passes = 0
+
+    async def count_passes() -> None:
+        nonlocal passes
+        while True:
+            await asyncio.sleep(0)
+            passes += 1
+
+    counter = asyncio.create_task(count_passes())
+    try:
+        gateway = LLMGateway(demo_delay_s=0.02)
+        seen: list[int] = []
+        async for event in gateway.stream("local/demo", [{"role": "user", "content": "/lorem 12"}]):
+            if isinstance(event, TextDelta):
+                seen.append(passes)
+                if len(seen) == 3:
+                    time.sleep(0.09)  # four more tokens come due meanwhile (within the debt it makes up)
+    finally:
+        counter.cancel()
+    assert len(seen) == 12
+    assert seen[3] == seen[4] == seen[5] == seen[6] == seen[2]  # due during the stall: no pass between them
+    assert all(later > earlier for earlier, later in zip(seen[7:], seen[8:], strict=False))  # paced again

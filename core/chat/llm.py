@@ -507,8 +507,11 @@ class _Pace:
     already there. Sleeping `delay` after each token instead would slow a stream down whenever the
     event loop is busy, and would line up the streams that were late together, so they all come
     due in the same loop iteration from then on (100 streams at 50 tokens/s: every 20 ms, one
-    iteration doing the work of all of them). A stream more than `_MAX_DEBT` tokens behind starts
-    its clock again rather than sending the debt in one burst.
+    iteration doing the work of all of them). A token that is due already is read at once, as a
+    network read finds the chunks that came while the app was busy in its buffer: a late reader
+    then gets the tokens it missed in one step (which the A2A stream joins into one update), so a
+    loaded event loop does less per token instead of one pass per token. A stream more than
+    `_MAX_DEBT` tokens behind starts its clock again rather than sending the debt in one burst.
     """
 
     _MAX_DEBT = 5
@@ -518,12 +521,13 @@ class _Pace:
         self.due: float | None = None
 
     async def next(self) -> None:
-        """Wait until the next token is due (at least one pass of the event loop)."""
+        """Wait until the next token is due; a token that is due already is there at once, without a wait."""
         now = asyncio.get_running_loop().time()
         self.due = (now if self.due is None else self.due) + self.delay
         if now - self.due > self._MAX_DEBT * self.delay:
             self.due = now
-        await asyncio.sleep(max(0.0, self.due - now))
+        if self.due > now:
+            await asyncio.sleep(self.due - now)
 
 
 def _demo_delay(api_base: str | None) -> float:
