@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from core.aio import cancel_and_wait
 from core.chat.llm import (
     LLMError,
     LLMEvent,
@@ -666,7 +667,7 @@ async def test_tokens_that_came_due_while_the_reader_was_late_are_read_without_a
                 if len(seen) == 3:
                     time.sleep(0.09)  # four more tokens come due meanwhile (within the debt it makes up)
     finally:
-        counter.cancel()
+        await cancel_and_wait(counter)
     assert len(seen) == 12
     assert seen[3] == seen[4] == seen[5] == seen[6] == seen[2]  # due during the stall: no pass between them
     assert all(later > earlier for earlier, later in zip(seen[7:], seen[8:], strict=False))  # paced again
