@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from sqlalchemy import event
 from sqlmodel import select
 
 from core.chat import agents as agents_store
@@ -72,6 +73,31 @@ async def test_session_title_comes_from_the_first_message(services: Services) ->
     async with services.db.session() as s:
         row = await sessions_store.get_session(s, chat)
     assert row.title.startswith("Plan a trip to the sea") and row.title.endswith("…") and len(row.title) <= 60
+
+
+async def test_appending_an_answer_bumps_the_session_time_without_reading_the_session(services: Services) -> None:
+    chat = await new_chat(services)
+    async with services.db.session() as s:
+        before = (await sessions_store.get_session(s, chat)).updated_at
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(" ".join(statement.split()))
+
+    event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        async with services.db.session() as s:
+            [row] = await sessions_store.append_messages(s, session_id=chat, messages=[
+                {"role": "assistant", "content": "hello"}])
+            await s.commit()
+    finally:
+        event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
+    # PostgreSQL's row lock before an append is not a read of the row.
+    assert [s for s in statements if s.startswith("SELECT agent_sessions.") and not s.endswith("FOR UPDATE")] == []
+    async with services.db.session() as s:
+        after = await sessions_store.get_session(s, chat)
+    assert after.updated_at > before and after.title == "New chat"
+    assert [(m.sort_order, m.content) for m in await saved(services, chat)] == [(row.sort_order, "hello")] == [(1, "hello")]
 
 
 async def test_a_model_failure_keeps_the_partial_answer_and_the_question(services: Services) -> None:

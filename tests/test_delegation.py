@@ -132,6 +132,38 @@ async def test_a_tasks_records_are_written_in_three_units_of_work(services: Serv
     assert answer.content == _echo("write hello", wants_code=True)
 
 
+async def test_a_tasks_records_do_not_read_back_the_session_they_write(services: Services) -> None:
+    # The start inserts the hidden session, the task and the input: a session made in the same
+    # transaction has no messages to number after and needs no second write of its time. The end
+    # bumps that time with one UPDATE and reads nothing of the session row.
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(" ".join(statement.split()))
+
+    event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        task_id = await services.delegation.start_external_task(
+            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+        await services.delegation.wait_external_task(task_id, timeout=10)
+    finally:
+        event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
+
+    def count(prefix: str) -> int:  # PostgreSQL's row lock before an append is not a read of the row
+        return sum(1 for s in statements if s.startswith(prefix) and not s.endswith("FOR UPDATE"))
+
+    assert count("INSERT INTO agent_sessions") == 1
+    assert count("SELECT agent_sessions.") == 0
+    assert count("UPDATE agent_sessions") == 1  # the end's
+    assert count("SELECT max(agent_messages.sort_order)") == 1  # the end's: the answer goes after the input
+    [task] = await all_tasks(services)
+    user, answer = await messages_of(services, task.session_id)
+    assert (user.sort_order, answer.sort_order) == (1, 2)
+    async with services.db.session() as s:
+        hidden = await sessions_store.get_session(s, task.session_id)
+    assert hidden.title == "Task: write hello" and hidden.updated_at > hidden.created_at
+
+
 async def test_task_sessions_stay_out_of_the_session_list(services: Services) -> None:
     chat = await chat_with(services)
     await run_turn(services, chat, "@coding-assistant one @coding-assistant two")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import delete, or_, update
+from sqlalchemy.orm.util import identity_key
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -181,14 +182,41 @@ async def append_messages(session: AsyncSession, *, session_id: str,
         row = AgentMessage(session_id=session_id, sort_order=order, **fields)
         session.add(row)
         rows.append(row)
-    chat = await session.get(AgentSession, session_id)
+    first_user = _first_user_message(messages)
+    chat = session.identity_map.get(identity_key(AgentSession, session_id))
+    if chat is None and first_user is None:
+        # Only the time to bump, and the row is not loaded: one UPDATE, no read first. (Every turn's
+        # answer and every task's end come here; a statement is a trip to the database's thread.)
+        await session.exec(update(AgentSession).where(col(AgentSession.id) == session_id)  # type: ignore[call-overload]
+                           .values(updated_at=utcnow()).execution_options(synchronize_session=False))
+        return rows
+    if chat is None:
+        chat = await session.get(AgentSession, session_id)
     if chat is not None:
         chat.updated_at = utcnow()
-        first_user = next((m for m in messages if m.get("role") == "user" and m.get("content")), None)
         if first_user is not None and chat.title == "New chat":
             chat.title = make_title(first_user["content"])
         session.add(chat)
     return rows
+
+
+def add_first_messages(session: AsyncSession, chat: AgentSession, messages: list[dict[str, Any]]) -> list[AgentMessage]:
+    """The first messages of a session added in this same unit of work (`add_session`), in its transaction.
+
+    What `append_messages` does, without its read of the highest sort order (there is none yet, and
+    no other writer can see the session before the commit) and without bumping an `updated_at` that
+    was set as the session was made (a second statement for the same instant). The caller commits.
+    """
+    rows = [AgentMessage(session_id=chat.id, sort_order=order, **fields) for order, fields in enumerate(messages, 1)]
+    session.add_all(rows)
+    first_user = _first_user_message(messages)
+    if first_user is not None and chat.title == "New chat":
+        chat.title = make_title(first_user["content"])
+    return rows
+
+
+def _first_user_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((m for m in messages if m.get("role") == "user" and m.get("content")), None)
 
 
 async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:

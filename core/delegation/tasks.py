@@ -146,6 +146,7 @@ class TaskRecords:
                 the caller has checked that it is one of its own with this callee.
             message_id: the A2A client's `messageId` of the input, kept on the task.
         """
+        hidden = None
         if session_id is None:
             # A remote callee has no local agent row: its hidden session belongs to the caller's agent
             # (a caller outside the app has none: then to the oldest local agent, a placeholder never shown).
@@ -163,11 +164,16 @@ class TaskRecords:
             input=text, tool_call_id=ctx.tool_call_id or None, input_message_id=message_id,
         )
         s.add(task)
-        # One transaction for the session, the task and the input: every task's start pays for it.
-        [user_row] = await sessions_store.add_messages(s, session_id=session_id, messages=[{
+        user_message = {
             "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
             "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
-        }])
+        }
+        # One transaction for the session, the task and the input: every task's start pays for it.
+        if hidden is not None:
+            [user_row] = sessions_store.add_first_messages(s, hidden, [user_message])
+        else:
+            [user_row] = await sessions_store.append_messages(s, session_id=session_id, messages=[user_message])
+        await s.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
         return task, user_row
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
