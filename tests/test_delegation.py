@@ -118,8 +118,9 @@ async def test_a_tasks_records_are_written_in_three_units_of_work(services: Serv
 
     event.listen(services.db.engine.sync_engine, "commit", count)
     try:
-        task_id = await services.delegation.start_external_task(
+        started = await services.delegation.start_external_task(
             "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+        task_id = started.id
         await services.delegation.wait_external_task(task_id, timeout=10)
     finally:
         event.remove(services.db.engine.sync_engine, "commit", count)
@@ -143,8 +144,9 @@ async def test_a_tasks_records_do_not_read_back_the_session_they_write(services:
 
     event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
     try:
-        task_id = await services.delegation.start_external_task(
+        started = await services.delegation.start_external_task(
             "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+        task_id = started.id
         await services.delegation.wait_external_task(task_id, timeout=10)
     finally:
         event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
@@ -157,6 +159,9 @@ async def test_a_tasks_records_do_not_read_back_the_session_they_write(services:
     assert count("UPDATE agent_sessions") == 1  # the end's
     assert count("SELECT max(agent_messages.sort_order)") == 1  # the end's: the answer goes after the input
     [task] = await all_tasks(services)
+    # What the A2A server answers with at once (the first Task of a stream): the row as the task started.
+    assert (started.id, started.state, started.session_id, started.input) == (
+        task.id, "submitted", task.session_id, "write hello")
     user, answer = await messages_of(services, task.session_id)
     assert (user.sort_order, answer.sort_order) == (1, 2)
     async with services.db.session() as s:

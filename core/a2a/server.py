@@ -364,24 +364,27 @@ class AgentRequestHandler(wire.RequestHandler):
         """Start a task; answer with it when it ends (or at once with `returnImmediately`)."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
-        task_id = await self._start(agent_id, user_id, incoming)
-        if not incoming.return_immediately:
-            await self.delegation.wait_external_task(task_id)
-        snap = await self.store.snapshot(task_id, user_id=user_id, agent_id=agent_id)
+        task = await self._start(agent_id, user_id, incoming)
+        if incoming.return_immediately:
+            return wire.to_task(_snapshot(task, ""), history_length=incoming.history_length)
+        await self.delegation.wait_external_task(task.id)
+        snap = await self.store.snapshot(task.id, user_id=user_id, agent_id=agent_id)
         return wire.to_task(snap, history_length=incoming.history_length)
 
     async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
         """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
-        task_id = await self._start(agent_id, user_id, incoming)
-        snap = await self.store.snapshot(task_id, user_id=user_id, agent_id=agent_id)
+        snap = _snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
         yield wire.to_task(snap, history_length=incoming.history_length)
         async for event in self._follow(snap, user_id=user_id, agent_id=agent_id):
             yield event
 
-    async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> str:
-        """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4)."""
+    async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> A2ATaskSession:
+        """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4).
+
+        Returns the task's row as it started (`submitted`).
+        """
         if incoming.task_id is not None:
             snap = await self.store.snapshot(incoming.task_id, user_id=user_id, agent_id=agent_id)
             if snap is None:

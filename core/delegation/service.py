@@ -107,8 +107,12 @@ class DelegationService:
                 ctx.turnstile.release()
 
     async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext, *,
-                      session_id: str | None = None, message_id: str | None = None) -> ToolResult:
-        """Run one delegation; `session_id` continues a hidden session (an A2A context), see `create_task`."""
+                      session_id: str | None = None, message_id: str | None = None,
+                      task_row: asyncio.Future[A2ATaskSession] | None = None) -> ToolResult:
+        """Run one delegation; `session_id` continues a hidden session (an A2A context), see `create_task`.
+
+        `task_row` is given the task's row as written once the task is announced.
+        """
         started = time.monotonic()
         limits = InvokeLimits.from_config(config).for_call(arguments)
         try:
@@ -145,6 +149,8 @@ class DelegationService:
             history = await sessions_store.list_messages(s, session_id=task.session_id) \
                 if session_id is not None else [user_row]
         await self._announce(task.id, slug, callee_name, depth, ctx)
+        if task_row is not None and not task_row.done():  # done: the caller gave up waiting (cancelled)
+            task_row.set_result(task)
         key = task_stream_key(task.id)
         fields = message_fields(task.id, ctx)
         if callee is not None:
@@ -300,8 +306,8 @@ class DelegationService:
     async def start_external_task(
         self, agent_slug: str, text: str, *, user_id: int, config: dict[str, Any] | None = None,
         session_id: str | None = None, message_id: str | None = None,
-    ) -> str:
-        """Start a delegation for a caller outside the app (an A2A client); returns its id once it exists.
+    ) -> A2ATaskSession:
+        """Start a delegation for a caller outside the app (an A2A client); returns its row, as written, once it exists.
 
         The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer
         `a2a_<taskId>`, the audit view), with no caller agent and no caller session, owned by
@@ -309,32 +315,27 @@ class DelegationService:
         the service shuts down; `config` is an `agent-invoke` config (limits; default limits when None).
         `session_id` continues the hidden session of an earlier task of the same caller and callee
         (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
-        the message, kept on the task.
+        the message, kept on the task. The row is the task as it started (`submitted`): the caller
+        can answer with it without reading it back.
 
         Raises:
             DelegationRefused: no such agent, or the request is not acceptable; the message says why.
         """
-        loop = asyncio.get_running_loop()
-        created: asyncio.Future[str] = loop.create_future()
-
-        async def on_event(type: str, data: dict[str, Any]) -> None:
-            if type == "a2a-task-started" and not created.done():
-                created.set_result(data["taskId"])
-
+        task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
-        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None,  # type: ignore[arg-type]
-                          emit=on_event)
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)  # type: ignore[arg-type]
         arguments = {"agentSlug": agent_slug, "input": text}
         run = self._external.spawn(self._invoke(arguments, config or {}, ctx, session_id=session_id,
-                                                message_id=message_id), name=f"a2a task for {agent_slug}")
-        await asyncio.wait([created, run], return_when=asyncio.FIRST_COMPLETED)
-        if not created.done():  # refused before a task existed
+                                                message_id=message_id, task_row=task_row),
+                                   name=f"a2a task for {agent_slug}")
+        await asyncio.wait([task_row, run], return_when=asyncio.FIRST_COMPLETED)
+        if not task_row.done():  # refused before a task existed
             result: ToolResult = run.result()
             raise DelegationRefused(result.error or f"The delegation to {agent_slug!r} was refused.")
-        task_id = created.result()
-        self._external_runs[task_id] = run
-        run.add_done_callback(lambda _done: self._external_runs.pop(task_id, None))
-        return task_id
+        task = task_row.result()
+        self._external_runs[task.id] = run
+        run.add_done_callback(lambda _done: self._external_runs.pop(task.id, None))
+        return task
 
     async def wait_external_task(self, task_id: str, timeout: float | None = None) -> None:
         """Wait until a task started by `start_external_task` ends (returns at once when none runs)."""
