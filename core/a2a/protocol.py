@@ -29,9 +29,9 @@ Divergences from the SDK's usual shape (don't "fix" these):
 3. A streamed answer's SSE events that are ready at the same moment are written
    to the socket as one chunk (`coalesce_sse`), instead of one write per event.
    Every event stays its own SSE event; what changes is that a burst of tokens
-   costs one pass through the ASGI stack (NiceGUI's app has four
-   `BaseHTTPMiddleware` layers, each copying every chunk) instead of one per
-   token. The first event of a burst is never held back.
+   costs one pass through the ASGI stack (a dozen middlewares, NiceGUI's made
+   pure ASGI by `ui/asgi_middlewares.py`, each with its own `send` wrapper)
+   instead of one per token. The first event of a burst is never held back.
 4. The v1.0 streams write the per-token event (a status update whose message
    holds text) as JSON field by field instead of through `MessageToDict`
    (`_Dispatcher`, which replaces the SDK's `_process_streaming_request`);
