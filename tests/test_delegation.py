@@ -109,6 +109,18 @@ async def test_a_mention_runs_the_callee_into_its_buffer_and_saves_its_messages(
     assert answer.output_tokens == len(streamed)
 
 
+async def external_task_watched(services: Services, event_name: str, listener) -> A2ATaskSession:
+    """Run an A2A caller's task ("write hello" to coding-assistant) to its end with `listener` on the engine."""
+    event.listen(services.db.engine.sync_engine, event_name, listener)
+    try:
+        started = await services.delegation.start_external_task(
+            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+        await services.delegation.wait_external_task(started.id, timeout=10)
+    finally:
+        event.remove(services.db.engine.sync_engine, event_name, listener)
+    return started
+
+
 async def test_a_tasks_records_are_written_in_three_units_of_work(services: Services) -> None:
     # Every task's start and end pay for their transactions: the start, `working`, the end.
     commits: list[object] = []
@@ -116,14 +128,8 @@ async def test_a_tasks_records_are_written_in_three_units_of_work(services: Serv
     def count(connection) -> None:
         commits.append(connection)
 
-    event.listen(services.db.engine.sync_engine, "commit", count)
-    try:
-        started = await services.delegation.start_external_task(
-            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
-        task_id = started.id
-        await services.delegation.wait_external_task(task_id, timeout=10)
-    finally:
-        event.remove(services.db.engine.sync_engine, "commit", count)
+    started = await external_task_watched(services, "commit", count)
+    task_id = started.id
     assert len(commits) == 3
     [task] = await all_tasks(services)
     assert (task.id, task.state, task.error) == (task_id, "completed", None)
@@ -142,14 +148,7 @@ async def test_a_tasks_records_do_not_read_back_the_session_they_write(services:
     def record(conn, cursor, statement, parameters, context, executemany) -> None:
         statements.append(" ".join(statement.split()))
 
-    event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        started = await services.delegation.start_external_task(
-            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
-        task_id = started.id
-        await services.delegation.wait_external_task(task_id, timeout=10)
-    finally:
-        event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
+    started = await external_task_watched(services, "before_cursor_execute", record)
 
     def count(prefix: str) -> int:  # PostgreSQL's row lock before an append is not a read of the row
         return sum(1 for s in statements if s.startswith(prefix) and not s.endswith("FOR UPDATE"))

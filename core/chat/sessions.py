@@ -194,8 +194,7 @@ async def append_messages(session: AsyncSession, *, session_id: str,
         chat = await session.get(AgentSession, session_id)
     if chat is not None:
         chat.updated_at = utcnow()
-        if first_user is not None and chat.title == "New chat":
-            chat.title = make_title(first_user["content"])
+        _title_untitled(chat, first_user)
         session.add(chat)
     return rows
 
@@ -209,14 +208,18 @@ def add_first_messages(session: AsyncSession, chat: AgentSession, messages: list
     """
     rows = [AgentMessage(session_id=chat.id, sort_order=order, **fields) for order, fields in enumerate(messages, 1)]
     session.add_all(rows)
-    first_user = _first_user_message(messages)
-    if first_user is not None and chat.title == "New chat":
-        chat.title = make_title(first_user["content"])
+    _title_untitled(chat, _first_user_message(messages))
     return rows
 
 
 def _first_user_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((m for m in messages if m.get("role") == "user" and m.get("content")), None)
+
+
+def _title_untitled(chat: AgentSession, first_user: dict[str, Any] | None) -> None:
+    """An untitled session is titled after its first user message."""
+    if first_user is not None and chat.title == "New chat":
+        chat.title = make_title(first_user["content"])
 
 
 async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
