@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import event
 
 from core.auth import accounts
 from core.routes import api_router
@@ -299,6 +300,29 @@ async def test_accounts_see_only_their_own_sessions(multi_user_api) -> None:
         assert (await bob.post(f"/api/sessions/{sid}/messages", json={"content": "x"})).status_code == 404
         assert (await bob.get("/api/sessions")).json() == []
         assert [s["id"] for s in (await alice.get("/api/sessions")).json()] == [sid]
+
+
+async def test_sending_a_message_reads_the_chat_once(api) -> None:
+    """Whose chat it is and what it holds come from one read: the route leaves the check to the engine."""
+    url, services = api
+    reads: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statement = " ".join(statement.split())
+        if " FROM agent_sessions" in statement and not statement.endswith("FOR UPDATE"):
+            reads.append(statement)
+
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        sid = (await client.post("/api/sessions", json={})).json()["id"]
+        event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            posted = await client.post(f"/api/sessions/{sid}/messages", json={"content": "hello"})
+        finally:
+            event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
+        assert posted.status_code == 202
+        assert len(reads) == 1, reads
+        _, events = await stream_events(client, posted.json()["streamUrl"])
+        assert events[-1]["data"]["type"] == "finish"
 
 
 async def test_another_users_chat_looks_exactly_like_an_unknown_one_even_while_it_answers(slow_multi_user_api) -> None:

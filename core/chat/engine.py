@@ -210,12 +210,16 @@ class ChatEngine:
             TurnInProgress: the session is already answering.
         """
         text = self.validate_text(text)
-        claim = await self._claim_shared(session_id, _("This chat is still answering; wait for it or press Stop."))
+        claim: _TurnClaim | None = None
         try:
             async with self.db.session() as s:
+                # Whose chat it is comes before whether it is busy: someone else's busy chat is "not
+                # found", never "still answering" (and the API's route need not read the row first).
                 chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
                 if chat is None:
                     raise SessionNotFound(_("There is no such chat session."))
+                claim = await self._claim_shared(session_id,
+                                                 _("This chat is still answering; wait for it or press Stop."))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
                     raise AgentNotFound(_("The agent of this chat was deleted; its messages stay readable. "
@@ -226,7 +230,8 @@ class ChatEngine:
                     {"role": "user", "content": text, "source": "user"}, draft_fields(agent)])
             return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
-            await self._release_unlaunched(session_id, claim)
+            if claim is not None:
+                await self._release_unlaunched(session_id, claim)
 
     async def start_announcement(self, session_id: str) -> TurnStarted:
         """Start a turn without a user message: the agent speaks about what the history ends with.
