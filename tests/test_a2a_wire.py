@@ -13,6 +13,10 @@ from google.protobuf.json_format import MessageToDict
 from core.a2a import protocol as wire
 
 
+#: Texts of tokens: empty, blank, escapes JSON needs, a NUL and a line separator, long.
+TEXTS = ["Hello", "", " ", "汉字 and “quotes” \"escaped\" \\ \n\t", "\u0000\u2028 emoji 🧪", "x" * 5000]
+
+
 def sdk_result(event) -> dict:
     """What the SDK's dispatcher sends for `event` (`_map_event` in a2a-sdk 1.3.0)."""
     return {"result": MessageToDict(to_stream_response(event), preserving_proto_field_name=False),
@@ -21,14 +25,23 @@ def sdk_result(event) -> dict:
 
 def test_text_updates_are_written_by_hand_to_exactly_the_sdks_json() -> None:
     events = wire.TaskEvents("task-1", "context-1")
-    texts = ["Hello", "", " ", "汉字 and “quotes” \"escaped\" \\ \n\t", "\u0000\u2028 emoji 🧪", "x" * 5000]
-    for text in texts:
+    for text in TEXTS:
         update = events.text(text)
         assert wire._text_update_json(update) is not None, "the token's shape goes the fast way"
         assert wire._stream_result(7, update) == sdk_result(update), repr(text)
     working = events.state("working")
     assert wire._text_update_json(working) is not None
     assert wire._stream_result(7, working) == sdk_result(working)
+
+
+def test_plain_text_updates_are_the_same_event_and_the_same_json_as_the_sdks() -> None:
+    for task_id, context_id in [("task-1", "context-1"), ("task-1", ""), ("", "")]:
+        plain, proto = wire.TaskEvents(task_id, context_id), wire.TaskEvents(task_id, context_id)
+        for text in TEXTS:
+            update, event = plain.text_update(text), proto.text(text)
+            assert isinstance(update, wire.TextUpdate)
+            assert update.to_proto() == event, "the same event, message id included"
+            assert wire._stream_result(7, update) == sdk_result(event), (task_id, context_id, text)
 
 
 def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:

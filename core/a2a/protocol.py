@@ -36,6 +36,9 @@ Divergences from the SDK's usual shape (don't "fix" these):
    holds text) as JSON field by field instead of through `MessageToDict`
    (`_Dispatcher`, which replaces the SDK's `_process_streaming_request`);
    the JSON is exactly the SDK's, and every other event goes the SDK's way.
+   For them the request handler does not build that event as protobuf at all:
+   it yields a `TextUpdate` (plain values) when the stream's context carries
+   `PLAIN_TEXT_UPDATES`, which only `_Dispatcher` sets.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ from core.web.input_limits import MAX_JSON_NESTING, json_nesting
 
 __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
+    "PLAIN_TEXT_UPDATES",
     "VERSION_HEADER",
     "A2AClientError",
     "A2AError",
@@ -146,6 +150,7 @@ __all__ = [
     "TaskNotFoundError",
     "TaskSnapshot",
     "TaskStore",
+    "TextUpdate",
     "UnsupportedOperationError",
     "build_card",
     "card_from_fetched",
@@ -447,10 +452,12 @@ class TaskEvents:
 
     def text(self, delta: str) -> TaskStatusUpdateEvent:
         """A `working` status update carrying the next piece of the answer."""
+        return self.text_update(delta).to_proto()
+
+    def text_update(self, delta: str) -> TextUpdate:
+        """`text(delta)` as plain values, for a stream that writes it without protobuf (Divergence #4)."""
         self._count += 1
-        message = _agent_message(self.task_id, self.context_id, f"{self.task_id}-d{self._count}", delta)
-        return TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
-                                     status=TaskStatus(state=TaskState.TASK_STATE_WORKING, message=message))
+        return TextUpdate(self.task_id, self.context_id, f"{self.task_id}-d{self._count}", delta)
 
     def state(self, state: str, *, error: str | None = None, when: datetime | None = None) -> TaskStatusUpdateEvent:
         """A status update to `state` (one of ours), with the error as its message when there is one."""
@@ -467,6 +474,55 @@ class TaskEvents:
             task_id=self.task_id, context_id=self.context_id, last_chunk=True,
             artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=text)]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TextUpdate:
+    """The per-token stream event (a `working` status update whose message holds one text part), as plain values.
+
+    `TaskEvents.text` builds it as protobuf, and the SDK's dispatcher turns that into JSON: about
+    11 µs per token on this project's machine, against under 1 µs to write the same JSON from these
+    values (`as_json`). The v1.0 JSON-RPC streams (`_Dispatcher`) ask for it with
+    `PLAIN_TEXT_UPDATES`; every other way out (the v0.3 compat layer) gets `to_proto()`.
+    """
+
+    task_id: str
+    context_id: str
+    message_id: str
+    text: str
+
+    def to_proto(self) -> TaskStatusUpdateEvent:
+        """The SDK's event."""
+        message = _agent_message(self.task_id, self.context_id, self.message_id, self.text)
+        return TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
+                                     status=TaskStatus(state=TaskState.TASK_STATE_WORKING, message=message))
+
+    def as_json(self) -> dict[str, Any]:
+        """Exactly what `MessageToDict(to_stream_response(self.to_proto()))` gives (tests/test_a2a_wire.py).
+
+        As there, an empty id is left out (proto3 does not send a scalar at its default) and the
+        text always goes (it is one of a part's `oneof` fields, which are sent when set).
+        """
+        message: dict[str, Any] = {}
+        if self.message_id:
+            message["messageId"] = self.message_id
+        if self.context_id:
+            message["contextId"] = self.context_id
+        if self.task_id:
+            message["taskId"] = self.task_id
+        message["role"] = "ROLE_AGENT"
+        message["parts"] = [{"text": self.text}]
+        update: dict[str, Any] = {}
+        if self.task_id:
+            update["taskId"] = self.task_id
+        if self.context_id:
+            update["contextId"] = self.context_id
+        update["status"] = {"state": "TASK_STATE_WORKING", "message": message}
+        return {"statusUpdate": update}
+
+
+#: Set in a stream's `ServerCallContext.state` by the dispatcher that writes `TextUpdate`s itself.
+PLAIN_TEXT_UPDATES = "plain_text_updates"
 
 
 def _agent_message(task_id: str, context_id: str, message_id: str, text: str) -> Message:
@@ -577,6 +633,7 @@ class _Dispatcher(JsonRpcDispatcher):
     async def _process_streaming_request(self, request_id: str | int | None, request_obj: Any,
                                          context: ServerCallContext) -> Any:
         method = context.state.get("method")
+        context.state[PLAIN_TEXT_UPDATES] = True  # `_stream_result` writes them
         if method == "SendStreamingMessage":
             stream = self.request_handler.on_message_send_stream(request_obj, context)
         elif method == "SubscribeToTask":
@@ -602,6 +659,8 @@ async def _stream_results(request_id: str | int | None, stream: Any, first: Any)
 
 def _stream_result(request_id: str | int | None, event: Any) -> dict[str, Any]:
     """The JSON-RPC response that carries one stream event, as the SDK writes it."""
+    if type(event) is TextUpdate:
+        return {"result": event.as_json(), "id": request_id, "jsonrpc": "2.0"}
     result = _text_update_json(event)
     if result is None:
         result = MessageToDict(to_stream_response(event), preserving_proto_field_name=False)
