@@ -25,6 +25,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
 
+from core.a2a import protocol as wire
 from core.chat.demo_model import plan_reply
 from tests.utils.a2a_live import LiveApp, live_a2a_app, rpc, sdk_client, user_message
 
@@ -224,6 +225,23 @@ async def test_v03_client_through_the_compat_transport(app: LiveApp) -> None:
         task = await client.get_task(GetTaskRequest(id=events[0].task.id))
         assert task.artifacts[0].parts[0].text == lorem(15)
     assert sent == [("0.3", "message/stream"), ("0.3", "tasks/get")]
+
+
+async def test_only_the_v03_stream_builds_its_tokens_as_protobuf(app: LiveApp, monkeypatch) -> None:
+    """v1.0 streams write each token's update from plain values (Divergence #4); the v0.3 layer converts protobuf."""
+    built: list[str] = []
+    as_protobuf = wire.TaskEvents.text
+
+    def counted(self, delta: str):
+        built.append(delta)
+        return as_protobuf(self, delta)
+
+    monkeypatch.setattr(wire.TaskEvents, "text", counted)
+    for only_v03 in (False, True):
+        async with sdk_client(app.agent_url("coding-assistant"), app.key, only_v03=only_v03) as (client, _):
+            events = [e async for e in client.send_message(user_message("/lorem 15"))]
+        assert "".join(status_texts(events)) == lorem(15)
+        assert "".join(built) == (lorem(15) if only_v03 else ""), only_v03
 
 
 async def test_an_agent_added_at_run_time_is_served_at_once(app: LiveApp) -> None:
