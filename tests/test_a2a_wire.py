@@ -12,7 +12,6 @@ from google.protobuf.json_format import MessageToDict
 
 from core.a2a import protocol as wire
 
-
 #: Texts of tokens: empty, blank, escapes JSON needs, a NUL and a line separator, long.
 TEXTS = ["Hello", "", " ", "汉字 and “quotes” \"escaped\" \\ \n\t", "\u0000\u2028 emoji 🧪", "x" * 5000]
 
