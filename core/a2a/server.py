@@ -377,8 +377,7 @@ class AgentRequestHandler(wire.RequestHandler):
         agent_id, user_id = _caller(context)
         snap = _snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
         yield wire.to_task(snap, history_length=incoming.history_length)
-        async for event in self._follow(snap, user_id=user_id, agent_id=agent_id,
-                                        plain=context.state.get(wire.PLAIN_TEXT_UPDATES, False)):
+        async for event in self._follow(snap, context):
             yield event
 
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> A2ATaskSession:
@@ -443,21 +442,20 @@ class AgentRequestHandler(wire.RequestHandler):
                 message=f"Task {snap.id} is not running on this server any more (it was interrupted, "
                         "for example by a restart); read what it has with GetTask.")
         yield wire.to_task(snap)
-        async for event in self._follow(snap, user_id=user_id, agent_id=agent_id,
-                                        plain=context.state.get(wire.PLAIN_TEXT_UPDATES, False)):
+        async for event in self._follow(snap, context):
             yield event
 
-    async def _follow(self, snap: wire.TaskSnapshot, *, user_id: int, agent_id: str,
-                      plain: bool = False) -> AsyncIterator[Any]:
+    async def _follow(self, snap: wire.TaskSnapshot, context: wire.ServerCallContext) -> AsyncIterator[Any]:
         """The task's hub buffer as A2A events, from its first event, until its terminal state.
 
         Text deltas that are ready together (a replay, or a busy event loop that let several pile up)
         go out as one status update with their text joined: the same text in fewer events, so a
-        loaded server spends less per token exactly when it has the least to spare. `plain`: the
-        text updates are `wire.TextUpdate`s (for a stream that writes them itself), not protobuf.
+        loaded server spends less per token exactly when it has the least to spare. When the stream
+        writes them itself (`wire.PLAIN_TEXT_UPDATES` in `context`), they are `wire.TextUpdate`s, not protobuf.
         """
+        agent_id, user_id = _caller(context)
         events = wire.TaskEvents(snap.id, snap.context_id)
-        text_event = events.text_update if plain else events.text
+        text_event = events.text_update if context.state.get(wire.PLAIN_TEXT_UPDATES) else events.text
         key = task_stream_key(snap.id)
         after: int | None = None
         said_working = False
