@@ -46,6 +46,7 @@ def build(settings) -> object:
     from core.routes import api_router
     from core.services import Services
     from core.web.api_docs import add_api_docs
+    from core.web.body_cap import BodyCapMiddleware
     from core.web.errors import install_error_handlers
     from core.web.full_collections import FullCollections
     from core.web.request_guards import RequestGuardMiddleware
@@ -61,6 +62,10 @@ def build(settings) -> object:
     public_origin = urlsplit(settings.base_url)
     app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
                        trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
+    # Bodies of the API and the broker's HTTP routes are capped before they are read whole (413); the A2A
+    # JSON-RPC endpoints cap their own and answer in JSON-RPC (core/web/body_cap.py).
+    app.add_middleware(BodyCapMiddleware, limit=settings.max_request_body_bytes, prefixes=("/api/", "/a2a/"),
+                       exempt=("/a2a/agents/",))
     # Outermost: requests that arrive together start a few per pass of the event loop (core/web/start_gate.py).
     app.add_middleware(StartGateMiddleware)
     app.add_exception_handler(RequestValidationError, validation_error_response)

@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     turn_timeout_s: float = Field(600.0, gt=0, description="Longest a whole chat turn may run")
     max_turn_steps: int = Field(8, ge=1, le=50, description="Model calls per turn (tool loop bound)")
     max_message_chars: int = Field(20_000, ge=1)
+    max_request_body_bytes: int = Field(
+        1_048_576, ge=65_536,
+        description="Largest request body of the REST API and the broker's HTTP routes (413 above; the A2A JSON-RPC "
+                    "endpoints cap their own at 1 MiB). A message of MAX_MESSAGE_CHARS characters, JSON-escaped, fits.")
     login_max_failures: int = Field(10, ge=1, description="Wrong passwords per address and per account in the window")
     login_failure_window_s: float = Field(300.0, gt=0, description="How long a failed login counts")
 
