@@ -516,6 +516,32 @@ async def test_the_login_returns_to_the_page_asked_for_and_logout_ends_it(user: 
         await bob.should_not_see(content="alice's chat")
 
 
+@pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
+async def test_another_users_delegated_task_page_looks_exactly_like_an_unknown_one(user: User) -> None:
+    await log_in(user, *ALICE)
+    await send(user, "@coding-assistant write alice's secret function")
+    await wait_for_answer(user)
+    async with services().db.session() as s:
+        alice_id = next(u.id for u in await accounts.list_users(s) if u.username == ALICE[0])
+    tasks = await services().delegation.list_tasks(alice_id)
+    assert len(tasks) == 1
+    await user.open(f"/audit/{tasks[0].id}")
+    await user.should_see(content="alice's secret function")
+
+    bob = new_browser()
+    async with bob.http_client:
+        await log_in(bob, *BOB)
+        seen: list[list[str]] = []
+        for task_id in (tasks[0].id, "no-such-task"):
+            await bob.open(f"/audit/{task_id}")
+            await bob.should_see("There is no such task among your conversations.")
+            await bob.should_not_see(content="alice's secret function")
+            seen.append(sorted(label.text for label in bob.find(ui.label).elements))
+        assert seen[0] == seen[1]  # the page of another user's task and of no task at all are one page
+        await bob.open("/audit")
+        await bob.should_see(content="No delegations yet")
+
+
 def lands_on_this_site(target: str) -> bool:
     """Whether a browser that opens `target` (relative to this page) stays on this site.
 
