@@ -203,3 +203,15 @@ async def test_a_claim_of_the_wrong_type_is_refused_like_any_bad_token(tmp_path:
         assert (got, words in reason) == (status, True), reason
         assert f"refused /a2a connection from 127.0.0.1: {reason}" in caplog.text
         assert services.broker.stats()["connections"]["refused"] == 1
+
+
+async def test_a_token_holding_a_5000_digit_number_is_refused_in_our_words(tmp_path: Path) -> None:
+    private, public = es256_keys()
+    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public]}))
+    services.prepare()
+    payload = b'{"a2a_id": "t", "exp": %d, "agent_id": %s}' % (int(time.time()) + 60, b"9" * 5000)
+    token = jwt.api_jws.encode(payload, private, algorithm="ES256")  # jwt.encode cannot write such a number
+    async with serve_app(broker_app(services)) as host:
+        status, reason = await refused(host, "token=" + token)
+    assert (status, reason) == (401, "the token is invalid: Invalid payload string: a number has more than "
+                                     "4300 digits")

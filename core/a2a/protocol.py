@@ -122,7 +122,7 @@ from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
 from core.delegation.registry import RemoteEvent
-from core.web.input_limits import MAX_JSON_NESTING, json_nesting
+from core.web.input_limits import MAX_JSON_NESTING, json_error, json_nesting
 
 __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
@@ -793,10 +793,10 @@ def invalid_request_body(message: str, request_id: str | int | None = None) -> d
 def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any] | None:
     """A JSON-RPC error body for a request the SDK's dispatcher would answer with -32603, or None.
 
-    The dispatcher turns a body that is not UTF-8 or nests thousands of levels deep into an
-    "internal error" with Python's text (and a traceback in the log), and says only "Method not
-    found". Here these get their own codes and a message a person can act on: -32700 for the
-    first two, -32601 naming the method and the ones there are.
+    The dispatcher turns a body that is not UTF-8, nests thousands of levels deep or holds a
+    number of thousands of digits into an "internal error" with Python's text (and a traceback in
+    the log), and says only "Method not found". Here these get their own codes and a message a
+    person can act on: -32700 for the first three, -32601 naming the method and the ones there are.
     """
     try:
         text = body.decode("utf-8")
@@ -807,8 +807,10 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
     except RecursionError:
         obj = None
         nested_too_deep = True
-    except ValueError:
+    except json.JSONDecodeError:
         return None  # the dispatcher answers -32700 with the position of the mistake
+    except ValueError as exc:
+        return build_error_response(None, _JsonRpcParseError(message=f"Parse error: {json_error(exc)}."))
     else:
         nested_too_deep = json_nesting(obj) > MAX_JSON_NESTING
     if nested_too_deep:

@@ -27,6 +27,7 @@ from typing import Any
 
 from core.broker.wire import A2A_ID_PATTERN
 from core.settings import AuthSettings
+from core.web.input_limits import json_error
 from core.web.logtext import loggable
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
-        raise Refused(401, f"the token is not a JWT: {exc}") from exc
+        raise Refused(401, f"the token is not a JWT: {_reason(exc)}") from exc
     if header.get("alg") != ALGORITHM:
         alg = loggable(header.get("alg"), 20)
         raise Refused(401, f"the token is signed with {alg!r}; only {ALGORITHM} is accepted")
@@ -131,12 +132,20 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
             last = exc  # try the next key
             continue
         except jwt.PyJWTError as exc:
-            raise Refused(401, f"the token is invalid: {loggable(exc, 120)}") from exc
+            raise Refused(401, f"the token is invalid: {_reason(exc)}") from exc
         _check_dates(claims)
         _check_lifetime(claims, auth)
         return claims
     log.info("refused a token: no configured key verifies it (%s)", loggable(last, 120))
     raise Refused(401, "the token's signature does not match any configured public key")
+
+
+def _reason(exc: Exception) -> str:
+    """PyJWT's reason; for JSON it could not read, ours (`json_error`) rather than Python's advice to a programmer."""
+    cause = exc.__cause__
+    if isinstance(cause, ValueError) and not isinstance(cause, json.JSONDecodeError):
+        return f"{str(exc).split(':', 1)[0]}: {json_error(cause)}"
+    return loggable(exc, 120)
 
 
 def _check_dates(claims: dict[str, Any]) -> None:

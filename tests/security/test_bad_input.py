@@ -56,6 +56,23 @@ async def test_a_deeply_nested_line_keeps_the_agents_socket(tmp_path: Path) -> N
         await agent.close()
 
 
+HUGE_NUMBER_LINE = '{"jsonrpc": "2.0", "id": 1, "result": ' + "9" * 5000 + "}"
+
+
+async def test_a_number_of_5000_digits_is_a_parse_error_in_our_words(tmp_path: Path) -> None:
+    """Python refuses to read it (sys.get_int_max_str_digits()); the peer is told so, not how to raise the limit."""
+    services = Services.build(make_settings(tmp_path))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        agent = await FakeAgent.connect(host, a2a_id="digits", wait_registered=services.broker)
+        await agent.ws.send(HUGE_NUMBER_LINE)
+        await wait_for(lambda: len(agent.errors) >= 1)
+        error = agent.errors[0]["error"]
+        assert error == {"code": wire.PARSE_ERROR, "message": "not valid JSON: a number has more than 4300 digits"}
+        assert services.broker.connection("digits") is not None
+        await agent.close()
+
+
 SURROGATE = "hi \ud800 there"
 
 
@@ -152,6 +169,10 @@ def rpc_body(method: str, params: object) -> bytes:
     (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
     (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
     (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","n":' + b"9" * 5000 + b"}}",
+     {"A2A-Version": "1.0"}, -32700, "Parse error: a number has more than 4300 digits"),
+    (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"tasks/get","params":{"id":"x"}}', {}, -32700,
+     "Parse error: a number has more than 4300 digits"),
 ])
 def test_json_rpc_errors_have_their_own_code_and_say_what_is_wrong(rpc, body, headers, code, words) -> None:
     response = rpc(body, **headers)
