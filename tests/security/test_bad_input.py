@@ -156,6 +156,9 @@ def rpc(app: AppProcess):
     return call
 
 
+MESSAGE_03 = {"message": {"role": "user", "messageId": "m1", "kind": "message", "parts": [{"kind": "text", "text": "hi"}]}}
+
+
 def rpc_body(method: str, params: object) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
 
@@ -169,6 +172,15 @@ def rpc_body(method: str, params: object) -> bytes:
     (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
     (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
     (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
+    # A method of one protocol version asked for under another: -32009 naming the version it is of.
+    (rpc_body("message/send", MESSAGE_03), {"A2A-Version": "1.0"}, -32009,
+     "message/send is a method of A2A 0.3, but the request asks for A2A '1.0'. Expected version '0.3': send "
+     "'A2A-Version: 0.3' or none, or call SendMessage, its A2A 1.0 name."),
+    (rpc_body("tasks/get", {"id": "x"}), {"A2A-Version": "1.1"}, -32009, "or call GetTask, its A2A 1.0 name"),
+    (rpc_body("message/stream", MESSAGE_03), {"A2A-Version": "2.0"}, -32009,
+     "A2A '2.0', which this server does not speak (it speaks 1.0 and 0.3)"),
+    (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "0.3"}, -32009, "or call tasks/get, its A2A 0.3 name"),
+    (rpc_body("SendMessage", {}), {}, -32009, "asks for A2A '0.3' (no A2A-Version header means 0.3)"),
     (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","n":' + b"9" * 5000 + b"}}",
      {"A2A-Version": "1.0"}, -32700, "Parse error: a number has more than 4300 digits"),
     (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"tasks/get","params":{"id":"x"}}', {}, -32700,
