@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nicegui.app.app import USER_STORAGE_PRUNE_INTERVAL
 
 from core.broker import wire
 from core.services import Services
@@ -140,6 +143,22 @@ async def test_a_bad_agent_line_is_one_warning_without_forged_lines(tmp_path: Pa
         assert "\r" not in message and "\x1b" not in message and "\\r2026" in message
         assert len(message) < 600
         await agent.close()
+
+
+@pytest.mark.parametrize("path", ["/api/../../bar", "/a2a/%2e%2e/%2e%2e/bar", "/api/nope", "/a2a/agents/x/y/z"])
+def test_an_unknown_api_address_is_a_json_404_and_leaves_nicegui_nothing_to_trip_on(app: AppProcess,
+                                                                                   path: str) -> None:
+    """Sent raw (no client normalises the dots); NiceGUI's 404 page would leave it a client without a session."""
+    host, port = app.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 ") and b"application/json" in head, head
+    assert json.loads(body) == {"detail": "Not Found", "code": "not_found"}
+    if path == "/a2a/agents/x/y/z":  # the last one: NiceGUI prunes every USER_STORAGE_PRUNE_INTERVAL (10 s)
+        time.sleep(USER_STORAGE_PRUNE_INTERVAL + 1.5)
+        assert "KeyError" not in app.output and "not found" not in app.output
 
 
 # -- JSON-RPC on /a2a/agents/{id}: the right code, never -32603 with Python's text -----------------------
