@@ -175,7 +175,8 @@ def rpc(app: AppProcess):
     return call
 
 
-MESSAGE_03 = {"message": {"role": "user", "messageId": "m1", "kind": "message", "parts": [{"kind": "text", "text": "hi"}]}}
+MESSAGE_03 = {"message": {"role": "user", "messageId": "m1", "kind": "message",
+                          "parts": [{"kind": "text", "text": "hi"}]}}
 
 
 def rpc_body(method: str, params: object) -> bytes:
