@@ -17,6 +17,8 @@ from sqlmodel import select
 
 from core.auth import accounts
 from core.chat import sessions as sessions_store
+from core.delegation.agent_admin import AgentRuleError
+from core.delegation.tool import InvokeLimits
 from core.services import Services
 from models import A2ATaskSession, Agent
 from tests.conftest import make_settings
@@ -140,6 +142,38 @@ async def test_can_delegate_stays_a_short_form(api) -> None:
         assert created.status_code == 201
         [tool] = created.json()["tools"]
         assert tool["type"] == "agent-invoke" and tool["config"]["timeoutMs"] == 5000
+
+
+INVOKE_MAXIMA = {"maxRecursionDepth": 20, "timeoutMs": 3_600_000, "maxOutputTokens": 1_000_000}  # as documented
+
+
+@pytest.mark.parametrize(("name", "too_large"), [("timeoutMs", 10**12), ("timeoutMs", 3_600_001),
+                                                 ("maxOutputTokens", 10**7), ("maxRecursionDepth", 21)])
+async def test_each_agent_invoke_limit_has_a_maximum(api, name: str, too_large: int) -> None:
+    """Over the API (POST, PATCH, `delegation`) and through `AgentAdmin` (the page's way): 422 on its loc."""
+    url, services = api
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
+        created = await client.post("/api/agents", json={"id": "limits", "name": "L", "tools": [
+            {"type": "agent-invoke", "config": {name: INVOKE_MAXIMA[name]}}]})
+        assert created.status_code == 201, created.text
+        assert created.json()["tools"][0]["config"][name] == INVOKE_MAXIMA[name]
+        config = {"tools": [{"type": "a2a-dispatch"}, {"type": "agent-invoke", "config": {name: too_large}}]}
+        loc, msg = field_error(await client.post("/api/agents", json={"id": "over", "name": "O", **config}))
+        assert loc == ["body", "tools", 1, "config", name] and f"{INVOKE_MAXIMA[name]}" in msg
+        loc, _ = field_error(await client.patch("/api/agents/limits", json=config))
+        assert loc == ["body", "tools", 1, "config", name]
+        loc, _ = field_error(await client.post("/api/agents", json={"id": "over", "name": "O", "canDelegate": True,
+                                                                    "delegation": {name: too_large}}))
+        assert loc == ["body", "delegation", name]
+        assert (await client.get("/api/agents/over")).status_code == 404
+        assert (await client.get("/api/agents/limits")).json()["tools"][0]["config"][name] == INVOKE_MAXIMA[name]
+    with pytest.raises(AgentRuleError) as refused:
+        await services.agent_admin.update("limits", {"tools": config["tools"]})
+    assert refused.value.loc == ("tools", 1, "config", name)
+    assert str(refused.value) == f"{name} is a whole number from 1 to {INVOKE_MAXIMA[name]}."
+    # A config saved before the maxima is read as the maximum.
+    assert InvokeLimits.from_config({"timeoutMs": 10**12, "maxOutputTokens": 10**9, "maxRecursionDepth": 99}) == \
+        InvokeLimits(max_recursion_depth=20, timeout_s=3600.0, max_output_tokens=1_000_000, allowed_agents=None)
 
 
 async def test_the_rules_answer_with_clear_errors(api) -> None:

@@ -169,3 +169,49 @@ async def test_jwt_audience_lifetime_and_leeway(tmp_path: Path, claims: dict, wo
         agent = await FakeAgent.connect(host, token=fine, wait_registered=None)
         await wait_for(lambda: services.broker.connection("clock") is not None)
         await agent.close()
+
+
+HOUR = 3600
+
+
+@pytest.mark.parametrize(("claims", "status", "words"), [
+    ({"exp": "+60"}, 401, "'exp' claim must be a JSON number"),  # a numeric string: PyJWT's int() takes it
+    ({"iat": "+0"}, 401, "'iat' claim must be a JSON number"),
+    ({"nbf": "+0"}, 401, "'nbf' claim must be a JSON number"),
+    ({"iat": True}, 401, "'iat' claim must be a JSON number"),
+    ({"exp": 10**400}, 401, "valid for more than 1e+12 s"),  # too large for float arithmetic
+    ({"exp": 1e308}, 401, "valid for more than 1e+12 s"),
+    ({"exp": [60]}, 401, "(exp) must be an integer"),
+    ({"aud": 5}, 401, "not for this broker"),
+    ({"aud": [5, "this-broker"]}, 401, "not for this broker"),
+    ({"sub": 5}, 401, "Subject must be a string"),
+    ({"a2a_id": 5}, 400, "a2a_id claim must be a string"),
+], ids=lambda v: str(v)[:30])
+async def test_a_claim_of_the_wrong_type_is_refused_like_any_bad_token(tmp_path: Path, caplog, claims: dict,
+                                                                       status: int, words: str) -> None:
+    """RFC 7519 dates are JSON numbers and `aud`/`sub` strings; anything else is refused before the upgrade."""
+    private, public = es256_keys()
+    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public],
+                                                            "audience": "this-broker"}))
+    services.prepare()
+    now = int(time.time())
+    timed = {k: str(now + int(v)) if isinstance(v, str) else v for k, v in claims.items()}
+    token = jwt.encode({"a2a_id": "t", "aud": "this-broker", "exp": now + 60, **timed}, private, algorithm="ES256")
+    async with serve_app(broker_app(services)) as host:
+        with caplog.at_level(logging.INFO, logger="core.broker.service"):
+            got, reason = await refused(host, "token=" + token)
+        assert (got, words in reason) == (status, True), reason
+        assert f"refused /a2a connection from 127.0.0.1: {reason}" in caplog.text
+        assert services.broker.stats()["connections"]["refused"] == 1
+
+
+async def test_a_token_holding_a_5000_digit_number_is_refused_in_our_words(tmp_path: Path) -> None:
+    private, public = es256_keys()
+    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public]}))
+    services.prepare()
+    payload = b'{"a2a_id": "t", "exp": %d, "agent_id": %s}' % (int(time.time()) + 60, b"9" * 5000)
+    token = jwt.api_jws.encode(payload, private, algorithm="ES256")  # jwt.encode cannot write such a number
+    async with serve_app(broker_app(services)) as host:
+        status, reason = await refused(host, "token=" + token)
+    assert (status, reason) == (401, "the token is invalid: Invalid payload string: a number has more than "
+                                     "4300 digits")

@@ -53,6 +53,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+
 from a2a.client import A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3.conversions import to_compat_agent_card
@@ -106,6 +107,7 @@ from a2a.utils.errors import (
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
+    VersionNotSupportedError,
 )
 from a2a.utils.proto_utils import to_stream_response, validate_proto_required_fields
 from a2a.utils.task import (
@@ -122,7 +124,7 @@ from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
 
 from core.delegation.registry import RemoteEvent
-from core.web.input_limits import MAX_JSON_NESTING, json_nesting
+from core.web.input_limits import MAX_JSON_NESTING, json_error, json_nesting
 
 __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
@@ -790,13 +792,15 @@ def invalid_request_body(message: str, request_id: str | int | None = None) -> d
     return build_error_response(request_id, _JsonRpcInvalidRequest(message=message))
 
 
-def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any] | None:
+def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher, version: str | None = None) -> dict[str, Any] | None:
     """A JSON-RPC error body for a request the SDK's dispatcher would answer with -32603, or None.
 
-    The dispatcher turns a body that is not UTF-8 or nests thousands of levels deep into an
-    "internal error" with Python's text (and a traceback in the log), and says only "Method not
-    found". Here these get their own codes and a message a person can act on: -32700 for the
-    first two, -32601 naming the method and the ones there are.
+    `version` is the request's `A2A-Version` header (see `_version_refusal`).
+
+    The dispatcher turns a body that is not UTF-8, nests thousands of levels deep or holds a
+    number of thousands of digits into an "internal error" with Python's text (and a traceback in
+    the log), and says only "Method not found". Here these get their own codes and a message a
+    person can act on: -32700 for the first three, -32601 naming the method and the ones there are.
     """
     try:
         text = body.decode("utf-8")
@@ -807,8 +811,10 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
     except RecursionError:
         obj = None
         nested_too_deep = True
-    except ValueError:
+    except json.JSONDecodeError:
         return None  # the dispatcher answers -32700 with the position of the mistake
+    except ValueError as exc:
+        return build_error_response(None, _JsonRpcParseError(message=f"Parse error: {json_error(exc)}."))
     else:
         nested_too_deep = json_nesting(obj) > MAX_JSON_NESTING
     if nested_too_deep:
@@ -823,6 +829,9 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
         known = ", ".join(sorted(dispatcher.METHOD_TO_MODEL))
         return build_error_response(request_id, _JsonRpcMethodNotFound(
             message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."))
+    refusal = _version_refusal(method, method in dispatcher.METHOD_TO_MODEL, version, request_id)
+    if refusal is not None:
+        return refusal
     params = obj.get("params")
     if method == "ListTasks" and isinstance(params, dict) and isinstance(params.get("status"), str) \
             and params["status"] not in TaskState.keys():
@@ -835,6 +844,50 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher) -> dict[str, Any]
 
 
 MAX_PARSE_ERROR_CHARS = 300
+
+# Each v1.0 method's v0.3 name (ListTasks has none), for a refusal to point to the one to call.
+V03_NAMES = {
+    "SendMessage": "message/send", "SendStreamingMessage": "message/stream", "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel", "SubscribeToTask": "tasks/resubscribe",
+    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+    "GetTaskPushNotificationConfig": "tasks/pushNotificationConfig/get",
+    "ListTaskPushNotificationConfigs": "tasks/pushNotificationConfig/list",
+    "DeleteTaskPushNotificationConfig": "tasks/pushNotificationConfig/delete",
+    "GetExtendedAgentCard": "agent/getAuthenticatedExtendedCard",
+}
+V1_NAMES = {v03: v1 for v1, v03 in V03_NAMES.items()}
+
+
+def _version_refusal(method: str, is_v1: bool, asked: str | None,
+                     request_id: str | int | None) -> dict[str, Any] | None:
+    """-32009 (VersionNotSupportedError) for a method asked for under a protocol version it is not of, or None.
+
+    The version asked for is the `A2A-Version` header, 0.3 without one (the spec's rule); it fits a
+    method when the major numbers agree, as in the SDK's `validate_version` (1.2 is served as 1.0).
+    The SDK refuses the same requests, but its v0.3 adapter says -32603 (v0.3 had no -32009) and
+    neither says which version the method is of. The answer names it, and the method's name in
+    the version asked for.
+    """
+    sent = (asked or "").strip()
+    asked = sent or PROTOCOL_VERSION_0_3
+    own, other = (PROTOCOL_VERSION_1_0, PROTOCOL_VERSION_0_3) if is_v1 else (PROTOCOL_VERSION_0_3, PROTOCOL_VERSION_1_0)
+    if _same_major(asked, own):
+        return None
+    message = f"{method} is a method of A2A {own}, but the request asks for A2A {asked[:20]!r}"
+    if not _same_major(asked, other):
+        message += f", which this server does not speak (it speaks {PROTOCOL_VERSION_1_0} and {PROTOCOL_VERSION_0_3})"
+    elif not sent:
+        message += " (no A2A-Version header means 0.3)"
+    message += f". Expected version {own!r}: send 'A2A-Version: {own}'" + ("" if is_v1 else " or none")
+    equivalent = (V03_NAMES if is_v1 else V1_NAMES).get(method)
+    if equivalent and _same_major(asked, other):
+        message += f", or call {equivalent}, its A2A {other} name"
+    return build_error_response(request_id, VersionNotSupportedError(message=message + "."))
+
+
+def _same_major(asked: str, version: str) -> bool:
+    major = asked.split(".", 1)[0]
+    return asked == version or (major.isascii() and major.isdigit() and int(major) == int(version.split(".")[0]))
 
 
 def _v1_invalid_params(dispatcher: JsonRpcDispatcher, method: str, params: Any,

@@ -142,7 +142,7 @@ class A2AServer:
         if body is None:
             return JSONResponse(wire.invalid_request_body(
                 f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes."))
-        refusal = wire.check_rpc_body(body, self.dispatcher)
+        refusal = wire.check_rpc_body(body, self.dispatcher, request.headers.get(wire.VERSION_HEADER))
         if refusal is not None:  # what the SDK would answer with -32603 and a traceback in the log
             return JSONResponse(refusal)
         request.state.a2a_user_id = user_id

@@ -4,7 +4,8 @@
   (the legacy `?agentId=` is accepted for `agent_id`).
 - `jwt`: `?token=<JWT>`, ES256 only, verified against the configured PEM public
   keys (any of them), expiry required and enforced; `a2a_id` and `agent_id`
-  (or legacy `agentId`) come from the claims, never from the query.
+  (or legacy `agentId`) come from the claims, never from the query. Every
+  token that is refused, whatever is wrong in it, is a 401 with the reason.
 
 Both checks run before the WebSocket upgrade completes, so a refused peer costs
 one HTTP response and holds no connection.
@@ -17,6 +18,7 @@ redirects re-checked, 1 MiB at most), since in mode `none` anyone may name one.
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -25,11 +27,13 @@ from typing import Any
 
 from core.broker.wire import A2A_ID_PATTERN
 from core.settings import AuthSettings
+from core.web.input_limits import json_error
 from core.web.logtext import loggable
 
 log = logging.getLogger(__name__)
 
 ALGORITHM = "ES256"
+NUMERIC_DATES = ("exp", "iat", "nbf")  # RFC 7519 NumericDate claims: JSON numbers, seconds since 1970
 
 
 class Refused(Exception):
@@ -83,7 +87,9 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
     else:
         a2a_id, agent_id = query.get("a2a_id"), query.get("agent_id") or query.get("agentId")
         where = "?a2a_id="
-    if not isinstance(a2a_id, str) or not a2a_id:
+    if a2a_id is not None and not isinstance(a2a_id, str):
+        raise Refused(400, f"{where} must be a string: the remote agent's name (the dispatch targetAgent)")
+    if not a2a_id:
         raise Refused(400, f"{where} is required: the remote agent's name (the dispatch targetAgent)")
     if not A2A_ID_PATTERN.fullmatch(a2a_id):
         raise Refused(400, f"{where} {a2a_id[:64]!r} is not a valid id: use 1-60 of a-z, 0-9, '-' and '_', "
@@ -104,7 +110,7 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
-        raise Refused(401, f"the token is not a JWT: {exc}") from exc
+        raise Refused(401, f"the token is not a JWT: {_reason(exc)}") from exc
     if header.get("alg") != ALGORITHM:
         alg = loggable(header.get("alg"), 20)
         raise Refused(401, f"the token is signed with {alg!r}; only {ALGORITHM} is accepted")
@@ -126,20 +132,47 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
             last = exc  # try the next key
             continue
         except jwt.PyJWTError as exc:
-            raise Refused(401, f"the token is invalid: {loggable(exc, 120)}") from exc
+            raise Refused(401, f"the token is invalid: {_reason(exc)}") from exc
+        _check_dates(claims)
         _check_lifetime(claims, auth)
         return claims
     log.info("refused a token: no configured key verifies it (%s)", loggable(last, 120))
     raise Refused(401, "the token's signature does not match any configured public key")
 
 
+def _reason(exc: Exception) -> str:
+    """PyJWT's reason; for JSON it could not read, ours (`json_error`) rather than Python's advice to a programmer."""
+    cause = exc.__cause__
+    if isinstance(cause, ValueError) and not isinstance(cause, json.JSONDecodeError):
+        return f"{str(exc).split(':', 1)[0]}: {json_error(cause)}"
+    return loggable(exc, 120)
+
+
+def _check_dates(claims: dict[str, Any]) -> None:
+    """`exp`, `iat` and `nbf` are JSON numbers; PyJWT checks them with `int()`, which takes "1767225600" too."""
+    for name in NUMERIC_DATES:
+        value = claims.get(name)
+        if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise Refused(401, f"the token's {name!r} claim must be a JSON number (seconds since 1970, RFC 7519 "
+                               f"NumericDate), not {loggable(json.dumps(value), 40)}")
+
+
 def _check_lifetime(claims: dict[str, Any], auth: AuthSettings) -> None:
-    """A token valid for longer than `max_lifetime_s` is refused (from `iat`, or from now without one)."""
+    """A token valid for longer than `max_lifetime_s` is refused (from `iat`, or from now without one).
+
+    Only comparisons, no subtraction, until the span is known to be small: a claim may be an
+    integer of hundreds of digits, which float arithmetic (`time.time()`) cannot take.
+    """
     exp = claims["exp"]
-    start = claims.get("iat") if isinstance(claims.get("iat"), int | float) else time.time()
-    if exp - start > auth.max_lifetime_s + auth.leeway_s:
-        raise Refused(401, f"the token is valid for {int(exp - start)} s; the broker accepts at most "
-                           f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token")
+    start = claims.get("iat", time.time())
+    if exp <= start + auth.max_lifetime_s + auth.leeway_s:
+        return
+    span = f"{int(exp - start)} s" if exp < start + MAX_SHOWN_SPAN_S else f"more than {MAX_SHOWN_SPAN_S:.0e} s"
+    raise Refused(401, f"the token is valid for {span}; the broker accepts at most "
+                       f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token")
+
+
+MAX_SHOWN_SPAN_S = 10**12
 
 
 def check_public_keys(public_keys: list[str]) -> None:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from core.chat.prompts import DISPATCH_TOOL_PREFIX as TOOL_NAME_PREFIX
 from core.web.input_limits import MAX_JSON_NESTING as MAX_NESTING
-from core.web.input_limits import json_nesting
+from core.web.input_limits import json_error, json_nesting
 
 JSONRPC = "2.0"
 
@@ -85,7 +85,7 @@ def decode(line: str) -> Incoming:
     try:
         obj = json.loads(line)
     except ValueError as exc:
-        raise RpcLineError(PARSE_ERROR, f"not valid JSON: {exc}") from exc
+        raise RpcLineError(PARSE_ERROR, f"not valid JSON: {json_error(exc)}") from exc
     except RecursionError as exc:  # json's parser recurses per level: thousands of `[` exhaust the stack
         raise RpcLineError(PARSE_ERROR, f"not valid JSON: nested more than {MAX_NESTING} levels deep") from exc
     if json_nesting(obj) > MAX_NESTING:

@@ -29,6 +29,13 @@ DEFAULT_AGENT_INVOKE_CONFIG: dict[str, Any] = {
     "maxOutputTokens": 4096,
     "allowedAgents": None,  # None: any invokable agent
 }
+# The largest value of each agent-invoke limit: a chain 20 deep, a delegated task of an hour (the
+# caller's whole turn has TURN_TIMEOUT_S anyway, 600 s by default), an answer of a million tokens.
+AGENT_INVOKE_MAXIMA: dict[str, int] = {
+    "maxRecursionDepth": 20,
+    "timeoutMs": 3_600_000,
+    "maxOutputTokens": 1_000_000,
+}
 
 SEED_AGENTS: list[dict[str, Any]] = [
     {

@@ -450,8 +450,10 @@ def _invoke_config(config: dict[str, Any], loc: Loc) -> dict[str, Any]:
         if name in INVOKE_LIMITS:
             if value is None:
                 continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise AgentRuleError(_("{name} is a whole number of at least 1.").format(name=name), (*loc, name))
+            maximum = agents_store.AGENT_INVOKE_MAXIMA[name]
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
+                raise AgentRuleError(_("{name} is a whole number from 1 to {maximum}.").format(
+                    name=name, maximum=maximum), (*loc, name))
             result[name] = value
         elif name == "allowedAgents":
             if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):

@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from core.auth.deps import AdminUser, CurrentUser, ServicesDep
+from core.chat.agents import AGENT_INVOKE_MAXIMA
 from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView, UnknownAgent
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
@@ -23,11 +24,13 @@ from core.web.schemas import RequestBody
 class InvokeConfig(RequestBody):
     """The `agent-invoke` limits; unset ones take the defaults (shown in the answers)."""
 
-    max_recursion_depth: int | None = Field(None, alias="maxRecursionDepth", ge=1, le=20,
+    max_recursion_depth: int | None = Field(None, alias="maxRecursionDepth", ge=1,
+                                            le=AGENT_INVOKE_MAXIMA["maxRecursionDepth"],
                                             description="How deep a chain of delegations may go (default 3)")
-    timeout_ms: int | None = Field(None, alias="timeoutMs", ge=1,
-                                   description="Longest a delegated task may run (default 120000)")
+    timeout_ms: int | None = Field(None, alias="timeoutMs", ge=1, le=AGENT_INVOKE_MAXIMA["timeoutMs"],
+                                   description="Longest a delegated task may run (default 120000, at most an hour)")
     max_output_tokens: int | None = Field(None, alias="maxOutputTokens", ge=1,
+                                          le=AGENT_INVOKE_MAXIMA["maxOutputTokens"],
                                           description="Longest answer of a delegated agent (default 4096)")
     allowed_agents: list[str] | None = Field(None, alias="allowedAgents", max_length=200,
                                              description="Agent ids it may call; null: any agent")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
+from core.chat.agents import AGENT_INVOKE, AGENT_INVOKE_MAXIMA, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat.prompts import AGENT_INVOKE_TOOL
 from core.chat.tools import ToolContext, ToolResult
 
@@ -32,14 +32,17 @@ class InvokeLimits:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> InvokeLimits:
-        """Limits from a tool config; missing or unusable values take the defaults."""
+        """Limits from a tool config; missing or unusable values take the defaults, larger ones the maxima.
+
+        Edits are refused past `AGENT_INVOKE_MAXIMA` (`core.delegation.agent_admin`); a config saved
+        before those existed is read as if it had said the maximum.
+        """
         merged = {**DEFAULT_AGENT_INVOKE_CONFIG, **{k: v for k, v in (config or {}).items() if v is not None}}
         allowed = merged.get("allowedAgents")
         return cls(
-            max_recursion_depth=_positive_int(merged.get("maxRecursionDepth"),
-                                              DEFAULT_AGENT_INVOKE_CONFIG["maxRecursionDepth"]),
-            timeout_s=_positive_int(merged.get("timeoutMs"), DEFAULT_AGENT_INVOKE_CONFIG["timeoutMs"]) / 1000,
-            max_output_tokens=_positive_int(merged.get("maxOutputTokens"), 0) or None,
+            max_recursion_depth=_limit(merged, "maxRecursionDepth", DEFAULT_AGENT_INVOKE_CONFIG["maxRecursionDepth"]),
+            timeout_s=_limit(merged, "timeoutMs", DEFAULT_AGENT_INVOKE_CONFIG["timeoutMs"]) / 1000,
+            max_output_tokens=_limit(merged, "maxOutputTokens", 0) or None,
             allowed_agents=frozenset(str(a) for a in allowed) if isinstance(allowed, list) else None,
         )
 
@@ -52,8 +55,10 @@ class InvokeLimits:
         return replace(self, timeout_s=min(self.timeout_s, requested / 1000))
 
 
-def _positive_int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+def _limit(config: dict[str, Any], name: str, default: int) -> int:
+    value = config.get(name)
+    usable = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return min(value, AGENT_INVOKE_MAXIMA[name]) if usable else default
 
 
 def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:

@@ -31,6 +31,7 @@ STATUS_CODES: dict[int, str] = {
     429: "too_many_requests", 500: "internal_error", 502: "bad_gateway", 503: "unavailable",
 }
 API_PREFIXES = ("/api", "/a2a")
+API_FOLDERS = tuple(f"{prefix}/" for prefix in API_PREFIXES)  # every address under them is the API's
 
 
 class ApiError(HTTPException):
@@ -80,8 +81,14 @@ def install_error_handlers(app: FastAPI) -> None:
     page_404 = app.exception_handlers.get(404)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        routed = request.scope.get("endpoint") is not None  # an unknown address keeps NiceGUI's answer
-        if routed and request.url.path.startswith(API_PREFIXES) and isinstance(exc, StarletteHTTPException):
+        routed = request.scope.get("endpoint") is not None
+        path = request.url.path
+        # An unknown address under /api/ or /a2a/ (`/api/nope`, `/api/../../x` sent raw) is answered as the
+        # API answers, not with NiceGUI's page: that page makes a NiceGUI client of a request that has no
+        # browser session (API callers get none, ui/asgi_middlewares.py), and NiceGUI's storage pruning
+        # then fails on it every 10 s (`KeyError: 'id'`) until the client is dropped a minute later.
+        if (routed and path.startswith(API_PREFIXES) or path.startswith(API_FOLDERS)) \
+                and isinstance(exc, StarletteHTTPException):
             return await api_error_response(request, exc)
         if page_404 is not None:
             return await page_404(request, exc)

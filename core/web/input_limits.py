@@ -7,10 +7,16 @@ body never sits in memory whole.
 Python's `json` parser recurses once per level, so a few thousand `[` exhaust the stack
 (`RecursionError`), and code that walks what was parsed recurses too. No message of ours nests
 anywhere near `MAX_JSON_NESTING`; deeper input is refused as a parse error.
+
+Python also refuses to read an integer of more than `sys.get_int_max_str_digits()` digits (4300),
+and `json` lets that `ValueError` through with advice for the server's programmer; `json_error`
+says instead what is wrong in words for whoever sent it.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,6 +34,13 @@ def json_nesting(value: Any) -> int:
                 return depth
             stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
     return deepest
+
+
+def json_error(exc: ValueError) -> str:
+    """What is wrong with the text `json.loads` refused with `exc`: where the mistake is, or the number too long."""
+    if isinstance(exc, json.JSONDecodeError):
+        return str(exc)
+    return f"a number has more than {sys.get_int_max_str_digits()} digits"  # int()'s refusal, the only other one
 
 
 async def read_capped(chunks: AsyncIterator[bytes], limit: int, declared_length: str | None = None) -> bytes | None:

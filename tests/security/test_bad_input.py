@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nicegui.app.app import USER_STORAGE_PRUNE_INTERVAL
 
 from core.broker import wire
 from core.services import Services
@@ -53,6 +56,23 @@ async def test_a_deeply_nested_line_keeps_the_agents_socket(tmp_path: Path) -> N
         assert agent.errors[0]["error"]["code"] == wire.PARSE_ERROR
         await asyncio.sleep(0.2)
         assert services.broker.connection("deep") is not None  # still connected, still serving
+        await agent.close()
+
+
+HUGE_NUMBER_LINE = '{"jsonrpc": "2.0", "id": 1, "result": ' + "9" * 5000 + "}"
+
+
+async def test_a_number_of_5000_digits_is_a_parse_error_in_our_words(tmp_path: Path) -> None:
+    """Python refuses to read it (sys.get_int_max_str_digits()); the peer is told so, not how to raise the limit."""
+    services = Services.build(make_settings(tmp_path))
+    services.prepare()
+    async with serve_app(broker_app(services)) as host:
+        agent = await FakeAgent.connect(host, a2a_id="digits", wait_registered=services.broker)
+        await agent.ws.send(HUGE_NUMBER_LINE)
+        await wait_for(lambda: len(agent.errors) >= 1)
+        error = agent.errors[0]["error"]
+        assert error == {"code": wire.PARSE_ERROR, "message": "not valid JSON: a number has more than 4300 digits"}
+        assert services.broker.connection("digits") is not None
         await agent.close()
 
 
@@ -125,6 +145,22 @@ async def test_a_bad_agent_line_is_one_warning_without_forged_lines(tmp_path: Pa
         await agent.close()
 
 
+@pytest.mark.parametrize("path", ["/api/../../bar", "/a2a/%2e%2e/%2e%2e/bar", "/api/nope", "/a2a/agents/x/y/z"])
+def test_an_unknown_api_address_is_a_json_404_and_leaves_nicegui_nothing_to_trip_on(app: AppProcess,
+                                                                                   path: str) -> None:
+    """Sent raw (no client normalises the dots); NiceGUI's 404 page would leave it a client without a session."""
+    host, port = app.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 ") and b"application/json" in head, head
+    assert json.loads(body) == {"detail": "Not Found", "code": "not_found"}
+    if path == "/a2a/agents/x/y/z":  # the last one: NiceGUI prunes every USER_STORAGE_PRUNE_INTERVAL (10 s)
+        time.sleep(USER_STORAGE_PRUNE_INTERVAL + 1.5)
+        assert "KeyError" not in app.output and "not found" not in app.output
+
+
 # -- JSON-RPC on /a2a/agents/{id}: the right code, never -32603 with Python's text -----------------------
 
 
@@ -137,6 +173,10 @@ def rpc(app: AppProcess):
                           headers={"authorization": f"Bearer {key}", "content-type": "application/json", **headers})
 
     return call
+
+
+MESSAGE_03 = {"message": {"role": "user", "messageId": "m1", "kind": "message",
+                          "parts": [{"kind": "text", "text": "hi"}]}}
 
 
 def rpc_body(method: str, params: object) -> bytes:
@@ -152,6 +192,19 @@ def rpc_body(method: str, params: object) -> bytes:
     (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
     (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
     (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
+    # A method of one protocol version asked for under another: -32009 naming the version it is of.
+    (rpc_body("message/send", MESSAGE_03), {"A2A-Version": "1.0"}, -32009,
+     "message/send is a method of A2A 0.3, but the request asks for A2A '1.0'. Expected version '0.3': send "
+     "'A2A-Version: 0.3' or none, or call SendMessage, its A2A 1.0 name."),
+    (rpc_body("tasks/get", {"id": "x"}), {"A2A-Version": "1.1"}, -32009, "or call GetTask, its A2A 1.0 name"),
+    (rpc_body("message/stream", MESSAGE_03), {"A2A-Version": "2.0"}, -32009,
+     "A2A '2.0', which this server does not speak (it speaks 1.0 and 0.3)"),
+    (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "0.3"}, -32009, "or call tasks/get, its A2A 0.3 name"),
+    (rpc_body("SendMessage", {}), {}, -32009, "asks for A2A '0.3' (no A2A-Version header means 0.3)"),
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","n":' + b"9" * 5000 + b"}}",
+     {"A2A-Version": "1.0"}, -32700, "Parse error: a number has more than 4300 digits"),
+    (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"tasks/get","params":{"id":"x"}}', {}, -32700,
+     "Parse error: a number has more than 4300 digits"),
 ])
 def test_json_rpc_errors_have_their_own_code_and_say_what_is_wrong(rpc, body, headers, code, words) -> None:
     response = rpc(body, **headers)
