@@ -8,7 +8,10 @@ The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
 prefix (`local/demo`); what it says is decided in `core/chat/demo_model.py`. Any
 other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
 `anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
-any OpenAI-compatible server.
+any OpenAI-compatible server. Which key goes to which base URL is
+`core.chat.model_route`'s rule; the base URL is checked against the outbound
+policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md,
+"Model endpoints and keys").
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from core.chat import demo_model
+from core.chat.model_route import ModelRoute, RouteRefused, model_route
+from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +137,10 @@ class LLMGateway:
     Args:
         demo_delay_s: pause between the demo model's tokens.
         api_base: OpenAI-compatible base URL for non-demo models (optional).
-        api_key: key for that server or provider (optional; providers also read their own env vars).
+        api_key: key for that server, or for `openai/...` models (optional; providers also read their own env vars).
         timeout_s: longest wait for the next chunk (LiteLLM's per-read timeout).
+        allow: the hosts and networks an agent's own `apiBase` may be on although not public
+            (`OUTBOUND_ALLOW_HOSTS`).
     """
 
     def __init__(
@@ -141,11 +150,53 @@ class LLMGateway:
         api_base: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 60.0,
+        allow: AllowList | None = None,
     ) -> None:
         self.demo_delay_s = demo_delay_s
         self.api_base = api_base
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.allow = allow or AllowList()
+
+    async def route(self, model: str, *, api_base: str | None = None, api_key: str | None = None) -> ModelRoute:
+        """Where a call of `model` with an agent's `api_base`/`api_key` goes, and with which key; its base URL checked.
+
+        Raises:
+            LLMError: the call would send a credential where it does not belong, or its base URL is not allowed
+                (a private or loopback address not in OUTBOUND_ALLOW_HOSTS; a cloud metadata address, always).
+        """
+        litellm = await _ensure_litellm()
+        try:
+            route = model_route(provider=_provider(litellm, model), agent_base=api_base, agent_key=api_key,
+                                global_base=self.api_base, global_key=self.api_key)
+        except RouteRefused as exc:
+            raise LLMError(f"The model {model!r} cannot be called: {exc}.") from None
+        if route.endpoint != "provider" and route.api_base:
+            problem = await self.endpoint_problem(route.api_base, operator=route.endpoint == "operator")
+            if problem is not None:
+                raise LLMError(f"The model {model!r} is not called at {route.api_base}: {problem}.")
+        return route
+
+    async def api_base_problem(self, model: str, api_base: str) -> str | None:
+        """Why an agent of `model` may not have `api_base` (the model's provider, or the address), or None."""
+        try:
+            model_route(provider=_provider(await _ensure_litellm(), model), agent_base=api_base, agent_key=None,
+                        global_base=None, global_key=None)
+        except RouteRefused as exc:
+            return str(exc)
+        return await self.endpoint_problem(api_base)
+
+    async def endpoint_problem(self, api_base: str, *, operator: bool = False) -> str | None:
+        """Why a model may not be called at `api_base` ("not allowed: a loopback address; ..."), or None.
+
+        An agent's `apiBase` is held to the outbound policy with `OUTBOUND_ALLOW_HOSTS`; the operator's
+        `LLM_API_BASE` may be any address but a cloud metadata one.
+        """
+        refusal = await url_refusal(api_base, OPERATOR_CONFIGURED if operator else self.allow)
+        if refusal is None or operator or "metadata" in refusal or not refusal.startswith("not allowed"):
+            return refusal
+        host = httpx.URL(api_base).host
+        return f"{refusal} (an operator can allow it with OUTBOUND_ALLOW_HOSTS={host})"
 
     async def stream(
         self,
@@ -160,12 +211,11 @@ class LLMGateway:
     ) -> AsyncIterator[LLMEvent]:
         """Yield `TextDelta`s as they come, then one `ModelResult`.
 
-        `api_base`/`api_key` are an agent's own: an agent with its own base URL gets only its own key
-        (the app's LLM_API_KEY is not sent there); a model string LiteLLM does not know goes to that
-        base URL as an OpenAI-compatible server.
+        `api_base`/`api_key` are an agent's own: which key goes where is `route` (`core.chat.model_route`);
+        a model string LiteLLM does not know goes to that base URL as an OpenAI-compatible server.
 
         Raises:
-            LLMError: the provider refused or failed (mid-stream failures included).
+            LLMError: the provider refused or failed (mid-stream failures included), or `route` refused the call.
             LLMTimeout: nothing arrived within `timeout_s`.
         """
         litellm = await _ensure_litellm()
@@ -185,14 +235,13 @@ class LLMGateway:
         if model.startswith(f"{DEMO_PROVIDER}/"):
             kwargs["api_base"] = f"demo://delay={self.demo_delay_s}"
         else:
-            base = api_base or self.api_base
-            key = api_key if api_base else (api_key or self.api_key)
-            if base:
-                kwargs["api_base"] = base
-            if key:
-                kwargs["api_key"] = key
-            if api_base and not _knows_model(litellm, model):
-                kwargs["custom_llm_provider"] = "openai"
+            route = await self.route(model, api_base=api_base, api_key=api_key)
+            if route.api_base:
+                kwargs["api_base"] = route.api_base
+            if route.api_key:
+                kwargs["api_key"] = route.api_key
+            if route.custom_llm_provider:
+                kwargs["custom_llm_provider"] = route.custom_llm_provider
 
         assembly = StreamAssembly(model)
         try:
@@ -390,11 +439,15 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
 
 
 def _knows_model(litellm: Any, model: str) -> bool:
+    return _provider(litellm, model) is not None
+
+
+def _provider(litellm: Any, model: str) -> str | None:
+    """LiteLLM's provider of `model` (its own detection, no base URL or key given), or None when it cannot tell."""
     try:
-        litellm.get_llm_provider(model)
+        return litellm.get_llm_provider(model)[1]
     except Exception:  # litellm raises BadRequestError (and others) for a provider it cannot tell
-        return False
-    return True
+        return None
 
 
 async def _ensure_litellm() -> Any:
