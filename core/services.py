@@ -42,6 +42,7 @@ from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import DuplicateReplica, RedisStreamHub
+from core.web.outbound_policy import AllowList
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class Services:
             api_base=settings.llm_api_base,
             api_key=settings.llm_api_key,
             timeout_s=settings.llm_timeout_s,
+            allow=AllowList.parse(settings.outbound_allow_hosts),  # an agent's apiBase is an outbound fetch
         )
         tools = ToolRegistry()
         secrets = LazySecretBox(settings.data_dir, settings.secret_key)  # agents' API keys

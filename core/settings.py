@@ -173,11 +173,12 @@ class Settings(BaseSettings):
                                                          "(cluster mode)")
     cluster_lease_s: float = Field(15.0, ge=1.0, le=600.0, description="How long a replica's claim on a running "
                                    "turn or task lasts without renewal; another replica ends it after that (cluster)")
-    # Outbound fetches (agent cards, remote agents' endpoints; core/a2a/outbound.py): non-public addresses are refused
-    # unless their host name, address or network is listed here.
+    # Outbound fetches (agent cards, remote agents' endpoints, agents' model endpoints; core/web/outbound_policy.py):
+    # non-public addresses are refused unless their host name, address or network is listed here; metadata never.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Host names, IPs or networks that card fetches and remote calls may reach "
-                                          "although they are loopback or private")
+        default_factory=list, description="Host names, IPs or networks that card fetches, remote calls and agents' "
+                                          "model endpoints (apiBase) may reach although they are loopback or private "
+                                          "(a cloud metadata address never)")
 
     debug: str | None = None
     loop_probe: bool = Field(False, description="Measure the longest event-loop block (benchmarks; logged on SIGUSR1, "

@@ -31,8 +31,9 @@ from tests.utils.sync import run_sync
 
 @pytest.fixture
 def api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
-    """A live API server in single-user mode: `local` is the admin."""
-    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2))
+    """A live API server in single-user mode: `local` is the admin; agents' model servers may be on this machine."""
+    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2,
+                                            outbound_allow_hosts=["127.0.0.1"]))
     services.prepare()
     with live_server(build_api_app(services)) as url:
         yield url, services

@@ -11,7 +11,7 @@ from nicegui import app
 from nicegui.testing import User
 
 from core.services import Services
-from tests.test_chat_page import app_env, litellm_imported, user  # noqa: F401  (fixtures)
+from tests.test_chat_page import BOB, MULTI_USER, app_env, litellm_imported, log_in, user  # noqa: F401  (fixtures)
 
 
 def services() -> Services:
@@ -49,3 +49,22 @@ async def test_a_refusal_shows_beside_its_field(user: User, field: str) -> None:
         editor.inputs["model"].value = "no-such-model"
     await editor.save()
     assert "LiteLLM does not know the model" in (editor.inputs[field].error or "")
+
+
+@pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
+async def test_try_it_is_not_for_a_user_who_may_not_change_the_agent(user: User) -> None:  # noqa: F811
+    """Try it sends the agent's key where the form says and shows the reply: bob (no admin) neither sees nor runs it."""
+    await log_in(user, *BOB, path="/agents")
+    await user.open("/agents?edit=planner")
+    await user.should_see("Edit Planner")
+    await user.should_see("Only admins change agents.")
+    await user.should_not_see("Try it")
+    from ui.agents_page import AgentEditor  # as if the button were there: the page's action, refused in core
+
+    planner = await services().agent_admin.get("planner")
+    with user:
+        editor = AgentEditor(services(), planner, await services().agent_admin.list(), True, on_saved=lambda _id: None)
+        editor.render()
+        editor.inputs["apiBase"].value = "http://127.0.0.1:9/v1"
+    await editor.try_it()
+    assert editor.try_output.text == "Error: Only admins may try an agent's model."

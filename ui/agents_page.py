@@ -2,7 +2,8 @@
 
 The page calls `services.agent_admin` (`core/delegation/agent_admin.py`) for everything; the rules and
 their messages are there, and a refusal is shown beside the field it names. Everyone sees the page;
-only admins (`local` in single-user mode) get the editor's Save and Delete.
+only admins (`local` in single-user mode) get the editor's Save, Delete and Try it (which
+`AgentAdmin.try_model` checks again itself).
 """
 
 from __future__ import annotations
@@ -229,7 +230,8 @@ class AgentEditor:
                     if view is not None:
                         ui.button(_("Delete"), icon="delete", on_click=self.delete).props(
                             "flat color=negative data-testid=agent-delete")
-                ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props("outline data-testid=agent-try")
+                    ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props(
+                        "outline data-testid=agent-try")
                 if view is not None:
                     ui.button(_("Chat"), icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
                         "flat data-testid=agent-chat")
@@ -309,6 +311,15 @@ class AgentEditor:
     async def try_it(self) -> None:
         """Send one short prompt through the form's model and show the reply or the error."""
         self.try_output.text = _("Asking the model…")
-        result = await self.services.agent_admin.try_model(self.fields(), self.view.id if self.view else None)
+        self.inputs["apiKey"].error = None
+        try:
+            result = await self.services.agent_admin.try_model(
+                self.fields(), self.view.id if self.view else None, user_id=current_user_id(self.services),
+                multi_user=self.services.auth.multi_user)
+        except AgentRuleError as exc:
+            self.try_output.text = _("Error: {text}").format(text=exc.message)
+            return
+        if result.field in self.inputs:
+            self.inputs[result.field].error = result.text
         self.try_output.text = (_("Reply: {text}") if result.ok else _("Error: {text}")).format(text=result.text)
         self.try_output.classes(replace="whitespace-pre-wrap text-body2 " + ("" if result.ok else "text-negative"))

@@ -3,16 +3,17 @@
 A card URL comes from whoever registers a remote agent, or from any peer that
 dials in on `/a2a?cardUrl=`; a card names its JSON-RPC endpoint. Fetched
 blindly, such a URL reaches Redis, PostgreSQL, this app's own API or a cloud's
-metadata service (server-side request forgery). The policy, in one place:
+metadata service (server-side request forgery). The policy:
 
 - only `http` and `https` URLs;
 - the host name is resolved (the event loop's `getaddrinfo`, so `localhost`,
   `2130706433` and `0x7f.1` resolve as the system would) and refused if ANY of
   its addresses is loopback, private, link-local, multicast, reserved,
-  unspecified or otherwise not public, or a cloud metadata address, unless the
+  unspecified or otherwise not public, unless the
   host name, or the address's network, is in the allow-list
-  (`OUTBOUND_ALLOW_HOSTS`; tests and local agents use it). A metadata address
-  is unlocked only by listing that address or its network, never by a host name;
+  (`OUTBOUND_ALLOW_HOSTS`; tests and local agents use it); a cloud metadata
+  address never, whatever the allow-list says. (The policy itself is `core.web.outbound_policy`, shared
+  with the model calls' `apiBase` check; this module does the fetching.)
 - the connection goes to the address that was checked (`GuardedTransport`
   rewrites the request to it and keeps `Host` and, for https, the TLS server
   name and certificate check on the host name), so a name that resolves to
@@ -35,18 +36,23 @@ would resolve names itself, past this check).
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import json
 import logging
-import socket
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from core.web import input_limits
+from core.web.outbound_policy import (  # noqa: F401  (the policy's names, as this module's users know them)
+    METADATA_ADDRESSES,
+    AllowList,
+    IPAddress,
+    IPNetwork,
+    OutboundError,
+    checked_addresses,
+    refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +62,6 @@ MAX_REDIRECTS = 5
 FETCH_TIMEOUT_S = 10.0
 TIMED_OUT = "timed out"
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-METADATA_ADDRESSES = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
-
-
-class OutboundError(httpx.TransportError):
-    """A request refused by the policy, or one that failed; `category` says which in a few words.
-
-    A `httpx.TransportError`, so the a2a-sdk client reports it like any network failure.
-    """
-
-    def __init__(self, category: str, *, request: httpx.Request | None = None) -> None:
-        super().__init__(category, request=request)
-        self.category = category
-
 
 class CardFetchError(ValueError):
     """A card that could not be fetched: "could not fetch the card: <category>", for people to read."""
@@ -79,56 +69,6 @@ class CardFetchError(ValueError):
     def __init__(self, category: str) -> None:
         super().__init__(f"could not fetch the card: {category}")
         self.category = category
-
-
-@dataclass(frozen=True, slots=True)
-class AllowList:
-    """Hosts and networks that may be reached although their addresses are not public.
-
-    Attributes:
-        hosts: host names, lower case (`localhost`, `agents.internal`).
-        networks: addresses and networks (`127.0.0.1`, `10.0.0.0/8`, `::1`).
-    """
-
-    hosts: frozenset[str] = frozenset()
-    networks: tuple[IPNetwork, ...] = ()
-
-    @classmethod
-    def parse(cls, entries: Iterable[str]) -> AllowList:
-        """From the setting's entries: each one an IP address, a network (CIDR) or a host name."""
-        hosts: set[str] = set()
-        networks: list[IPNetwork] = []
-        for entry in entries:
-            entry = entry.strip().lower().rstrip(".")
-            if not entry:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-            except ValueError:
-                hosts.add(entry)
-        return cls(frozenset(hosts), tuple(networks))
-
-    def allows(self, host: str, address: IPAddress) -> bool:
-        """True when `address` (one of `host`'s) may be reached although it is not public."""
-        if any(address in network for network in self.networks):
-            return True
-        return address not in METADATA_ADDRESSES and host.lower().rstrip(".") in self.hosts
-
-
-def refusal(address: IPAddress) -> str | None:
-    """Why `address` is not reached without the allow-list (e.g. "a loopback address"); None when it is public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    for test, what in (("is_unspecified", "an unspecified address"), ("is_loopback", "a loopback address"),
-                       ("is_link_local", "a link-local address"), ("is_multicast", "a multicast address"),
-                       ("is_private", "a private address"), ("is_reserved", "a reserved address")):
-        if getattr(address, test):
-            return what
-    if not address.is_global:
-        return "not a public address"
-    return None
 
 
 def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
@@ -142,36 +82,6 @@ def shorten(url: str | httpx.URL, limit: int = 120) -> str:
     """`url` for a log line: at most `limit` characters."""
     text = str(url)
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]:
-    """Resolve `url`'s host and return its addresses, all allowed by the policy.
-
-    Raises:
-        OutboundError: not http(s), the host does not resolve, or one of its addresses is not allowed.
-    """
-    if url.scheme not in {"http", "https"}:
-        raise OutboundError("not allowed: only http and https URLs are fetched")
-    host = url.host
-    if not host:
-        raise OutboundError("not a valid URL")
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
-        raise OutboundError("could not resolve the host name") from exc
-    addresses: list[IPAddress] = []
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if address not in addresses:
-            addresses.append(address)
-    if not addresses:
-        raise OutboundError("could not resolve the host name")
-    for address in addresses:
-        reason = refusal(address)
-        if reason is not None and not allow.allows(host, address):
-            raise OutboundError(f"not allowed: {reason}")
-    return addresses
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):

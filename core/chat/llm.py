@@ -5,10 +5,14 @@ imported on first use (or by `warm_up()` in a worker thread after start-up),
 never on the path to the first page.
 
 The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
-prefix (`local/demo`); what it says is decided in `core/chat/demo_model.py`. Any
+prefix (`local/demo`, `core/chat/demo_provider.py`); what it says is decided in
+`core/chat/demo_model.py`. Any
 other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
 `anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
-any OpenAI-compatible server.
+any OpenAI-compatible server. Which key goes to which base URL is
+`core.chat.model_route`'s rule; the base URL is checked against the outbound
+policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md,
+"Model endpoints and keys").
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from core.chat import demo_model
+from core.chat.demo_provider import make_demo_handler
+from core.chat.model_route import ModelRoute, RouteRefused, model_route
+from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +122,7 @@ def litellm_module() -> Any:
             litellm.drop_params = True
             litellm.custom_provider_map = [
                 *[p for p in (litellm.custom_provider_map or []) if p.get("provider") != DEMO_PROVIDER],
-                {"provider": DEMO_PROVIDER, "custom_handler": _make_demo_handler(litellm)},
+                {"provider": DEMO_PROVIDER, "custom_handler": make_demo_handler(litellm)},
             ]
             _litellm = litellm
     return _litellm
@@ -130,8 +139,10 @@ class LLMGateway:
     Args:
         demo_delay_s: pause between the demo model's tokens.
         api_base: OpenAI-compatible base URL for non-demo models (optional).
-        api_key: key for that server or provider (optional; providers also read their own env vars).
+        api_key: key for that server, or for `openai/...` models (optional; providers also read their own env vars).
         timeout_s: longest wait for the next chunk (LiteLLM's per-read timeout).
+        allow: the hosts and networks an agent's own `apiBase` may be on although not public
+            (`OUTBOUND_ALLOW_HOSTS`).
     """
 
     def __init__(
@@ -141,11 +152,53 @@ class LLMGateway:
         api_base: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 60.0,
+        allow: AllowList | None = None,
     ) -> None:
         self.demo_delay_s = demo_delay_s
         self.api_base = api_base
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.allow = allow or AllowList()
+
+    async def route(self, model: str, *, api_base: str | None = None, api_key: str | None = None) -> ModelRoute:
+        """Where a call of `model` with an agent's `api_base`/`api_key` goes, and with which key; its base URL checked.
+
+        Raises:
+            LLMError: the call would send a credential where it does not belong, or its base URL is not allowed
+                (a private or loopback address not in OUTBOUND_ALLOW_HOSTS; a cloud metadata address, always).
+        """
+        litellm = await _ensure_litellm()
+        try:
+            route = model_route(provider=_provider(litellm, model), agent_base=api_base, agent_key=api_key,
+                                global_base=self.api_base, global_key=self.api_key)
+        except RouteRefused as exc:
+            raise LLMError(f"The model {model!r} cannot be called: {exc}.") from None
+        if route.endpoint != "provider" and route.api_base:
+            problem = await self.endpoint_problem(route.api_base, operator=route.endpoint == "operator")
+            if problem is not None:
+                raise LLMError(f"The model {model!r} is not called at {route.api_base}: {problem}.")
+        return route
+
+    async def api_base_problem(self, model: str, api_base: str) -> str | None:
+        """Why an agent of `model` may not have `api_base` (the model's provider, or the address), or None."""
+        try:
+            model_route(provider=_provider(await _ensure_litellm(), model), agent_base=api_base, agent_key=None,
+                        global_base=None, global_key=None)
+        except RouteRefused as exc:
+            return str(exc)
+        return await self.endpoint_problem(api_base)
+
+    async def endpoint_problem(self, api_base: str, *, operator: bool = False) -> str | None:
+        """Why a model may not be called at `api_base` ("not allowed: a loopback address; ..."), or None.
+
+        An agent's `apiBase` is held to the outbound policy with `OUTBOUND_ALLOW_HOSTS`; the operator's
+        `LLM_API_BASE` may be any address but a cloud metadata one.
+        """
+        refusal = await url_refusal(api_base, OPERATOR_CONFIGURED if operator else self.allow)
+        if refusal is None or operator or "metadata" in refusal or not refusal.startswith("not allowed"):
+            return refusal
+        host = httpx.URL(api_base).host
+        return f"{refusal} (an operator can allow it with OUTBOUND_ALLOW_HOSTS={host})"
 
     async def stream(
         self,
@@ -160,12 +213,11 @@ class LLMGateway:
     ) -> AsyncIterator[LLMEvent]:
         """Yield `TextDelta`s as they come, then one `ModelResult`.
 
-        `api_base`/`api_key` are an agent's own: an agent with its own base URL gets only its own key
-        (the app's LLM_API_KEY is not sent there); a model string LiteLLM does not know goes to that
-        base URL as an OpenAI-compatible server.
+        `api_base`/`api_key` are an agent's own: which key goes where is `route` (`core.chat.model_route`);
+        a model string LiteLLM does not know goes to that base URL as an OpenAI-compatible server.
 
         Raises:
-            LLMError: the provider refused or failed (mid-stream failures included).
+            LLMError: the provider refused or failed (mid-stream failures included), or `route` refused the call.
             LLMTimeout: nothing arrived within `timeout_s`.
         """
         litellm = await _ensure_litellm()
@@ -185,14 +237,13 @@ class LLMGateway:
         if model.startswith(f"{DEMO_PROVIDER}/"):
             kwargs["api_base"] = f"demo://delay={self.demo_delay_s}"
         else:
-            base = api_base or self.api_base
-            key = api_key if api_base else (api_key or self.api_key)
-            if base:
-                kwargs["api_base"] = base
-            if key:
-                kwargs["api_key"] = key
-            if api_base and not _knows_model(litellm, model):
-                kwargs["custom_llm_provider"] = "openai"
+            route = await self.route(model, api_base=api_base, api_key=api_key)
+            if route.api_base:
+                kwargs["api_base"] = route.api_base
+            if route.api_key:
+                kwargs["api_key"] = route.api_key
+            if route.custom_llm_provider:
+                kwargs["custom_llm_provider"] = route.custom_llm_provider
 
         assembly = StreamAssembly(model)
         try:
@@ -390,11 +441,15 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
 
 
 def _knows_model(litellm: Any, model: str) -> bool:
+    return _provider(litellm, model) is not None
+
+
+def _provider(litellm: Any, model: str) -> str | None:
+    """LiteLLM's provider of `model` (its own detection, no base URL or key given), or None when it cannot tell."""
     try:
-        litellm.get_llm_provider(model)
+        return litellm.get_llm_provider(model)[1]
     except Exception:  # litellm raises BadRequestError (and others) for a provider it cannot tell
-        return False
-    return True
+        return None
 
 
 async def _ensure_litellm() -> Any:
@@ -442,106 +497,3 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     # litellm appends a formatted traceback to some messages; a person needs the first line.
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _make_demo_handler(litellm: Any) -> Any:
-    """Build the `local/` provider; defined here because it subclasses litellm's CustomLLM."""
-
-    class LocalDemoLLM(litellm.CustomLLM):
-        """The offline demo model as a LiteLLM provider (streaming only, plus a non-stream fallback)."""
-
-        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                             encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
-            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
-            delay = reply.delay_s if reply.delay_s is not None else _demo_delay(api_base)
-            pace = _Pace(delay)
-            loop = asyncio.get_running_loop()
-            ran_since = loop.time()
-            emitted = 0
-            for token in reply.tokens:
-                if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
-                    raise demo_model.DemoModelError(f"failure requested after {emitted} words (/fail, /error)")
-                if delay:
-                    await pace.next()
-                elif loop.time() - ran_since >= _ZERO_DELAY_SLICE_S:
-                    # A provider's next chunk is a network read that lets the event loop run; without a
-                    # delay the demo model has none, and a long reply would hold the loop to its end
-                    # (118 ms for 2,000 words). It lets the loop run every few ms instead: a pass per
-                    # chunk would cost every burst its batching (one SSE write per event).
-                    await asyncio.sleep(0)
-                    ran_since = loop.time()
-                emitted += 1
-                yield _chunk(text=token)
-            if reply.hang:
-                await asyncio.Event().wait()  # until the turn is canceled (/hang)
-            for index, call in enumerate(reply.tool_calls):
-                if delay:
-                    await asyncio.sleep(delay)
-                # The id must be on the first fragment, or stream_chunk_builder drops the call.
-                half = len(call.arguments) // 2
-                yield _chunk(tool_use={"id": call.id, "type": "function", "index": index,
-                                       "function": {"name": call.name, "arguments": call.arguments[:half]}})
-                yield _chunk(tool_use={"id": None, "type": "function", "index": index,
-                                       "function": {"name": None, "arguments": call.arguments[half:]}})
-                emitted += 1
-            yield _chunk(finished=True, finish_reason=reply.finish_reason,
-                         usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": emitted,
-                                "total_tokens": reply.prompt_tokens + emitted})
-
-        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
-            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
-            return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
-
-    return LocalDemoLLM()
-
-
-#: Without a delay, the demo model lets the event loop run at least this often.
-_ZERO_DELAY_SLICE_S = 0.002
-
-
-class _Pace:
-    """The demo model's clock: token k is due `k * delay` after the first, as a provider sends them.
-
-    A provider produces tokens on its own clock; when the app is late to read one, the next is
-    already there. Sleeping `delay` after each token instead would slow a stream down whenever the
-    event loop is busy, and would line up the streams that were late together, so they all come
-    due in the same loop iteration from then on (100 streams at 50 tokens/s: every 20 ms, one
-    iteration doing the work of all of them). A token that is due already is read at once, as a
-    network read finds the chunks that came while the app was busy in its buffer: a late reader
-    then gets the tokens it missed in one step (which the A2A stream joins into one update), so a
-    loaded event loop does less per token instead of one pass per token. A stream more than
-    `_MAX_DEBT` tokens behind starts its clock again rather than sending the debt in one burst.
-    """
-
-    _MAX_DEBT = 5
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.due: float | None = None
-
-    async def next(self) -> None:
-        """Wait until the next token is due; a token that is due already is there at once, without a wait."""
-        now = asyncio.get_running_loop().time()
-        self.due = (now if self.due is None else self.due) + self.delay
-        if now - self.due > self._MAX_DEBT * self.delay:
-            self.due = now
-        if self.due > now:
-            await asyncio.sleep(self.due - now)
-
-
-def _demo_delay(api_base: str | None) -> float:
-    # The gateway passes its delay through api_base ("demo://delay=0.03"): one provider
-    # object serves every gateway in the process, each with its own delay.
-    if api_base and api_base.startswith("demo://delay="):
-        try:
-            return max(0.0, float(api_base.removeprefix("demo://delay=")))
-        except ValueError:
-            return 0.0
-    return 0.0
-
-
-def _chunk(*, text: str = "", tool_use: dict | None = None, finished: bool = False, finish_reason: str = "",
-           usage: dict | None = None) -> dict[str, Any]:
-    return {"text": text, "tool_use": tool_use, "is_finished": finished, "finish_reason": finish_reason,
-            "usage": usage, "index": 0}

@@ -8,10 +8,16 @@ status it answers with:
   records keep it), remote HTTP agents (registered, online or not) and broker agents online now (409);
 - `allowedAgents` names only agents that exist, and not the agent itself (422);
 - a model string LiteLLM does not know is refused unless the agent has an `apiBase` (422);
+- an `apiBase` is an outbound fetch: refused on a loopback, private or link-local address not in
+  `OUTBOUND_ALLOW_HOSTS`, on a cloud metadata address always, and for a provider whose credentials
+  LiteLLM takes from the environment (bedrock, vertex_ai, ...; `core.chat.model_route`) (422);
+- a stored key goes only to the base URL it was saved with: changing `apiBase` without giving the key
+  again (or removing it) is refused (422 on `apiKey`), and "Try it" with another base URL does not use it;
 - an agent with running tasks (as caller or callee) cannot be deleted (409 naming them); deleting
   one takes it out of every other agent's `allowedAgents`, and says where.
 
-Who may call these (admins) is the routes' and the page's check (`accounts.may_change_agents`).
+Who may call these (admins) is the routes' and the page's check (`accounts.may_change_agents`);
+"Try it" checks it itself (`try_model`), since it sends the stored key and shows the reply.
 A change is read by the next turn: a running turn keeps the agent row it started with.
 """
 
@@ -27,7 +33,8 @@ from sqlmodel import col, select
 
 from core.auth import accounts
 from core.chat import agents as agents_store
-from core.chat.llm import LLMError, LLMGateway, model_problem
+from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem
+from core.chat.model_route import same_base
 from core.db import Database
 from core.delegation.registry import AgentRegistry
 from core.delegation.tasks import SUBMITTED, WORKING
@@ -61,6 +68,12 @@ class AgentConflict(AgentRuleError):
     """The id is taken, or the agent is busy."""
 
     status_code = 409
+
+
+class NotAllowed(AgentRuleError):
+    """The user may not do this (only admins change and try agents)."""
+
+    status_code = 403
 
 
 class UnknownAgent(AgentRuleError):
@@ -120,6 +133,7 @@ class TryResult:
 
     ok: bool
     text: str
+    field: str | None = None  # the form field (API name) the error concerns, if one does
 
 
 class AgentAdmin:
@@ -275,6 +289,8 @@ class AgentAdmin:
             changes["model"] = (fields["model"] or "").strip()
         if "api_base" in fields:
             changes["api_base"] = _api_base(fields["api_base"])
+            if agent.api_key and "api_key" not in fields and not same_base(changes["api_base"], agent.api_base):
+                raise AgentRuleError(_stored_key_elsewhere(agent.api_base), ("apiKey",))
         if "model" in fields or "api_base" in fields:
             await self._check_model(changes.get("model", agent.model), changes.get("api_base", agent.api_base))
         if "api_key" in fields:
@@ -317,13 +333,20 @@ class AgentAdmin:
 
     # -- trying --------------------------------------------------------------------------
 
-    async def try_model(self, fields: dict[str, Any], agent_id: str | None = None,
-                        prompt: str = TRY_PROMPT) -> TryResult:
-        """Send one short prompt through the model the fields describe; nothing is saved.
+    async def try_model(self, fields: dict[str, Any], agent_id: str | None = None, prompt: str = TRY_PROMPT, *,
+                        user_id: int | None, multi_user: bool) -> TryResult:
+        """Send one short prompt through the model the fields describe, for a user who may change agents.
 
-        Missing fields come from the stored agent (its key too, unless the fields say `api_key`).
+        Nothing is saved. Missing fields come from the stored agent; its stored key too, unless the
+        fields say `api_key`, and only when the base URL is the one the key was saved with.
         Returns its reply, or the provider's error in plain words.
+
+        Raises:
+            NotAllowed: the user may not change agents (the reply of whatever address the form names, sent the
+                agent's key, is not for everyone to read).
         """
+        if not await self.may_change(user_id, multi_user=multi_user):
+            raise NotAllowed(_("Only admins may try an agent's model."))
         stored: Agent | None = None
         if agent_id:
             async with self.db.session() as s:
@@ -338,6 +361,8 @@ class AgentAdmin:
             return TryResult(False, problem[0].upper() + problem[1:] + ".")
         api_key = fields.get("api_key") or None
         if api_key is None and stored is not None and stored.api_key and "api_key" not in fields:
+            if not same_base(api_base, stored.api_base):
+                return TryResult(False, _stored_key_elsewhere(stored.api_base), field="apiKey")
             api_key = self.secrets.open(stored.api_key)
         system = fields.get("system_prompt") if "system_prompt" in fields else (stored.system_prompt if stored else "")
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
@@ -374,6 +399,10 @@ class AgentAdmin:
         problem = await model_problem(model, api_base=api_base)
         if problem is not None:
             raise AgentRuleError(problem[0].upper() + problem[1:] + ".", ("model",))
+        if api_base and not model.startswith(f"{DEMO_PROVIDER}/"):  # the demo model fetches nothing
+            problem = await self.llm.api_base_problem(model, api_base)
+            if problem is not None:
+                raise AgentRuleError(_("This apiBase cannot be used: {reason}.").format(reason=problem), ("apiBase",))
 
     async def _check_allowed(self, slug: str, tools: dict[str, dict[str, Any]], loc: Loc) -> None:
         allowed = (tools.get(agents_store.AGENT_INVOKE) or {}).get("allowedAgents")
@@ -387,6 +416,12 @@ class AgentAdmin:
             raise AgentRuleError(_("allowedAgents names agents that do not exist: {ids} "
                                    "(a broker agent must be connected to be named).").format(
                                        ids=", ".join(unknown)), loc)
+
+
+def _stored_key_elsewhere(saved_base: str | None) -> str:
+    where = saved_base or _("the provider's own endpoint (no apiBase)")
+    return _("The stored API key was saved for {base}; give the key again for another base URL, "
+             "or remove it (apiKey null).").format(base=where)
 
 
 def _allowed_loc(fields: dict[str, Any]) -> Loc:

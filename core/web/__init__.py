@@ -6,9 +6,11 @@ answer (`schemas.py`); limits on what is read from outside, body sizes and JSON 
 (`request_guards.py`); requests that arrive together start a few per pass of the event loop
 (`start_gate.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
 external text in log lines (`logtext.py`); errors with a machine `code`, in the caller's
-`Accept-Language` (`errors.py`).
+`Accept-Language` (`errors.py`); which addresses a URL that people name may reach, for card
+fetches and model endpoints alike (`outbound_policy.py`: it decides, it does not fetch).
 
-May import: the standard library, starlette, FastAPI, pydantic; of `core` only `core.i18n`.
+May import: the standard library, starlette, FastAPI, pydantic, httpx (its URL and error types);
+of `core` only `core.i18n`.
 """
 
 from core.web.api_docs import add_api_docs

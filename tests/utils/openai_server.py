@@ -7,7 +7,8 @@ LiteLLM and the openai SDK, exactly as it would talk to a provider.
 Each request to `POST /v1/chat/completions` takes the next response from the
 script queue (`server.script(...)`); with the queue empty it answers 500 with a
 "script exhausted" error, so a missing script fails loudly instead of hanging.
-Every request is recorded (`server.requests`: body and lower-cased headers).
+Every request is recorded (`server.requests`: body and lower-cased headers), to any path: a
+request to another path (another provider's API, e.g. `/v1/messages`) is answered 404.
 
 Responses (build them with the helpers below):
 
@@ -308,7 +309,8 @@ class OpenAIServer:
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
         self._counter = 0
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat_completions, methods=["POST"])])
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                                     Route("/{path:path}", self._elsewhere, methods=["GET", "POST"])])
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -380,6 +382,19 @@ class OpenAIServer:
             await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
     # -- the endpoint ---------------------------------------------------------------------
+
+    async def _elsewhere(self, request: Request) -> Any:
+        """Any other path (another provider's API, a doubled `/v1`): recorded, and answered 404."""
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            body = {"_raw": raw.decode(errors="replace")}
+        with self._lock:
+            self.requests.append(RecordedRequest(request.url.path, {k.lower(): v for k, v in request.headers.items()},
+                                                 body if isinstance(body, dict) else {"_raw": body}))
+        return JSONResponse({"error": {"message": "not an endpoint of the test server", "type": "not_found"}},
+                            status_code=404)
 
     async def _chat_completions(self, request: Request) -> Any:
         raw = await request.body()

@@ -1,0 +1,116 @@
+"""The offline demo model as a LiteLLM provider (`local/...`): its stream, paced as a provider's.
+
+What the demo model says is `core.chat.demo_model`'s; this is how it reaches LiteLLM. The class
+subclasses litellm's `CustomLLM`, so it is built from the litellm module `core.chat.llm` imported
+(`make_demo_handler(litellm)`): this module imports no litellm itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from core.chat import demo_model
+
+
+def make_demo_handler(litellm: Any) -> Any:
+    """Build the `local/` provider (a subclass of litellm's CustomLLM, so it is made from the module given)."""
+
+    class LocalDemoLLM(litellm.CustomLLM):
+        """The offline demo model as a LiteLLM provider (streaming only, plus a non-stream fallback)."""
+
+        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                             encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
+            delay = reply.delay_s if reply.delay_s is not None else _demo_delay(api_base)
+            pace = _Pace(delay)
+            loop = asyncio.get_running_loop()
+            ran_since = loop.time()
+            emitted = 0
+            for token in reply.tokens:
+                if reply.fail_after_tokens is not None and emitted >= reply.fail_after_tokens:
+                    raise demo_model.DemoModelError(f"failure requested after {emitted} words (/fail, /error)")
+                if delay:
+                    await pace.next()
+                elif loop.time() - ran_since >= _ZERO_DELAY_SLICE_S:
+                    # A provider's next chunk is a network read that lets the event loop run; without a
+                    # delay the demo model has none, and a long reply would hold the loop to its end
+                    # (118 ms for 2,000 words). It lets the loop run every few ms instead: a pass per
+                    # chunk would cost every burst its batching (one SSE write per event).
+                    await asyncio.sleep(0)
+                    ran_since = loop.time()
+                emitted += 1
+                yield _chunk(text=token)
+            if reply.hang:
+                await asyncio.Event().wait()  # until the turn is canceled (/hang)
+            for index, call in enumerate(reply.tool_calls):
+                if delay:
+                    await asyncio.sleep(delay)
+                # The id must be on the first fragment, or stream_chunk_builder drops the call.
+                half = len(call.arguments) // 2
+                yield _chunk(tool_use={"id": call.id, "type": "function", "index": index,
+                                       "function": {"name": call.name, "arguments": call.arguments[:half]}})
+                yield _chunk(tool_use={"id": None, "type": "function", "index": index,
+                                       "function": {"name": None, "arguments": call.arguments[half:]}})
+                emitted += 1
+            yield _chunk(finished=True, finish_reason=reply.finish_reason,
+                         usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": emitted,
+                                "total_tokens": reply.prompt_tokens + emitted})
+
+        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
+                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+            reply = demo_model.plan_reply(messages, optional_params.get("tools"))
+            return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
+
+    return LocalDemoLLM()
+
+
+#: Without a delay, the demo model lets the event loop run at least this often.
+_ZERO_DELAY_SLICE_S = 0.002
+
+
+class _Pace:
+    """The demo model's clock: token k is due `k * delay` after the first, as a provider sends them.
+
+    A provider produces tokens on its own clock; when the app is late to read one, the next is
+    already there. Sleeping `delay` after each token instead would slow a stream down whenever the
+    event loop is busy, and would line up the streams that were late together, so they all come
+    due in the same loop iteration from then on (100 streams at 50 tokens/s: every 20 ms, one
+    iteration doing the work of all of them). A token that is due already is read at once, as a
+    network read finds the chunks that came while the app was busy in its buffer: a late reader
+    then gets the tokens it missed in one step (which the A2A stream joins into one update), so a
+    loaded event loop does less per token instead of one pass per token. A stream more than
+    `_MAX_DEBT` tokens behind starts its clock again rather than sending the debt in one burst.
+    """
+
+    _MAX_DEBT = 5
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.due: float | None = None
+
+    async def next(self) -> None:
+        """Wait until the next token is due; a token that is due already is there at once, without a wait."""
+        now = asyncio.get_running_loop().time()
+        self.due = (now if self.due is None else self.due) + self.delay
+        if now - self.due > self._MAX_DEBT * self.delay:
+            self.due = now
+        if self.due > now:
+            await asyncio.sleep(self.due - now)
+
+
+def _demo_delay(api_base: str | None) -> float:
+    # The gateway passes its delay through api_base ("demo://delay=0.03"): one provider
+    # object serves every gateway in the process, each with its own delay.
+    if api_base and api_base.startswith("demo://delay="):
+        try:
+            return max(0.0, float(api_base.removeprefix("demo://delay=")))
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def _chunk(*, text: str = "", tool_use: dict | None = None, finished: bool = False, finish_reason: str = "",
+           usage: dict | None = None) -> dict[str, Any]:
+    return {"text": text, "tool_use": tool_use, "is_finished": finished, "finish_reason": finish_reason,
+            "usage": usage, "index": 0}
