@@ -349,3 +349,27 @@ async def test_the_agents_api_base_and_key_are_used_and_edits_wait_for_the_next_
         after = openai_server.requests[3]
         assert after.headers["authorization"] == "Bearer sk-agent-two"
         assert after.body["messages"][0]["content"] == "Prompt two."
+
+
+async def test_a_stored_key_does_not_follow_a_model_to_another_provider(api) -> None:
+    """Without an apiBase an agent's key goes to its model's provider: a new provider needs the key again."""
+    url, services = api
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
+        created = await client.post("/api/agents", json={
+            "id": "gpt-keyed", "name": "GPT", "model": "openai/gpt-4o-mini", "apiKey": "sk-for-openai-only"})
+        assert created.status_code == 201, created.text
+        moved = await client.patch("/api/agents/gpt-keyed", json={"model": "anthropic/claude-3-5-haiku-latest"})
+        assert moved.status_code == 422, moved.text
+        [error] = moved.json()["detail"]
+        assert error["loc"] == ["body", "apiKey"] and "provider of openai/gpt-4o-mini" in error["msg"]
+        assert (await client.get("/api/agents/gpt-keyed")).json()["model"] == "openai/gpt-4o-mini"
+        # Another model of the same provider keeps the key; so does a move with the key given again.
+        same_provider = await client.patch("/api/agents/gpt-keyed", json={"model": "openai/gpt-4o"})
+        assert same_provider.status_code == 200 and same_provider.json()["hasApiKey"]
+        rekeyed = await client.patch("/api/agents/gpt-keyed", json={
+            "model": "anthropic/claude-3-5-haiku-latest", "apiKey": "sk-ant-for-anthropic"})
+        assert rekeyed.status_code == 200 and rekeyed.json()["hasApiKey"]
+    # Try it (the page's way, as the admin `local`): the stored key is not sent to another provider either.
+    tried = await services.agent_admin.try_model({"model": "openai/gpt-4o-mini"}, "gpt-keyed",
+                                                 user_id=None, multi_user=False)
+    assert not tried.ok and tried.field == "apiKey" and "provider of anthropic/claude-3-5-haiku-latest" in tried.text

@@ -423,6 +423,11 @@ class StreamAssembly:
         )
 
 
+async def provider_of(model: str) -> str | None:
+    """LiteLLM's provider of `model` (`openai`, `anthropic`, `local` for the demo model), or None when it cannot tell."""
+    return _provider(await _ensure_litellm(), model)
+
+
 async def model_problem(model: str, *, api_base: str | None = None) -> str | None:
     """Why `model` cannot be used, or None.
 

@@ -11,8 +11,9 @@ status it answers with:
 - an `apiBase` is an outbound fetch: refused on a loopback, private or link-local address not in
   `OUTBOUND_ALLOW_HOSTS`, on a cloud metadata address always, and for a provider whose credentials
   LiteLLM takes from the environment (bedrock, vertex_ai, ...; `core.chat.model_route`) (422);
-- a stored key goes only to the base URL it was saved with: changing `apiBase` without giving the key
-  again (or removing it) is refused (422 on `apiKey`), and "Try it" with another base URL does not use it;
+- a stored key goes only to the endpoint it was saved for (its `apiBase`; without one, its model's
+  provider): changing `apiBase`, or the model to another provider, without giving the key again (or
+  removing it) is refused (422 on `apiKey`), and "Try it" towards another endpoint does not use it;
 - an agent with running tasks (as caller or callee) cannot be deleted (409 naming them); deleting
   one takes it out of every other agent's `allowedAgents`, and says where.
 
@@ -33,7 +34,7 @@ from sqlmodel import col, select
 
 from core.auth import accounts
 from core.chat import agents as agents_store
-from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem
+from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem, provider_of
 from core.chat.model_route import same_base
 from core.db import Database
 from core.delegation.registry import AgentRegistry
@@ -289,8 +290,10 @@ class AgentAdmin:
             changes["model"] = (fields["model"] or "").strip()
         if "api_base" in fields:
             changes["api_base"] = _api_base(fields["api_base"])
-            if agent.api_key and "api_key" not in fields and not same_base(changes["api_base"], agent.api_base):
-                raise AgentRuleError(_stored_key_elsewhere(agent.api_base), ("apiKey",))
+        if agent.api_key and "api_key" not in fields and ("api_base" in fields or "model" in fields):
+            new_model, new_base = changes.get("model", agent.model), changes.get("api_base", agent.api_base)
+            if not await _key_stays_with_its_endpoint(agent.model, agent.api_base, new_model, new_base):
+                raise AgentRuleError(_stored_key_elsewhere(agent.model, agent.api_base), ("apiKey",))
         if "model" in fields or "api_base" in fields:
             await self._check_model(changes.get("model", agent.model), changes.get("api_base", agent.api_base))
         if "api_key" in fields:
@@ -361,8 +364,8 @@ class AgentAdmin:
             return TryResult(False, problem[0].upper() + problem[1:] + ".")
         api_key = fields.get("api_key") or None
         if api_key is None and stored is not None and stored.api_key and "api_key" not in fields:
-            if not same_base(api_base, stored.api_base):
-                return TryResult(False, _stored_key_elsewhere(stored.api_base), field="apiKey")
+            if not await _key_stays_with_its_endpoint(stored.model, stored.api_base, model, api_base):
+                return TryResult(False, _stored_key_elsewhere(stored.model, stored.api_base), field="apiKey")
             api_key = self.secrets.open(stored.api_key)
         system = fields.get("system_prompt") if "system_prompt" in fields else (stored.system_prompt if stored else "")
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
@@ -418,10 +421,21 @@ class AgentAdmin:
                                        ids=", ".join(unknown)), loc)
 
 
-def _stored_key_elsewhere(saved_base: str | None) -> str:
-    where = saved_base or _("the provider's own endpoint (no apiBase)")
-    return _("The stored API key was saved for {base}; give the key again for another base URL, "
-             "or remove it (apiKey null).").format(base=where)
+async def _key_stays_with_its_endpoint(saved_model: str, saved_base: str | None, model: str,
+                                      api_base: str | None) -> bool:
+    """Whether an agent's stored key would still go where it was saved for: the same `apiBase`, or without
+    one the same provider's endpoint (a key saved for `openai/...` must not go to Anthropic with `anthropic/...`)."""
+    if saved_base or api_base:
+        return same_base(saved_base, api_base)
+    return await provider_of(saved_model) == await provider_of(model)
+
+
+def _stored_key_elsewhere(saved_model: str, saved_base: str | None) -> str:
+    if saved_base:
+        return _("The stored API key was saved for {base}; give the key again for another base URL, "
+                 "or remove it (apiKey null).").format(base=saved_base)
+    return _("The stored API key was saved for the provider of {model}; give the key again for another "
+             "provider or base URL, or remove it (apiKey null).").format(model=saved_model)
 
 
 def _allowed_loc(fields: dict[str, Any]) -> Loc:
