@@ -200,10 +200,11 @@ def raise_open_files_limit() -> tuple[int, int] | None:
     except ImportError:  # Windows
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    targets = [hard] if hard != resource.RLIM_INFINITY else []
-    targets += [t for t in OPEN_FILES_TARGETS if hard == resource.RLIM_INFINITY or t < hard]
+    unlimited = resource.RLIM_INFINITY
+    targets = [hard] if hard != unlimited else []
+    targets += [t for t in OPEN_FILES_TARGETS if hard == unlimited or t < hard]
     for target in targets:
-        if soft != resource.RLIM_INFINITY and target <= soft:
+        if soft == unlimited or target <= soft:  # never lowered
             break
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
