@@ -172,6 +172,7 @@ def serve(settings) -> None:
     from nicegui import ui
 
     from core.services import StartupRefused
+    from core.web.connections import ConnectionLimits, guarded_http_protocol, raise_open_files_limit
 
     try:
         build(settings)
@@ -179,6 +180,11 @@ def serve(settings) -> None:
         sys.exit(f"error: {exc}")
     if threading.current_thread() is threading.main_thread():
         leave_stop_signals_to_the_server()
+    raise_open_files_limit()
+    # Slow and greedy clients (core/web/connections.py): a deadline for request headers, a cap per address.
+    limits = ConnectionLimits(header_timeout_s=settings.http_header_timeout_s,
+                              max_per_address=settings.max_connections_per_address,
+                              uncapped=settings.trusted_proxies)
     ui.run(
         host=settings.host,
         port=settings.port,
@@ -192,6 +198,7 @@ def serve(settings) -> None:
         # X-Forwarded-For is believed only from the configured proxies (uvicorn trusts 127.0.0.1 by default).
         proxy_headers=bool(settings.trusted_proxies),
         forwarded_allow_ips=",".join(settings.trusted_proxies) or None,
+        http=guarded_http_protocol(limits),
         favicon="🤖",
         # Phones: the on-screen keyboard shrinks the layout, so the fixed input bar stays above it (issue 14).
         viewport="width=device-width, initial-scale=1, interactive-widget=resizes-content",

@@ -151,6 +151,15 @@ class Settings(BaseSettings):
     blacklist_ip: Annotated[list[str], NoDecode] = Field(default_factory=list, description="IPs refused on /a2a")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Proxies whose X-Forwarded-For is believed; empty: none")
+    # Slow and greedy clients (core/web/connections.py).
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="How long a client may take to send a request's headers, from the "
+                                          "connection's start or the next request's first byte; then it is closed")
+    max_connections_per_address: int = Field(
+        2000, ge=1, description="Open connections one client address may hold; more are answered 429 and closed. "
+                                "TRUSTED_PROXIES are not counted (their users share their address). Above the "
+                                "1,010 broker agents bench/bench_broker.py connects from 127.0.0.1 and the ~400 "
+                                "streams of bench_capacity.py at N=200, and a busy office behind one NAT address")
     # Broker limits beyond the seed's keys (core/broker).
     broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
