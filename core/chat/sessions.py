@@ -268,6 +268,27 @@ async def mark_interrupted(session: AsyncSession) -> int:
     return result.rowcount or 0
 
 
+async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
+    """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
+    query = (
+        select(func.count()).select_from(AgentMessage)
+        .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
+        .where(AgentMessage.status == STREAMING, AgentSession.user_id == user_id)
+    )
+    return (await session.exec(query)).one()
+
+
+async def sessions_answering_with(session: AsyncSession, *, agent_id: int) -> list[str]:
+    """The chats whose turn runs on the agent `agent_id` (on any replica: their drafts), oldest first."""
+    query = (
+        select(AgentSession.id)
+        .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
+        .where(AgentMessage.status == STREAMING, AgentSession.agent_id == agent_id)
+        .order_by(col(AgentMessage.id))
+    )
+    return list(dict.fromkeys((await session.exec(query)).all()))
+
+
 async def interrupt_draft(session: AsyncSession, *, message_id: int, content: str, error: str) -> bool:
     """End one draft whose turn's replica stopped (a cluster's reaper): keep `content`, mark it `interrupted`.
 
