@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     turn_timeout_s: float = Field(600.0, gt=0, description="Longest a whole chat turn may run")
     max_turn_steps: int = Field(8, ge=1, le=50, description="Model calls per turn (tool loop bound)")
     max_message_chars: int = Field(20_000, ge=1)
+    max_running_turns_per_user: int = Field(
+        20, ge=1, description="Chat turns one account may have running at once (with accounts only); more get 429")
+    max_running_tasks_per_user: int = Field(
+        50, ge=1, description="Delegated tasks one account may have submitted or working at once (with accounts "
+                              "only); more are refused")
     login_max_failures: int = Field(10, ge=1, description="Wrong passwords per address and per account in the window")
     login_failure_window_s: float = Field(300.0, gt=0, description="How long a failed login counts")
 

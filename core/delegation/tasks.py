@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
@@ -175,6 +175,13 @@ class TaskRecords:
             [user_row] = await sessions_store.append_messages(s, session_id=session_id, messages=[user_message])
         await s.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
         return task, user_row
+
+    @staticmethod
+    async def count_running(s, user_id: int) -> int:
+        """How many tasks of `user_id` are running (`submitted` or `working`), on any replica, read in session `s`."""
+        query = select(func.count()).select_from(A2ATaskSession).where(
+            A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_([SUBMITTED, WORKING]))
+        return (await s.exec(query)).one()
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
         """Record the task's new state, then tell its stream (`announce_state`)."""
