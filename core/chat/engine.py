@@ -45,7 +45,7 @@ from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
 from core.db import RUNNING_WORK_LOCK_KEY, Database
-from core.i18n import _, current_language, format_number, set_language
+from core.i18n import _, current_language, format_number, ngettext, set_language
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import BufferInfo, BufferState, StreamBusy, StreamHub
 from core.streaming.redis_hub import RedisStreamHub
@@ -309,8 +309,11 @@ class ChatEngine:
 
     @staticmethod
     def _limit_message(limit: int) -> str:
-        return _("You already have {limit} answers being written, the most one account may have at once. "
-                 "Wait for one to finish, or stop one, then send again.").format(limit=format_number(limit))
+        return ngettext(
+            "You already have {limit} answer being written, the most one account may have at once. "
+            "Wait for it to finish, or stop it, then send again.",
+            "You already have {limit} answers being written, the most one account may have at once. "
+            "Wait for one to finish, or stop one, then send again.", limit).format(limit=format_number(limit))
 
     async def _claim_shared(self, session_id: str, busy_message: str, *, user_id: int | None = None,
                             limit: int | None = None) -> _TurnClaim:
