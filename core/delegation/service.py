@@ -41,7 +41,8 @@ from typing import Any
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.engine import RUNNING_LIMIT_RETRY_AFTER_S, ChatEngine
+from core.chat.engine import ChatEngine
+from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
