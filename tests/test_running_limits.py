@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from core.auth import accounts
 from core.services import Services
@@ -128,16 +129,60 @@ async def test_single_user_mode_has_no_running_turns_limit(tmp_path: Path, datab
                 await _stop_all(client, chats)
 
 
+@pytest.mark.parametrize("with_accounts", [False, True], ids=["single-user", "accounts"])
+async def test_the_turn_limit_costs_no_statement_outside_a_cluster(tmp_path: Path, database_url: str,
+                                                                   with_accounts: bool) -> None:
+    """One process counts its turns in memory: a send runs the same statements with the limit as without it."""
+    if with_accounts:
+        server = _accounts_server(tmp_path, database_url, max_running_turns_per_user=5)
+        url, services = next(server)
+    else:
+        services = Services.build(make_settings(tmp_path, database_url=database_url))
+        services.prepare()
+        server = None
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        statements.append(" ".join(statement.split()))
+
+    async def send_and_count(client: httpx.AsyncClient) -> list[str]:
+        sid = await _new_chat(client)
+        statements.clear()
+        event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            assert (await client.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"})).status_code == 202
+        finally:
+            event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
+        await _stop_all(client, [sid])
+        return list(statements)
+
+    try:
+        if server is None:
+            with live_server(_app(services)) as url:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                    limited = await send_and_count(client)
+        else:
+            async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=30) as client:
+                limited = await send_and_count(client)
+                services.chat.max_running_turns_per_user = None
+                unlimited = await send_and_count(client)
+            assert len(limited) == len(unlimited), (limited, unlimited)
+        assert not [s for s in limited if "count(" in s.lower() or "advisory" in s.lower()], limited
+    finally:
+        if server is not None:
+            server.close()
+
+
 def _a2a_key(url: str, auth: tuple[str, str]) -> str:
     response = httpx.post(f"{url}/api/a2a/keys", json={"name": "limits"}, auth=auth, timeout=10)
     response.raise_for_status()
     return response.json()["key"]
 
 
-def _send(url: str, key: str, text: str) -> httpx.Response:
+def _send(url: str, key: str, text: str, method: str = "SendMessage") -> httpx.Response:
     return httpx.post(f"{url}/a2a/agents/coding-assistant", headers={"Authorization": f"Bearer {key}",
                                                                       "A2A-Version": "1.0"}, json={
-        "jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": {
+        "jsonrpc": "2.0", "id": "r1", "method": method, "params": {
             "message": {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]},
             "configuration": {"returnImmediately": True}}}, timeout=30)
 
@@ -162,6 +207,9 @@ async def test_a2a_callers_over_the_running_tasks_limit_get_a_json_rpc_error_and
         assert "already has 3 delegated tasks running" in refused["error"]["message"]
         [info] = refused["error"]["data"]
         assert info["metadata"] == {"code": "too_many_running_tasks", "retryAfterSeconds": 10}
+
+        streamed = await asyncio.to_thread(_send, url, alice_key, "/hang", "SendStreamingMessage")
+        assert streamed.json()["error"]["code"] == -32029, streamed.text  # refused before the stream starts
 
         # Bob is not held up by alice's tasks.
         bobs = (await asyncio.to_thread(_send, url, bob_key, "/hang")).json()
