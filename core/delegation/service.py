@@ -18,15 +18,15 @@ before the callee starts.
 
 Refusals (bad arguments, unknown callee, not allowed, too deep, a cycle, too many
 running tasks of the user) are tool errors the caller's model reads; no task is
-created and no panel opens.
+created and no panel opens. The callee runs inside the caller's tool call, so
+stopping the caller's turn cancels the delegation, and its own delegations, down
+the chain.
 
 With accounts, one user may have at most `max_running_tasks_per_user` tasks
 running (`submitted` or `working`, counted from the task rows, so on every
 replica); a start over it is refused (`TooManyRunningTasks`). The user's starts
 take turns (a lock held until the new row is committed), so the count never
 lets more through than the limit (docs/ARCHITECTURE.md, "Running work per user").
-The callee runs inside the caller's tool call, so stopping the caller's turn
-cancels the delegation, and its own delegations, down the chain.
 
 The task rows are written and read by `core.delegation.tasks.TaskRecords`; the
 tool's arguments and limits are `core.delegation.tool`'s.
