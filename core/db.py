@@ -31,6 +31,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "models" / "migrations
 # PostgreSQL advisory lock keys (one number space per database; docs/ARCHITECTURE.md, "Cluster").
 MIGRATION_LOCK_KEY = 180_001  # migrations and seeding: one replica at a time
 REAPER_LOCK_KEY = 180_002  # the periodic reaper of expired leases: one replica at a time
+RUNNING_WORK_LOCK_KEY = 180_003  # with a user id: one user's starts of turns and tasks, one at a time (limits)
 
 
 def sync_url(url: str) -> str:
@@ -216,6 +217,16 @@ class Database:
         if self._turn_loop is not loop:
             self._turn_lock, self._turn_loop = asyncio.Lock(), loop
         return self._turn_lock
+
+    async def lock_for_transaction(self, session: AsyncSession, key: int, sub: int) -> None:
+        """Take PostgreSQL's advisory lock (`key`, `sub`) until `session`'s transaction ends.
+
+        Elsewhere than on PostgreSQL nothing is needed: SQLite's units of work of this process
+        already take turns (`session`), and SQLite is one process.
+        """
+        if self.dialect == "postgresql":
+            await session.exec(text("SELECT pg_advisory_xact_lock(:key, :sub)").bindparams(  # type: ignore[call-overload]
+                key=key, sub=sub))
 
     @asynccontextmanager
     async def advisory_lock(self, key: int, *, wait: bool = True) -> AsyncIterator[bool]:

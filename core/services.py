@@ -189,6 +189,11 @@ class Services:
                 self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
             except DuplicateReplica as exc:
                 raise StartupRefused(str(exc)) from None
+        # Per-user limits of running work protect the accounts from each other; the one user of single-user
+        # mode is the person at the machine (the benchmarks run 100 turns as that user), who has none.
+        if self.auth.multi_user:
+            self.chat.max_running_turns_per_user = self.settings.max_running_turns_per_user
+            self.delegation.max_running_tasks_per_user = self.settings.max_running_tasks_per_user
         if self.settings.cluster and not self.auth.multi_user:
             raise StartupRefused(
                 "Refusing to start in cluster mode: there are no user accounts, and single-user mode is one process "

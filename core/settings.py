@@ -135,6 +135,11 @@ class Settings(BaseSettings):
         1_048_576, ge=65_536,
         description="Largest request body of the REST API and the broker's HTTP routes (413 above; the A2A JSON-RPC "
                     "endpoints cap their own at 1 MiB). A message of MAX_MESSAGE_CHARS characters, JSON-escaped, fits.")
+    max_running_turns_per_user: int = Field(
+        20, ge=1, description="Chat turns one account may have running at once (with accounts only); more get 429")
+    max_running_tasks_per_user: int = Field(
+        50, ge=1, description="Delegated tasks one account may have submitted or working at once (with accounts "
+                              "only); more are refused")
     login_max_failures: int = Field(10, ge=1, description="Wrong passwords per address and per account in the window")
     login_failure_window_s: float = Field(300.0, gt=0, description="How long a failed login counts")
 

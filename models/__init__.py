@@ -139,6 +139,10 @@ class AgentMessage(SQLModel, table=True):
     __table_args__ = (
         Index("idx_agent_messages_source", "source"),
         Index("idx_agent_messages_session_order", "session_id", "sort_order", unique=True),  # migration 0008
+        # The drafts of running turns only (migration 0009): a user's running turns are counted from them
+        # (`sessions.count_running_turns`, a cluster's limit), and an agent's (`sessions_answering_with`).
+        Index("idx_agent_messages_streaming", "session_id", sqlite_where=text("status = 'streaming'"),
+              postgresql_where=text("status = 'streaming'")),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -169,6 +173,9 @@ class AgentMessage(SQLModel, table=True):
     created_at: datetime = _ts(default_factory=utcnow)
 
 
+_RUNNING_TASK_STATES = "state IN ('submitted', 'working')"
+
+
 class A2ATaskSession(SQLModel, table=True):
     """A delegated task: the callee's hidden session plus who called it and where it stands."""
 
@@ -176,6 +183,9 @@ class A2ATaskSession(SQLModel, table=True):
     __table_args__ = (
         Index("idx_a2a_task_sessions_session", "session_id"),
         Index("idx_a2a_task_sessions_caller_session", "caller_session_id"),
+        # Running tasks only (migration 0009): a user's are counted at every task start (`TaskRecords.count_running`).
+        Index("idx_a2a_task_sessions_running", "caller_user_id", sqlite_where=text(_RUNNING_TASK_STATES),
+              postgresql_where=text(_RUNNING_TASK_STATES)),
     )
 
     id: str = Field(default_factory=new_task_id, sa_column=Column(String(64), primary_key=True))

@@ -248,6 +248,24 @@ async def test_an_agent_with_running_tasks_cannot_be_deleted(api) -> None:
         assert (await client.get("/api/agents/busy")).status_code == 200
 
 
+async def test_an_agent_answering_in_a_chat_cannot_be_deleted(api) -> None:
+    """Issue 34: deleting the agent of a running turn is refused (409 `agent_conflict`) until the turn ends."""
+    url, services = api
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
+        await client.post("/api/agents", json={"id": "busy", "name": "Busy"})
+        sid = (await client.post("/api/sessions", json={"agentId": "busy"})).json()["id"]
+        assert (await client.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"})).status_code == 202
+        try:
+            refused = await client.delete("/api/agents/busy")
+            assert refused.status_code == 409  # `agent_conflict` (core/delegation/agent_routes.py)
+            assert "Busy is answering in chats right now (running answers: 1)" in refused.json()["detail"]
+            assert (await client.get("/api/agents/busy")).status_code == 200
+            assert services.chat.is_running(sid)
+        finally:
+            assert (await client.post(f"/api/sessions/{sid}/stop")).json() == {"stopped": True}
+        assert (await client.delete("/api/agents/busy")).status_code == 200
+
+
 async def test_a_deleted_agents_chats_and_audit_records_stay_readable(api) -> None:
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=20) as client:

@@ -542,6 +542,23 @@ async def test_another_users_delegated_task_page_looks_exactly_like_an_unknown_o
         await bob.should_see(content="No delegations yet")
 
 
+@pytest.mark.parametrize("app_env", [{**MULTI_USER, "env": {"MAX_RUNNING_TURNS_PER_USER": "1"}}], indirect=True)
+async def test_a_send_over_the_users_running_turns_limit_says_why_and_keeps_the_text(user: User) -> None:
+    await log_in(user, *ALICE)
+    await send(user, "/hang")
+    await wait_until(lambda: current_session_id(user) is not None
+                     and services().chat.is_running(current_session_id(user)), what="the first answer to run")
+    running = current_session_id(user)
+    try:
+        await user.open("/")  # a new chat: its first message is one answer too many
+        await send(user, "one more question")
+        await user.should_see("You already have 1 answer being written, the most one account may have at once.",
+                              retries=30)
+        assert element(user, "msg-input").value == "one more question"  # kept for later
+    finally:
+        await services().chat.cancel(running)
+
+
 def lands_on_this_site(target: str) -> bool:
     """Whether a browser that opens `target` (relative to this page) stays on this site.
 

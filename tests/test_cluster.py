@@ -208,6 +208,29 @@ async def test_a_second_send_on_b_while_a_answers_is_refused(replicas: list[Repl
         assert [m["role"] for m in await messages(on_b, session_id)] == ["user", "assistant"]
 
 
+async def test_one_users_running_turns_are_limited_across_replicas(replicas: list[Replica]) -> None:
+    """Issue 34: MAX_RUNNING_TURNS_PER_USER (default 20) counts the user's turns on every replica, racing sends too."""
+    a, b = replicas
+    async with a.client() as on_a, b.client() as on_b:
+        clients = [on_a, on_b] * 12
+        chats = [await new_chat(client) for client in clients]
+        try:
+            sent = await asyncio.gather(*(send(client, sid, "/hang") for client, sid in zip(clients, chats, strict=True)))
+            codes = [r.status_code for r in sent]
+            assert codes.count(202) == 20 and codes.count(429) == 4, codes
+            refused = next(r for r in sent if r.status_code == 429)
+            assert refused.json()["code"] == "too_many_running_turns" and refused.headers["Retry-After"] == "10"
+            # A stop on either replica frees a place on the other.
+            running_on_a = next(sid for client, sid, r in zip(clients, chats, sent, strict=True)
+                                if client is on_a and r.status_code == 202)
+            assert (await on_b.post(f"/api/sessions/{running_on_a}/stop")).json() == {"stopped": True}
+            free = [sid for sid, r in zip(chats, sent, strict=True) if r.status_code == 429]
+            assert (await send(on_b, free[0], "/hang")).status_code == 202
+            assert (await send(on_a, free[1], "/hang")).status_code == 429
+        finally:
+            await asyncio.gather(*(on_a.post(f"/api/sessions/{sid}/stop") for sid in chats))
+
+
 async def test_stop_on_b_ends_the_turn_running_on_a(replicas: list[Replica]) -> None:
     a, b = replicas
     async with a.client() as on_a, b.client() as on_b:

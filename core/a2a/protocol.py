@@ -39,6 +39,10 @@ Divergences from the SDK's usual shape (don't "fix" these):
    For them the request handler does not build that event as protobuf at all:
    it yields a `TextUpdate` (plain values) when the stream's context carries
    `PLAIN_TEXT_UPDATES`, which only `_Dispatcher` sets.
+5. One error of the app's own, `TooManyRunningTasksError` (-32029, a code in JSON-RPC's range for
+   server errors that A2A, which uses -32001 to -32009, leaves free), is added to the SDK's maps of
+   error types to codes, so its dispatcher answers it with that code instead of -32603. The v0.3
+   compat adapter knows only v0.3's codes and still says -32603 for it, with the same message.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import InvalidRequestError as _JsonRpcInvalidRequest
 from a2a.server.jsonrpc_models import JSONParseError as _JsonRpcParseError
 from a2a.server.jsonrpc_models import MethodNotFoundError as _JsonRpcMethodNotFound
+from a2a.server.request_handlers import response_helpers as _sdk_response_helpers
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.request_handlers.response_helpers import build_error_response
 from a2a.server.routes.common import DefaultServerCallContextBuilder
@@ -99,6 +104,7 @@ from a2a.utils.constants import (
     PROTOCOL_VERSION_1_0,
     VERSION_HEADER,
 )
+from a2a.utils import errors as _sdk_errors
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -151,6 +157,7 @@ __all__ = [
     "TaskNotCancelableError",
     "TaskNotFoundError",
     "TaskSnapshot",
+    "TooManyRunningTasksError",
     "TaskStore",
     "TextUpdate",
     "UnsupportedOperationError",
@@ -598,6 +605,27 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
 
 
 # -- the JSON-RPC endpoint (server side) --------------------------------------------------
+
+TOO_MANY_RUNNING_TASKS_CODE = -32029
+
+
+class TooManyRunningTasksError(A2AError):
+    """The caller's user has as many delegated tasks running as one account may (divergence 5).
+
+    `data` carries `{"code": "too_many_running_tasks", "retryAfterSeconds": n}` for scripts.
+    """
+
+    message = "Too many running tasks"
+
+
+def _register_app_error(error: type[A2AError], code: int, reason: str) -> None:
+    _sdk_errors.JSON_RPC_ERROR_CODE_MAP[error] = code
+    _sdk_errors.A2A_ERROR_REASONS[error] = reason
+    _sdk_response_helpers.EXCEPTION_MAP[error] = _sdk_response_helpers.JSONRPCError
+
+
+_register_app_error(TooManyRunningTasksError, TOO_MANY_RUNNING_TASKS_CODE, "TOO_MANY_RUNNING_TASKS")
+
 
 
 class CallContextBuilder(DefaultServerCallContextBuilder):

@@ -33,7 +33,8 @@ delegation started by a chat is stopped from that chat.
 Bad input gets the spec's codes from the SDK's dispatcher (-32700 parse,
 -32600 request, -32601 method, -32602 params, -32009 version, -32001 task not
 found, -32002 not cancelable, -32004 unsupported, -32005 content type) with a
-message that says what to change. Bodies over `MAX_BODY_BYTES` are refused
+message that says what to change; a key whose user has too many tasks running
+gets the app's -32029 (`wire.TooManyRunningTasksError`, try again later). Bodies over `MAX_BODY_BYTES` are refused
 before they are read to the end.
 """
 
@@ -58,7 +59,7 @@ from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.agents import AGENT_INVOKE
 from core.delegation.registry import AgentRegistry
-from core.delegation.service import DelegationRefused, DelegationService
+from core.delegation.service import DelegationRefused, DelegationService, TooManyRunningTasks
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
@@ -409,6 +410,9 @@ class AgentRequestHandler(wire.RequestHandler):
             return await self.delegation.start_external_task(
                 agent_id, incoming.text, user_id=user_id, session_id=incoming.context_id,
                 message_id=incoming.message_id or None)
+        except TooManyRunningTasks as exc:  # -32029: try again later (docs/ARCHITECTURE.md, "Running work per user")
+            raise wire.TooManyRunningTasksError(message=str(exc), data={
+                "code": exc.code, "retryAfterSeconds": exc.retry_after_s}) from exc
         except DelegationRefused as exc:
             raise wire.InvalidParamsError(message=str(exc)) from exc
 

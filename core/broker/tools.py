@@ -28,6 +28,7 @@ from core.broker.service import user_owner
 from core.broker.wire import TOOL_NAME_PREFIX
 from core.chat.agents import A2A_DISPATCH
 from core.chat.tools import ToolContext, ToolResult
+from core.delegation.service import DelegationRefused
 
 if TYPE_CHECKING:
     from core.broker.service import Broker
@@ -118,7 +119,10 @@ class BrokerDispatchTool:
         if conn is None or chat_agent_id is None:
             return ToolResult(False, error=f"The agent {self.a2a_id!r} is no longer connected to the broker.",
                               metadata=metadata)
-        record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
+        try:
+            record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
+        except DelegationRefused as exc:  # the user has too many tasks running: nothing was started
+            return ToolResult(False, error=str(exc), metadata=metadata)
         metadata.update(taskId=record.task_id, calleeAgentName=conn.name, background=True)
         try:
             ack = await broker.dispatch(task=task.strip(), target_agent=self.a2a_id, agent_id=chat_agent_id,

@@ -41,11 +41,20 @@ from typing import Any
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
+from core.chat.errors import (
+    RUNNING_LIMIT_RETRY_AFTER_S,
+    AgentNotFound,
+    ChatError,
+    InvalidMessage,
+    SessionNotFound,
+    TooManyRunningTurns,
+    TurnInProgress,
+)
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
-from core.db import Database
-from core.i18n import _, current_language, format_number, set_language
+from core.db import RUNNING_WORK_LOCK_KEY, Database
+from core.i18n import _, current_language, format_number, ngettext, set_language
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import BufferInfo, BufferState, StreamBusy, StreamHub
 from core.streaming.redis_hub import RedisStreamHub
@@ -54,48 +63,9 @@ from models import Agent, AgentMessage
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "AgentNotFound", "AgentRun", "ChatEngine", "ChatError", "InvalidMessage", "SessionChange", "SessionNotFound",
-    "TurnInProgress", "TurnOutcome", "TurnStarted",
+    "RUNNING_LIMIT_RETRY_AFTER_S", "AgentNotFound", "AgentRun", "ChatEngine", "ChatError", "InvalidMessage",
+    "SessionChange", "SessionNotFound", "TooManyRunningTurns", "TurnInProgress", "TurnOutcome", "TurnStarted",
 ]
-
-
-class ChatError(Exception):
-    """A request the engine cannot carry out; `code` is stable, `message` is for people."""
-
-    code = "chat_error"
-    status_code = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class SessionNotFound(ChatError):
-    """No such session for this user."""
-
-    code = "session_not_found"
-    status_code = 404
-
-
-class AgentNotFound(ChatError):
-    """No such agent."""
-
-    code = "agent_not_found"
-    status_code = 404
-
-
-class InvalidMessage(ChatError):
-    """Empty or too long."""
-
-    code = "invalid_message"
-    status_code = 422
-
-
-class TurnInProgress(ChatError):
-    """The session is already answering."""
-
-    code = "turn_in_progress"
-    status_code = 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +107,7 @@ class _TurnClaim:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[Any] | None = None  # set once the turn runs
     shared: bool = False  # its buffer was opened in a cluster's shared hub by the claim
+    user_id: int | None = None  # whose turn it is (`max_running_turns_per_user`)
 
 
 class ChatEngine:
@@ -152,6 +123,8 @@ class ChatEngine:
         max_message_chars: longest user message accepted.
         draft_interval_s: how often a running turn's text so far is saved (crash safety).
         open_secret: reads an agent's sealed API key back (see `AgentRunner`).
+        max_running_turns_per_user: the most turns one user may have running at once; None: no limit
+            (single-user mode, where the one user is the person at the machine; set by `Services.prepare`).
     """
 
     def __init__(
@@ -166,8 +139,10 @@ class ChatEngine:
         max_message_chars: int = 20_000,
         draft_interval_s: float = 1.0,
         open_secret: Callable[[str], str] | None = None,
+        max_running_turns_per_user: int | None = None,
     ) -> None:
         self.db = db
+        self.max_running_turns_per_user = max_running_turns_per_user
         self.hub = hub
         self.llm = llm
         self.tools = tools
@@ -208,9 +183,11 @@ class ChatEngine:
             InvalidMessage: empty or too long.
             SessionNotFound: no such session for this user.
             TurnInProgress: the session is already answering.
+            TooManyRunningTurns: the user has `max_running_turns_per_user` turns running.
         """
         text = self.validate_text(text)
         claim: _TurnClaim | None = None
+        limit = self.max_running_turns_per_user
         try:
             async with self.db.session() as s:
                 # Whose chat it is comes before whether it is busy: someone else's busy chat is "not
@@ -219,7 +196,15 @@ class ChatEngine:
                 if chat is None:
                     raise SessionNotFound(_("There is no such chat session."))
                 claim = await self._claim_shared(session_id,
-                                                 _("This chat is still answering; wait for it or press Stop."))
+                                                 _("This chat is still answering; wait for it or press Stop."),
+                                                 user_id=user_id, limit=limit)
+                if limit is not None and self._shared:
+                    # A cluster: the user's turns on every replica are their drafts in the database. The user's
+                    # starts take turns (a lock held until this transaction commits its draft), so the count
+                    # sees every start before this one and none slips past it.
+                    await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
+                    if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
+                        raise TooManyRunningTurns(self._limit_message(limit))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
                     raise AgentNotFound(_("The agent of this chat was deleted; its messages stay readable. "
@@ -250,6 +235,7 @@ class ChatEngine:
                 agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
                 if chat is None or agent is None or agent.deleted_at is not None:
                     raise SessionNotFound(_("There is no such chat session (or its agent was deleted)."))
+                claim.user_id = chat.user_id  # counted as the user's, never refused: it tells what already ran
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
@@ -259,21 +245,36 @@ class ChatEngine:
         finally:
             await self._release_unlaunched(session_id, claim)
 
-    def _claim(self, session_id: str, busy_message: str) -> _TurnClaim:
+    def _claim(self, session_id: str, busy_message: str, *, user_id: int | None = None,
+               limit: int | None = None) -> _TurnClaim:
         """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
 
-        Atomic because nothing awaits between the check and the set: concurrent sends (the
-        same event loop) cannot both pass. This guards one process; several app processes on
-        one database would need a database-level guard too (the app runs as one process).
+        With a `limit`, raise TooManyRunningTurns when `user_id` has that many turns claimed here.
+
+        Atomic because nothing awaits between the checks and the set: concurrent sends (the
+        same event loop) cannot both pass. This guards one process; a cluster's replicas also
+        claim the session in the shared hub (`_claim_shared`) and count the user's turns in the
+        database (`start_turn`).
         """
         if session_id in self._turns:
             raise TurnInProgress(busy_message)
-        claim = self._turns[session_id] = _TurnClaim()
+        if limit is not None and sum(1 for c in self._turns.values() if c.user_id == user_id) >= limit:
+            raise TooManyRunningTurns(self._limit_message(limit))
+        claim = self._turns[session_id] = _TurnClaim(user_id=user_id)
         return claim
 
-    async def _claim_shared(self, session_id: str, busy_message: str) -> _TurnClaim:
+    @staticmethod
+    def _limit_message(limit: int) -> str:
+        return ngettext(
+            "You already have {limit} answer being written, the most one account may have at once. "
+            "Wait for it to finish, or stop it, then send again.",
+            "You already have {limit} answers being written, the most one account may have at once. "
+            "Wait for one to finish, or stop one, then send again.", limit).format(limit=format_number(limit))
+
+    async def _claim_shared(self, session_id: str, busy_message: str, *, user_id: int | None = None,
+                            limit: int | None = None) -> _TurnClaim:
         """`_claim`, and in a cluster the session's buffer opened in the shared hub (atomic across replicas)."""
-        claim = self._claim(session_id, busy_message)
+        claim = self._claim(session_id, busy_message, user_id=user_id, limit=limit)
         if self._shared:
             try:
                 await self.hub.create(session_id, meta={})

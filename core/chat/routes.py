@@ -152,7 +152,7 @@ def chat_router() -> APIRouter:
         try:  # the engine checks the chat is the user's before it checks it is busy (404 before 409)
             turn = await services.chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
         except ChatError as exc:
-            raise ApiError(exc.status_code, exc.code, detail=exc.message) from exc
+            raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
         return TurnOut(
             session_id=turn.session_id,
             user_message_id=turn.user_message_id,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete, or_, update
+from sqlalchemy import delete, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -27,6 +27,9 @@ from models import A2ATaskSession, AgentMessage, AgentSession, utcnow
 TITLE_LENGTH = 60
 
 STREAMING = "streaming"  # the status of a running turn's draft answer
+# Written into the statement, not bound: the planner then knows the partial index of drafts
+# (`idx_agent_messages_streaming`, migration 0009) covers the query.
+_STREAMING_LITERAL = literal_column(f"'{STREAMING}'")
 INTERRUPTED = "interrupted"  # a draft found at start-up: the server stopped (or crashed) while it was written
 INTERRUPTED_ERROR = ("Interrupted by a server restart: the server stopped while this answer was being written; "
                      "this is what it had said. Send the message again for a full answer.")
@@ -266,6 +269,27 @@ async def mark_interrupted(session: AsyncSession) -> int:
     )
     await session.commit()
     return result.rowcount or 0
+
+
+async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
+    """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
+    query = (
+        select(func.count()).select_from(AgentMessage)
+        .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
+        .where(col(AgentMessage.status) == _STREAMING_LITERAL, AgentSession.user_id == user_id)
+    )
+    return (await session.exec(query)).one()
+
+
+async def sessions_answering_with(session: AsyncSession, *, agent_id: int) -> list[str]:
+    """The chats whose turn runs on the agent `agent_id` (on any replica: their drafts), oldest first."""
+    query = (
+        select(AgentSession.id)
+        .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
+        .where(col(AgentMessage.status) == _STREAMING_LITERAL, AgentSession.agent_id == agent_id)
+        .order_by(col(AgentMessage.id))
+    )
+    return list(dict.fromkeys((await session.exec(query)).all()))
 
 
 async def interrupt_draft(session: AsyncSession, *, message_id: int, content: str, error: str) -> bool:

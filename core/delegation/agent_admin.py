@@ -34,12 +34,13 @@ from sqlmodel import col, select
 
 from core.auth import accounts
 from core.chat import agents as agents_store
+from core.chat import sessions as sessions_store
 from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem, provider_of
 from core.chat.model_route import same_base
 from core.db import Database
 from core.delegation.registry import AgentRegistry
 from core.delegation.tasks import SUBMITTED, WORKING
-from core.i18n import _
+from core.i18n import _, format_number
 from core.secret_box import LazySecretBox
 from models import A2ATaskSession, Agent, RemoteA2AAgent
 
@@ -315,7 +316,7 @@ class AgentAdmin:
 
         Raises:
             UnknownAgent: no local agent with that id.
-            AgentConflict: it has running tasks (the message names them).
+            AgentConflict: it has running tasks (the message names them), or a chat turn runs on it.
         """
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
@@ -330,6 +331,12 @@ class AgentAdmin:
                 raise AgentConflict(
                     _("{name} has running tasks ({tasks}); wait until they end or stop them, then delete it.").format(
                         name=agent.name, tasks=", ".join(running)))
+            # A chat answering with it, on any replica: its turn's draft is in the database from the turn's start.
+            answering = await sessions_store.sessions_answering_with(s, agent_id=agent.id)
+            if answering:
+                raise AgentConflict(
+                    _("{name} is answering in chats right now (running answers: {count}); wait until those "
+                      "answers end or stop them, then delete it.").format(name=agent.name, count=format_number(len(answering))))
             removed_from = await agents_store.delete_agent(s, agent)
         await self._told(agent_id, "deleted")
         return Deleted(agent_id, removed_from)

@@ -16,10 +16,17 @@ usage}: the last event. The caller's buffer gets `a2a-task-started` {taskId,
 calleeAgentSlug, calleeAgentName, toolCallId, parentTaskId, recursionDepth}
 before the callee starts.
 
-Refusals (bad arguments, unknown callee, not allowed, too deep, a cycle) are
-tool errors the caller's model reads; no task is created and no panel opens.
-The callee runs inside the caller's tool call, so stopping the caller's turn
-cancels the delegation, and its own delegations, down the chain.
+Refusals (bad arguments, unknown callee, not allowed, too deep, a cycle, too many
+running tasks of the user) are tool errors the caller's model reads; no task is
+created and no panel opens. The callee runs inside the caller's tool call, so
+stopping the caller's turn cancels the delegation, and its own delegations, down
+the chain.
+
+With accounts, one user may have at most `max_running_tasks_per_user` tasks
+running (`submitted` or `working`, counted from the task rows, so on every
+replica); a start over it is refused (`TooManyRunningTasks`). The user's starts
+take turns (a lock held until the new row is committed), so the count never
+lets more through than the limit (docs/ARCHITECTURE.md, "Running work per user").
 
 The task rows are written and read by `core.delegation.tasks.TaskRecords`; the
 tool's arguments and limits are `core.delegation.tool`'s.
@@ -35,9 +42,10 @@ from typing import Any
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
+from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
-from core.db import Database
+from core.db import RUNNING_WORK_LOCK_KEY, Database
 from core.delegation.registry import AgentRegistry, RemoteAgent, RemoteAgentError
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
 from core.delegation.states import CONNECTION_LOST, TIMED_OUT
@@ -63,20 +71,24 @@ from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DelegationRefused", "DelegationService"]
+__all__ = ["DelegationRefused", "DelegationService", "TooManyRunningTasks"]
+
+TOO_MANY_RUNNING_TASKS = "too_many_running_tasks"  # the refusal's code (a tool result's metadata `code`)
 
 
 class DelegationService:
     """Creates and runs delegated tasks: local callees through the chat engine, remote ones through their adapter.
 
     The task rows are `TaskRecords`' (`self.records`); the reads at the end of this class
-    hand over to it, so pages and routes keep one entry point.
+    hand over to it, so pages and routes keep one entry point. `max_running_tasks_per_user`
+    limits one user's running tasks (None: no limit, single-user mode; set by `Services.prepare`).
     """
 
     def __init__(
         self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry,
-        registry: AgentRegistry | None = None,
+        registry: AgentRegistry | None = None, *, max_running_tasks_per_user: int | None = None,
     ) -> None:
+        self.max_running_tasks_per_user = max_running_tasks_per_user
         self.db = db
         self.hub = hub
         self.engine = engine
@@ -141,6 +153,11 @@ class DelegationService:
                 )
             tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
             callee_name = callee.name if callee is not None else remote.name
+            try:
+                await self._check_running_tasks(s, ctx.user_id)
+            except TooManyRunningTasks as exc:
+                return ToolResult(False, error=str(exc), metadata={
+                    "agentSlug": slug, "recursionDepth": depth, "code": TOO_MANY_RUNNING_TASKS})
             task, user_row = await self.records.create_task(
                 s, slug, callee.id if callee is not None else None, text, depth, ctx,
                 session_id=session_id, message_id=message_id,
@@ -245,6 +262,25 @@ class DelegationService:
             return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
         return None
 
+    async def _check_running_tasks(self, s, user_id: int | None) -> None:
+        """Refuse a new task of `user_id` when they have the most running tasks allowed (in `s`, before its insert).
+
+        The lock (PostgreSQL; SQLite's units of work take turns already) is held until `s` commits the new
+        task, so the user's starts, on any replica, count one after the other.
+
+        Raises:
+            TooManyRunningTasks: the user has `max_running_tasks_per_user` tasks submitted or working.
+        """
+        limit = self.max_running_tasks_per_user
+        if limit is None or user_id is None:
+            return
+        await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
+        if await self.records.count_running(s, user_id) >= limit:
+            raise TooManyRunningTasks(
+                f"Delegation refused: this user already has {limit} delegated tasks running, the most one "
+                f"account may have at once. Wait for one of them to finish (try again in about "
+                f"{RUNNING_LIMIT_RETRY_AFTER_S} s), or answer without delegating.")
+
     async def _announce(self, task_id: str, slug: str, callee_name: str, depth: int, ctx: ToolContext) -> None:
         """Open a new task's buffer and tell the caller (`a2a-task-started`); the next call may then start."""
         key = task_stream_key(task_id)
@@ -274,6 +310,7 @@ class DelegationService:
         """
         depth = ctx.recursion_depth + 1
         async with self.db.session() as s:
+            await self._check_running_tasks(s, ctx.user_id)
             task, _user_row = await self.records.create_task(s, agent_id, None, text, depth, ctx)
         await self._announce(task.id, agent_id, agent_name, depth, ctx)
         await self.records.set_state(task.id, WORKING, SUBMITTED)
@@ -319,6 +356,7 @@ class DelegationService:
         can answer with it without reading it back.
 
         Raises:
+            TooManyRunningTasks: the user has `max_running_tasks_per_user` tasks running.
             DelegationRefused: no such agent, or the request is not acceptable; the message says why.
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
@@ -331,6 +369,8 @@ class DelegationService:
         await asyncio.wait([task_row, run], return_when=asyncio.FIRST_COMPLETED)
         if not task_row.done():  # refused before a task existed
             result: ToolResult = run.result()
+            if result.metadata.get("code") == TOO_MANY_RUNNING_TASKS:
+                raise TooManyRunningTasks(result.error or "")
             raise DelegationRefused(result.error or f"The delegation to {agent_slug!r} was refused.")
         task = task_row.result()
         self._external_runs[task.id] = run
@@ -406,3 +446,10 @@ class DelegationService:
 
 class DelegationRefused(ValueError):
     """A delegation that was not started (unknown agent, bad input, limits); the message says why."""
+
+
+class TooManyRunningTasks(DelegationRefused):
+    """The user has as many delegated tasks running as one account may; try again in `retry_after_s`."""
+
+    code = TOO_MANY_RUNNING_TASKS
+    retry_after_s = RUNNING_LIMIT_RETRY_AFTER_S

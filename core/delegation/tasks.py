@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
-from sqlmodel import col, select
+from sqlalchemy import literal_column, update
+from sqlmodel import col, func, select
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
@@ -32,6 +32,9 @@ from models import A2ATaskSession, Agent, AgentMessage, utcnow
 
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
+# Written into the statement, not bound: the planner then knows the partial index of running tasks
+# (`idx_a2a_task_sessions_running`, migration 0009) covers the query.
+_RUNNING_LITERALS = [literal_column(f"'{SUBMITTED}'"), literal_column(f"'{WORKING}'")]
 
 
 def task_stream_key(task_id: str) -> str:
@@ -175,6 +178,13 @@ class TaskRecords:
             [user_row] = await sessions_store.append_messages(s, session_id=session_id, messages=[user_message])
         await s.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
         return task, user_row
+
+    @staticmethod
+    async def count_running(s, user_id: int) -> int:
+        """How many tasks of `user_id` are running (`submitted` or `working`), on any replica, read in session `s`."""
+        query = select(func.count()).select_from(A2ATaskSession).where(
+            A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_(_RUNNING_LITERALS))
+        return (await s.exec(query)).one()
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
         """Record the task's new state, then tell its stream (`announce_state`)."""
