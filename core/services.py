@@ -90,7 +90,7 @@ class Services:
         if self.remote_agents is None:
             self.remote_agents = RemoteAgentDirectory(self.db, self.registry, self.settings)
         if self.logins is None:
-            self.logins = accounts.PasswordLogin(self.db.session, max_failures=self.settings.login_max_failures,
+            self.logins = accounts.PasswordLogin(self.db.read, max_failures=self.settings.login_max_failures,
                                                  window_s=self.settings.login_failure_window_s)
 
     @classmethod
@@ -139,9 +139,16 @@ class Services:
         tools.register_family(BrokerDispatchTools(broker, delegation))
         workspace = Workspace(db, hub, chat, settings.default_agent)
         agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
+        failures = None
+        if settings.cluster and settings.redis.dsn:  # wrong passwords counted across replicas (the same limits)
+            failures = accounts.RedisLoginFailures.from_url(
+                settings.redis.dsn, prefix=settings.redis.key_prefix, max_failures=settings.login_max_failures,
+                window_s=settings.login_failure_window_s)
+        logins = accounts.PasswordLogin(db.read, max_failures=settings.login_max_failures,
+                                        window_s=settings.login_failure_window_s, failures=failures)
         services = cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
                        registry=registry, workspace=workspace, broker=broker, inbox=inbox, inbox_feed=inbox_feed,
-                       agent_admin=agent_admin)
+                       logins=logins, agent_admin=agent_admin)
         if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
             services.remote_agents.notify = agent_admin.notify = events.notify
@@ -287,6 +294,7 @@ class Services:
         await self.background.shutdown()
         if isinstance(self.hub, RedisStreamHub):
             await self.hub.stop()
+        await self.logins.close()
         await self.db.close()
 
     async def _reap_forever(self, hub: RedisStreamHub) -> None:

@@ -313,6 +313,26 @@ async def test_subscribe_and_cancel_on_b_for_a_task_running_on_a(replicas: list[
         assert got["result"]["status"]["state"] == "TASK_STATE_CANCELED"
 
 
+async def test_wrong_passwords_are_counted_across_the_replicas(
+    replicas: list[Replica], backends: ClusterBackends, tmp_path: Path
+) -> None:
+    # A guesser spreading its attempts over the replicas gets LOGIN_MAX_FAILURES (10) in all, not 10 per replica.
+    # From 127.0.0.2 and at an account of its own: this module's address (127.0.0.1) and admin keep their budgets.
+    add_account(backends, tmp_path / "cli", "target", "target-password")
+    clients = [httpx.AsyncClient(base_url=r.url, timeout=30,
+                                 transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")) for r in replicas]
+    try:
+        for i in range(10):
+            guess = await clients[i % 2].get("/api/sessions", auth=("target", f"guess-{i}"))
+            assert guess.status_code == 401, guess.text
+        refused = await clients[1].get("/api/sessions", auth=("target", "target-password"))
+        assert refused.status_code == 429 and refused.json()["code"] == "too_many_failed_logins", refused.text
+        assert 0 < int(refused.headers["retry-after"]) <= 300
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
 def test_a_replica_with_the_instance_id_of_a_running_one_refuses_to_start(
         replicas: list[Replica], backends: ClusterBackends, tmp_path: Path) -> None:
     taken = replicas[1].instance_id

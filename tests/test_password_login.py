@@ -53,7 +53,7 @@ def verifications(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 async def test_argon2_runs_in_a_worker_thread_not_on_the_event_loop(db: Database, verifications: list[str]) -> None:
-    login = accounts.PasswordLogin(db.session)
+    login = accounts.PasswordLogin(db.read)
     loop_thread = threading.current_thread().name
     results = await asyncio.gather(
         login.authenticate("alice", "alice-password", address="10.0.0.1"),
@@ -68,7 +68,7 @@ async def test_a_verified_credential_is_remembered_until_it_changes_or_expires(
     db: Database, verifications: list[str]
 ) -> None:
     clock = FakeClock()
-    login = accounts.PasswordLogin(db.session, cache_ttl_s=60, clock=clock)
+    login = accounts.PasswordLogin(db.read, cache_ttl_s=60, clock=clock)
     assert (await login.authenticate("alice", "alice-password", address="a")).username == "alice"
     assert (await login.authenticate("alice", "alice-password", address="b")).username == "alice"
     assert len(verifications) == 1  # the second came from memory
@@ -87,7 +87,7 @@ async def test_a_verified_credential_is_remembered_until_it_changes_or_expires(
 
 async def test_failures_are_throttled_per_address_and_per_account(db: Database, verifications: list[str]) -> None:
     clock = FakeClock()
-    login = accounts.PasswordLogin(db.session, max_failures=3, window_s=300, clock=clock)
+    login = accounts.PasswordLogin(db.read, max_failures=3, window_s=300, clock=clock)
     for _ in range(3):
         assert await login.authenticate("alice", "guess", address="10.0.0.9") is None
         clock.now += 10
@@ -108,7 +108,7 @@ async def test_failures_are_throttled_per_address_and_per_account(db: Database, 
 
 async def test_a_success_clears_the_account_but_not_the_address(db: Database) -> None:
     clock = FakeClock()
-    login = accounts.PasswordLogin(db.session, max_failures=2, window_s=300, clock=clock)
+    login = accounts.PasswordLogin(db.read, max_failures=2, window_s=300, clock=clock)
     assert await login.authenticate("alice", "guess", address="x") is None
     assert (await login.authenticate("bob", "bob-password", address="x")).username == "bob"
     assert await login.authenticate("alice", "guess", address="y") is None  # alice: 2 failures, x: 1, y: 1
@@ -122,7 +122,7 @@ async def test_a_success_clears_the_account_but_not_the_address(db: Database) ->
 
 
 async def test_parallel_guesses_are_throttled_like_sequential_ones(db: Database, verifications: list[str]) -> None:
-    login = accounts.PasswordLogin(db.session, max_failures=5, window_s=300, clock=FakeClock())
+    login = accounts.PasswordLogin(db.read, max_failures=5, window_s=300, clock=FakeClock())
     outcomes = await asyncio.gather(*(login.authenticate("alice", f"guess-{i}", address="10.0.0.7")
                                       for i in range(20)), return_exceptions=True)
     assert sum(o is None for o in outcomes) == 5
@@ -131,7 +131,7 @@ async def test_parallel_guesses_are_throttled_like_sequential_ones(db: Database,
 
 
 async def test_the_same_credentials_in_parallel_share_one_check(db: Database, verifications: list[str]) -> None:
-    login = accounts.PasswordLogin(db.session, max_failures=2, window_s=300, clock=FakeClock())
+    login = accounts.PasswordLogin(db.read, max_failures=2, window_s=300, clock=FakeClock())
     users = await asyncio.gather(*(login.authenticate("alice", "alice-password", address="10.0.0.8")
                                    for _ in range(50)))
     assert {u.username for u in users} == {"alice"} and len(verifications) == 1
@@ -139,15 +139,15 @@ async def test_the_same_credentials_in_parallel_share_one_check(db: Database, ve
 
 async def test_a_spray_of_names_does_not_grow_memory_without_bound(db: Database, monkeypatch) -> None:
     clock = FakeClock()
-    login = accounts.PasswordLogin(db.session, max_failures=3, window_s=60, clock=clock)
-    monkeypatch.setattr(accounts.PasswordLogin, "FAILURES_MAX", 50)
+    login = accounts.PasswordLogin(db.read, max_failures=3, window_s=60, clock=clock)
+    monkeypatch.setattr(accounts.LoginFailures, "FAILURES_MAX", 50)
     monkeypatch.setattr(accounts, "_verify_or_waste_time", lambda password, password_hash: False)
     for i in range(200):
         await login.authenticate(f"name-{i}", "guess", address=f"10.1.{i // 250}.{i % 250}")
         clock.now += 1
-    assert len(login._failures) <= 50
+    assert len(login.failures) <= 50
     # The newest counts are kept: the last name is still throttled after its failures.
-    assert login._failures["account:name-199"]
+    assert login.failures.counts("account:name-199") == 1
 
 
 async def test_basic_auth_answers_429_with_retry_after(tmp_path: Path) -> None:
@@ -165,3 +165,33 @@ async def test_basic_auth_answers_429_with_retry_after(tmp_path: Path) -> None:
             refused = await client.get("/api/sessions", auth=("alice", "alice-password"))
             assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
             assert "Too many failed logins" in refused.json()["detail"]
+
+
+async def test_the_app_checks_passwords_without_waiting_for_the_writes_of_running_turns(tmp_path: Path) -> None:
+    # On SQLite a unit of work (`Database.session`) waits for every other one of the process. Basic
+    # auth checks the caller of every request: 50 sends at once each waited behind the others' saves.
+    seed = Database(make_settings(tmp_path).database)
+    seed.migrate()
+    async with seed.session() as s:
+        await accounts.create_user(s, username="alice", password="alice-password")
+    await seed.close()
+    services = Services.build(make_settings(tmp_path))
+    services.prepare()
+    assert services.db.dialect == "sqlite"
+    writing, done = asyncio.Event(), asyncio.Event()
+
+    async def a_long_write() -> None:  # a turn's save that takes its time
+        async with services.db.session():
+            writing.set()
+            await done.wait()
+
+    writer = asyncio.create_task(a_long_write())
+    try:
+        await writing.wait()
+        for _ in range(2):  # checked, then remembered: neither waits for the write
+            user = await asyncio.wait_for(services.logins.authenticate("alice", "alice-password", address="a"), 5)
+            assert user is not None and user.username == "alice"
+    finally:
+        done.set()
+        await writer
+        await services.db.close()

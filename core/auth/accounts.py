@@ -9,13 +9,12 @@ otherwise.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import re
 import secrets
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -24,7 +23,10 @@ from pwdlib import PasswordHash
 from sqlmodel import func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from core.auth.login_throttle import LoginFailures, RedisLoginFailures, TooManyFailedLogins
 from models import User
+
+__all__ = ["AccountError", "LoginFailures", "PasswordLogin", "RedisLoginFailures", "TooManyFailedLogins"]
 
 LOCAL_USERNAME = "local"
 USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -131,14 +133,6 @@ def _verify_or_waste_time(password: str, password_hash: str | None) -> bool:
     return verify_password(password, password_hash)
 
 
-class TooManyFailedLogins(Exception):
-    """Too many wrong passwords lately, from this address or for this account."""
-
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__(f"Too many failed logins; try again in {retry_after_s} s.")
-        self.retry_after_s = retry_after_s
-
-
 @dataclass(slots=True)
 class _Verified:
     user_id: int
@@ -161,29 +155,34 @@ class PasswordLogin:
       (`TooManyFailedLogins`) until the oldest failure leaves the window. An attempt counts from
       its start, so parallel guesses are throttled like sequential ones; the same credentials sent
       in parallel share one check. A success clears the account's count, not the address's (an
-      attacker's own good login does not reset its budget).
+      attacker's own good login does not reset its budget). The counts are `failures`: this
+      process's (`LoginFailures`), or in a cluster every replica's in Redis (`RedisLoginFailures`,
+      core/auth/login_throttle.py).
 
     Args:
-        session_factory: opens a database session (`Database.session`).
+        read_session: opens a read-only unit of work (`Database.read`). On SQLite a `Database.session`
+            waits its turn behind every write of the process (the turns' saves): with Basic auth every
+            request checks its caller, and 50 sends at once waited for one another's writes to do so.
         max_failures: failures allowed per address and per account within `window_s`.
         window_s: how long a failure counts.
         cache_ttl_s: how long a verified credential is remembered.
         clock: monotonic seconds (tests pass their own).
+        failures: where failures are counted (default: in this process, with the limits above).
     """
 
     CACHE_MAX = 1024
-    FAILURES_MAX = 10_000
 
     def __init__(
         self,
-        session_factory: Callable,
+        read_session: Callable,
         *,
         max_failures: int = 10,
         window_s: float = 300.0,
         cache_ttl_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        failures: LoginFailures | RedisLoginFailures | None = None,
     ) -> None:
-        self._session = session_factory
+        self._read = read_session
         self.max_failures = max_failures
         self.window_s = window_s
         self.cache_ttl_s = cache_ttl_s
@@ -191,7 +190,7 @@ class PasswordLogin:
         self._cache_key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, _Verified] = OrderedDict()
         self._checking: dict[bytes, asyncio.Future[User | None]] = {}
-        self._failures: dict[str, deque[float]] = {}
+        self.failures = failures or LoginFailures(max_failures=max_failures, window_s=window_s, clock=clock)
 
     async def authenticate(self, username: str, password: str, *, address: str) -> User | None:
         """The user when the name and password match, else None.
@@ -204,76 +203,37 @@ class PasswordLogin:
         token = hmac.new(self._cache_key, f"{username}\0{password}".encode(), hashlib.sha256).digest()
         cached = self._verified.get(token)
         if cached is not None and cached.expires_at > now:
-            async with self._session() as s:
+            async with self._read() as s:
                 user = await s.get(User, cached.user_id)
             if user is not None and user.username == username and user.password_hash == cached.password_hash:
-                self._failures.pop(keys[1], None)
                 return user
             self._verified.pop(token, None)
         check = self._checking.get(token)
         if check is None:  # the same credentials in parallel (a script's burst) share one check
-            self._check_throttle(keys, now)
-            # Counted as a failure until it succeeds: parallel guesses are throttled as a sequence would be.
-            if len(self._failures) >= self.FAILURES_MAX:
-                self._forget_old_failures(now)
-            for key in keys:
-                self._failures.setdefault(key, deque()).append(now)
-            check = asyncio.ensure_future(self._check(username, password, token, keys, now))
+            check = asyncio.ensure_future(self._check(username, password, token, keys))
             self._checking[token] = check
             check.add_done_callback(lambda _: self._checking.pop(token, None))
         return await asyncio.shield(check)
 
-    async def _check(self, username: str, password: str, token: bytes, keys: tuple[str, str],
-                     now: float) -> User | None:
-        async with self._session() as s:
+    async def _check(self, username: str, password: str, token: bytes, keys: tuple[str, str]) -> User | None:
+        # Counted as a failure until it succeeds: parallel guesses are throttled as a sequence would be.
+        attempt = await self.failures.begin(keys)
+        async with self._read() as s:
             user = (await s.exec(select(User).where(User.username == username))).first()
         stored_hash = user.password_hash if user is not None else None
-        # Outside the database session: on SQLite, units of work take turns, and this takes ~0.1 s.
+        # Outside the database session: this takes ~0.1 s of CPU.
         ok = await asyncio.to_thread(_verify_or_waste_time, password, stored_hash)
         if not ok or user is None or stored_hash is None:
             return None
-        self._succeeded(keys, now)
-        self._verified[token] = _Verified(user.id, stored_hash, now + self.cache_ttl_s)
+        await self.failures.succeeded(attempt)
+        self._verified[token] = _Verified(user.id, stored_hash, self._clock() + self.cache_ttl_s)
         while len(self._verified) > self.CACHE_MAX:
             self._verified.popitem(last=False)
         return user
 
-    def _succeeded(self, keys: tuple[str, str], now: float) -> None:
-        """Take back this attempt's provisional failure; a success also clears the account's count."""
-        address_key, account_key = keys
-        self._failures.pop(account_key, None)
-        failures = self._failures.get(address_key)
-        if failures is not None:
-            with contextlib.suppress(ValueError):
-                failures.remove(now)
-            if not failures:
-                del self._failures[address_key]
-
-    def _forget_old_failures(self, now: float) -> None:
-        """Bound the memory a spray of names or addresses can take: `FAILURES_MAX` counts at most.
-
-        Counts whose failures have all left the window go first; if that is not enough, the
-        counts first started go (a flood that large is beyond what a per-process throttle stops).
-        """
-        for key in [k for k, failures in self._failures.items() if failures[-1] <= now - self.window_s]:
-            del self._failures[key]
-        for key in list(self._failures)[: max(0, len(self._failures) - self.FAILURES_MAX // 2)]:
-            del self._failures[key]
-
-    def _check_throttle(self, keys: tuple[str, ...], now: float) -> None:
-        retry_after = 0.0
-        for key in keys:
-            failures = self._failures.get(key)
-            if not failures:
-                continue
-            while failures and failures[0] <= now - self.window_s:
-                failures.popleft()
-            if not failures:
-                del self._failures[key]
-            elif len(failures) >= self.max_failures:
-                retry_after = max(retry_after, failures[0] + self.window_s - now)
-        if retry_after > 0:
-            raise TooManyFailedLogins(max(1, int(retry_after + 0.999)))
+    async def close(self) -> None:
+        """Release what the counts hold (a Redis client in a cluster)."""
+        await self.failures.close()
 
 
 async def has_accounts(session: AsyncSession) -> bool:
