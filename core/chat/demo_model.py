@@ -1,8 +1,9 @@
 """The offline demo model: deterministic replies, token by token, with tool calls.
 
-This module decides *what* the demo model says; `core/chat/llm.py` registers it with
-LiteLLM as the `local/` provider and streams it with a configurable delay, so
-a demo turn goes through exactly the same LiteLLM path as a real provider.
+This module decides *what* the demo model says; `core/chat/demo_provider.py` streams it
+with a configurable delay and `core/chat/llm.py` registers it with LiteLLM as the `local/`
+provider, so a demo turn goes through exactly the same LiteLLM path as a real provider
+(except the turns that start while LiteLLM is still being imported after a start).
 
 Behaviour (documented in the README, relied on by the tests):
 

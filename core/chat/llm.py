@@ -6,8 +6,9 @@ never on the path to the first page.
 
 The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
 prefix (`local/demo`, `core/chat/demo_provider.py`); what it says is decided in
-`core/chat/demo_model.py`. Any
-other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
+`core/chat/demo_model.py`. While LiteLLM is still being imported after a start, the
+demo model's stream is read directly, so the first demo turn does not wait seconds
+for that import. Any other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
 `anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
 any OpenAI-compatible server. Which key goes to which base URL is
 `core.chat.model_route`'s rule; the base URL is checked against the outbound
@@ -29,7 +30,7 @@ from typing import Any
 import httpx
 
 from core.chat import demo_model
-from core.chat.demo_provider import make_demo_handler
+from core.chat.demo_provider import DemoEnd, demo_stream, make_demo_handler
 from core.chat.model_route import ModelRoute, RouteRefused, model_route
 from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
@@ -220,6 +221,11 @@ class LLMGateway:
             LLMError: the provider refused or failed (mid-stream failures included), or `route` refused the call.
             LLMTimeout: nothing arrived within `timeout_s`.
         """
+        if _litellm is None and model.startswith(f"{DEMO_PROVIDER}/"):
+            # LiteLLM is still being imported (the first turns after a start): the demo model needs none of it.
+            async for event in _demo_without_litellm(model, messages, tools, self.demo_delay_s):
+                yield event
+            return
         litellm = await _ensure_litellm()
         kwargs: dict[str, Any] = {
             "model": model,
@@ -455,6 +461,24 @@ def _provider(litellm: Any, model: str) -> str | None:
         return litellm.get_llm_provider(model)[1]
     except Exception:  # litellm raises BadRequestError (and others) for a provider it cannot tell
         return None
+
+
+async def _demo_without_litellm(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                                delay: float) -> AsyncIterator[LLMEvent]:
+    """The demo model's events while LiteLLM is still being imported; tests/test_first_turn.py checks they
+    are the ones LiteLLM gives (docs/ARCHITECTURE.md "Lazy imports that keep start-up fast")."""
+    try:
+        async for piece in demo_stream(messages, tools, delay):
+            if isinstance(piece, DemoEnd):
+                yield ModelResult(text=piece.text, tool_calls=[
+                    ToolCall(id=call_id or f"call_{i}", name=name or "", arguments=arguments)
+                    for i, (call_id, name, arguments) in enumerate(piece.tool_calls)],
+                    usage=Usage(piece.prompt_tokens, piece.completion_tokens), finish_reason=piece.finish_reason,
+                    model=model)
+            else:
+                yield TextDelta(piece)
+    except demo_model.DemoModelError as exc:
+        raise LLMError(f"The demo model failed: {exc}") from exc
 
 
 async def _ensure_litellm() -> Any:
