@@ -23,10 +23,9 @@ from pwdlib import PasswordHash
 from sqlmodel import func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.auth.login_throttle import LoginFailures, RedisLoginFailures, TooManyFailedLogins
+from core.auth.login_throttle import LoginFailures, RedisLoginFailures
+from core.auth.login_throttle import TooManyFailedLogins  # noqa: F401  (callers catch accounts.TooManyFailedLogins)
 from models import User
-
-__all__ = ["AccountError", "LoginFailures", "PasswordLogin", "RedisLoginFailures", "TooManyFailedLogins"]
 
 LOCAL_USERNAME = "local"
 USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
