@@ -211,7 +211,7 @@ class PasswordLogin:
         if check is None:  # the same credentials in parallel (a script's burst) share one check
             check = asyncio.ensure_future(self._check(username, password, token, keys))
             self._checking[token] = check
-            check.add_done_callback(lambda _: self._checking.pop(token, None))
+            check.add_done_callback(lambda done: self._check_ended(token, done))
         return await asyncio.shield(check)
 
     async def _check(self, username: str, password: str, token: bytes, keys: tuple[str, str]) -> User | None:
@@ -229,6 +229,11 @@ class PasswordLogin:
         while len(self._verified) > self.CACHE_MAX:
             self._verified.popitem(last=False)
         return user
+
+    def _check_ended(self, token: bytes, done: asyncio.Future[User | None]) -> None:
+        self._checking.pop(token, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a refusal whose callers all went away is not logged as unhandled
 
     async def close(self) -> None:
         """Release what the counts hold (a Redis client in a cluster)."""
