@@ -9,7 +9,9 @@ A server with one account (`bench`) is started on 127.0.0.1 in a fresh data fold
    accepted (202), and each request's latency (median, p90, max). Two cases, each `--runs` times:
    "remembered", the server has just checked these credentials (the chats were made with them);
    "first use", the server was restarted after the chats were made, so these sends are the first
-   with the credentials (one argon2 check for all of them) and the first turns after start;
+   with the credentials (one argon2 check for all of them) and the first turns after start.
+   One account sends them all, so its limit of running turns (`MAX_RUNNING_TURNS_PER_USER`, 20 by
+   default: one more is 429) is raised to `--turns`;
 2. health under attack: `--wrong` requests with a wrong password sent at once from this address,
    while `GET /a2a/health` (no credentials) is timed every 20 ms.
 
@@ -82,13 +84,15 @@ def p90(sorted_values: list[float]) -> float:
 
 def one_accept_run(data: Path, turns: int, *, restart: bool) -> tuple[float, list[float], float]:
     """(time until all were accepted, sorted latencies, server CPU meanwhile) in a new server on `data`."""
-    server = spawn(data, env_extra={"DEMO_MODEL_DELAY_MS": "5"})
+    # One account sends them all: its limit of running turns (20 by default; more get 429) is raised to them.
+    env = {"DEMO_MODEL_DELAY_MS": "5", "MAX_RUNNING_TURNS_PER_USER": str(max(20, turns))}
+    server = spawn(data, env_extra=env)
     try:
         wait_first_200(server, path="/login")
         sessions = asyncio.run(make_chats(f"http://127.0.0.1:{server.port}", turns))
         if restart:  # nothing remembered: the sends are the first with these credentials after a start
             stop(server)
-            server = spawn(data, env_extra={"DEMO_MODEL_DELAY_MS": "5"})
+            server = spawn(data, env_extra=env)
             wait_first_200(server, path="/login")
         cpu_before = cpu_seconds(server.pid)
         total, latencies = asyncio.run(accept_time(server.port, sessions))
