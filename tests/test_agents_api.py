@@ -23,10 +23,10 @@ from core.services import Services
 from models import A2ATaskSession, Agent
 from tests.conftest import make_settings
 from tests.test_api import build_api_app, stream_events
-from tests.test_delegation_api import ALICE, BOB, kind
+from tests.test_delegation_api import kind
+from tests.utils.accounts import ALICE, BOB, seed_accounts
 from tests.utils.live_server import live_server
 from tests.utils.openai_server import openai_server, text, tool_call  # noqa: F401  (fixture)
-from tests.utils.sync import run_sync
 
 
 @pytest.fixture
@@ -42,16 +42,7 @@ def api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
 @pytest.fixture
 def accounts_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
     """A live API server with alice (the first account: admin) and bob (not an admin)."""
-    seed = Services.build(make_settings(tmp_path, database_url=database_url))
-    seed.db.migrate()
-
-    async def create_users() -> None:
-        async with seed.db.session() as s:
-            await accounts.create_user(s, username=ALICE[0], password=ALICE[1])
-            await accounts.create_user(s, username=BOB[0], password=BOB[1])
-        await seed.db.close()
-
-    run_sync(create_users())
+    seed_accounts(tmp_path, database_url)
     services = Services.build(make_settings(tmp_path, database_url=database_url))
     services.prepare()
     with live_server(build_api_app(services)) as url:

@@ -11,30 +11,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.auth import accounts
 from core.delegation import task_stream_key
 from core.services import Services
 from tests.conftest import make_settings
 from tests.test_api import build_api_app, stream_events
+from tests.utils.accounts import ALICE, BOB, seed_accounts
 from tests.utils.live_server import live_server
-from tests.utils.sync import run_sync
-
-ALICE, BOB = ("alice", "alice-password"), ("bob", "bob-password")
 
 
 @pytest.fixture
 def two_users_api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
     """A live API server with accounts alice and bob; the demo model takes 2 ms per token."""
-    seed = Services.build(make_settings(tmp_path, database_url=database_url))
-    seed.db.migrate()
-
-    async def create_users() -> None:
-        async with seed.db.session() as s:
-            await accounts.create_user(s, username=ALICE[0], password=ALICE[1])
-            await accounts.create_user(s, username=BOB[0], password=BOB[1])
-        await seed.db.close()
-
-    run_sync(create_users())
+    seed_accounts(tmp_path, database_url)
     services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2))
     services.prepare()
     with live_server(build_api_app(services)) as url:

@@ -16,28 +16,16 @@ import httpx
 import pytest
 from sqlalchemy import event
 
-from core.auth import accounts
 from core.services import Services
-from tests.conftest import make_settings
 from core.web.errors import install_error_handlers
+from tests.conftest import make_settings
 from tests.utils.a2a_live import build_a2a_app
+from tests.utils.accounts import ALICE, BOB, seed_accounts
 from tests.utils.live_server import live_server
-from tests.utils.sync import run_sync
-
-ALICE, BOB = ("alice", "alice-password"), ("bob", "bob-password")
 
 
 def _accounts_server(tmp_path: Path, database_url: str, **settings) -> Iterator[tuple[str, Services]]:
-    seed = Services.build(make_settings(tmp_path, database_url=database_url))
-    seed.db.migrate()
-
-    async def create_users() -> None:
-        async with seed.db.session() as s:
-            await accounts.create_user(s, username=ALICE[0], password=ALICE[1])
-            await accounts.create_user(s, username=BOB[0], password=BOB[1])
-        await seed.db.close()
-
-    run_sync(create_users())
+    seed_accounts(tmp_path, database_url)
     services = Services.build(make_settings(tmp_path, database_url=database_url, **settings))
     services.prepare()
     assert services.auth.multi_user
