@@ -83,7 +83,8 @@ async def test_a_user_over_the_running_turns_limit_gets_429_while_another_user_s
             await _stop_all(bob, [bobs])
 
             # Chinese for a person who asks for it.
-            zh = await alice.post(f"/api/sessions/{chats[-1]}/messages", json={"content": "/hang"},
+            # (A refused chat: one of the accepted ones would be 409, its turn is already running.)
+            zh = await alice.post(f"/api/sessions/{refused_sid(chats, sent)}/messages", json={"content": "/hang"},
                                   headers={"Accept-Language": "zh-CN"})
             assert zh.status_code == 429 and "5" in zh.json()["detail"] and "You" not in zh.json()["detail"]
 
