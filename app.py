@@ -60,12 +60,16 @@ def build(settings) -> object:
     app.state.services = services
     add_api_docs(app, title=TITLE, description="The chat's REST API, the A2A endpoints and the broker.")
     public_origin = urlsplit(settings.base_url)
-    app.add_middleware(RequestGuardMiddleware, trusted_hosts=settings.answering_hosts,
-                       trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"])
+    app.add_middleware(
+        RequestGuardMiddleware,
+        trusted_hosts=settings.answering_hosts,
+        trusted_origins=[f"{public_origin.scheme}://{public_origin.netloc}"],
+    )
     # Bodies of the API and the broker's HTTP routes are capped before they are read whole (413); the A2A
     # JSON-RPC endpoints cap their own and answer in JSON-RPC (core/web/body_cap.py).
-    app.add_middleware(BodyCapMiddleware, limit=settings.max_request_body_bytes, prefixes=("/api/", "/a2a/"),
-                       exempt=("/a2a/agents/",))
+    app.add_middleware(
+        BodyCapMiddleware, limit=settings.max_request_body_bytes, prefixes=("/api/", "/a2a/"), exempt=("/a2a/agents/",)
+    )
     # Outermost: requests that arrive together start a few per pass of the event loop (core/web/start_gate.py).
     app.add_middleware(StartGateMiddleware)
     app.add_exception_handler(RequestValidationError, validation_error_response)
@@ -88,6 +92,7 @@ def build(settings) -> object:
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
     app.on_startup(lambda: _start_soon(freeze_start_up_heap, 2.0))
     app.on_startup(share_the_gil_with_the_event_loop)
+
     def streams_live() -> bool:  # a hub buffer is being written: a turn, a delegation or a task streams
         return services.hub.live_streams() > 0
 
@@ -182,9 +187,11 @@ def serve(settings) -> None:
         leave_stop_signals_to_the_server()
     raise_open_files_limit()
     # Slow and greedy clients (core/web/connections.py): a deadline for request headers, a cap per address.
-    limits = ConnectionLimits(header_timeout_s=settings.http_header_timeout_s,
-                              max_per_address=settings.max_connections_per_address,
-                              uncapped=settings.trusted_proxies)
+    limits = ConnectionLimits(
+        header_timeout_s=settings.http_header_timeout_s,
+        max_per_address=settings.max_connections_per_address,
+        uncapped=settings.trusted_proxies,
+    )
     ui.run(
         host=settings.host,
         port=settings.port,
@@ -277,8 +284,9 @@ def _describe_settings_error(exc: ValueError) -> str:
 
     if not isinstance(exc, ValidationError):
         return f"  {exc}"
-    return "\n".join(f"  {'.'.join(str(part) for part in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
-                     for e in exc.errors())
+    return "\n".join(
+        f"  {'.'.join(str(part) for part in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+    )
 
 
 def _ask_password() -> str:
@@ -354,8 +362,11 @@ def stop_gracefully_on_stop_signals(on_first_signal: Callable[[], None] = lambda
             on_first_signal()
             server.handle_exit(signal.SIGTERM, None)  # graceful, whichever signal it was
         elif received == 2:
-            print("Stopping: saving running turns and closing open streams. "
-                  "Press Ctrl+C again to stop at once (running turns will not be saved).", flush=True)
+            print(
+                "Stopping: saving running turns and closing open streams. "
+                "Press Ctrl+C again to stop at once (running turns will not be saved).",
+                flush=True,
+            )
         else:
             print("Stopped at once.", flush=True)
             os._exit(1)
@@ -369,8 +380,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings()
     except ValueError as exc:  # pydantic's ValidationError, or a config file that is not JSON
-        sys.exit(f"error: the settings are not valid; fix the environment, .env or config/server.json:\n"
-                 f"{_describe_settings_error(exc)}")
+        sys.exit(
+            f"error: the settings are not valid; fix the environment, .env or config/server.json:\n"
+            f"{_describe_settings_error(exc)}"
+        )
     # NiceGUI keeps per-browser storage on disk; keep it beside the database.
     os.environ.setdefault("NICEGUI_STORAGE_PATH", str(settings.data_dir / ".nicegui"))
     if settings.cluster and settings.redis.dsn:  # replicas share browser storage (docs/ARCHITECTURE.md, "Cluster")

@@ -23,8 +23,18 @@ STOP_TIMEOUT_S = 20.0
 
 # The child must not think it runs under pytest or NiceGUI's simulation, nor inherit where to listen,
 # a password, or the caller's data and config.
-DROPPED_ENV = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
-               "HOST", "PORT", "DATA_DIR", "DATABASE_URL", "CONFIG_FILE", "ENV_FILE"}
+DROPPED_ENV = {
+    "PYTEST_CURRENT_TEST",
+    "NICEGUI_USER_SIMULATION",
+    "NICEGUI_STORAGE_PATH",
+    "APP_USER_PASSWORD",
+    "HOST",
+    "PORT",
+    "DATA_DIR",
+    "DATABASE_URL",
+    "CONFIG_FILE",
+    "ENV_FILE",
+}
 
 
 class ChatAppError(AssertionError):
@@ -41,8 +51,14 @@ def free_port() -> int:
 def child_env(data_dir: Path, port: int, settings: dict[str, str]) -> dict[str, str]:
     """The environment of the app: this one, less what belongs to the caller, plus `settings`."""
     env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-    env.update(HOST="127.0.0.1", PORT=str(port), DATA_DIR=str(data_dir), PYTHONUNBUFFERED="1",
-               CONFIG_FILE=str(data_dir.parent / "no-config.json"), ENV_FILE=str(data_dir.parent / "no.env"))
+    env.update(
+        HOST="127.0.0.1",
+        PORT=str(port),
+        DATA_DIR=str(data_dir),
+        PYTHONUNBUFFERED="1",
+        CONFIG_FILE=str(data_dir.parent / "no-config.json"),
+        ENV_FILE=str(data_dir.parent / "no.env"),
+    )
     env.update({k: str(v) for k, v in settings.items()})
     return env
 
@@ -169,8 +185,13 @@ class ChatApp:
 
 
 @contextmanager
-def start_chat_app(settings: dict[str, str] | None = None, *, users: dict[str, str] | None = None,
-                   data_dir: Path | None = None, port: int | None = None) -> Iterator[ChatApp]:
+def start_chat_app(
+    settings: dict[str, str] | None = None,
+    *,
+    users: dict[str, str] | None = None,
+    data_dir: Path | None = None,
+    port: int | None = None,
+) -> Iterator[ChatApp]:
     """Run `python -m app` (the installed app) until the block ends; `settings` are environment variables.
 
     `users` (name -> password) are created first (`python -m app users add`): the app then runs with
@@ -182,15 +203,26 @@ def start_chat_app(settings: dict[str, str] | None = None, *, users: dict[str, s
         port = port or free_port()
         env = child_env(data_dir, port, settings or {})
         for name, password in (users or {}).items():
-            added = subprocess.run([sys.executable, "-m", "app", "users", "add", name], cwd=tmp,
-                                   env={**env, "APP_USER_PASSWORD": password}, capture_output=True, text=True,
-                                   timeout=120)
+            added = subprocess.run(
+                [sys.executable, "-m", "app", "users", "add", name],
+                cwd=tmp,
+                env={**env, "APP_USER_PASSWORD": password},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if added.returncode != 0:
                 raise ChatAppError(f"could not create the user {name!r}: {added.stderr or added.stdout}")
         log_path = Path(tmp) / "app.log"
         with log_path.open("wb") as log:
-            process = subprocess.Popen([sys.executable, "-m", "app"], cwd=tmp, env=env,
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "app"],
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path, dict(users or {}))
         try:
             app.wait_until_serving()

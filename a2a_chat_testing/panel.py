@@ -18,14 +18,21 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_TIMEOUT_MS = 30_000
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def chromium_launch_options() -> dict[str, Any]:
     """`chromium.launch(**options)`: headless; `PLAYWRIGHT_CHROMIUM_EXECUTABLE`, else the system's Chromium."""
     executable = os.environ.get("PLAYWRIGHT_CHROMIUM_EXECUTABLE") or next(
-        (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None)
+        (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None
+    )
     options: dict[str, Any] = {"headless": True, "args": CHROMIUM_ARGS}
     if executable:
         options["executable_path"] = executable
@@ -72,11 +79,16 @@ class Panel:
         found = []
         for tab in self._tabs().all():
             task_id = tab.get_attribute("data-task-id") or ""
-            found.append(PanelTab(task_id=task_id, label=" ".join(tab.inner_text().split()),
-                                  state=tab.get_attribute("data-state") or "submitted",
-                                  status=self._status(task_id).text_content().strip(),
-                                  parent_task_id=tab.get_attribute("data-parent-task-id") or None,
-                                  depth=int(tab.get_attribute("data-depth") or 0)))
+            found.append(
+                PanelTab(
+                    task_id=task_id,
+                    label=" ".join(tab.inner_text().split()),
+                    state=tab.get_attribute("data-state") or "submitted",
+                    status=self._status(task_id).text_content().strip(),
+                    parent_task_id=tab.get_attribute("data-parent-task-id") or None,
+                    depth=int(tab.get_attribute("data-depth") or 0),
+                )
+            )
         return found
 
     def tab(self, which: int | str | PanelTab = 0) -> PanelTab:
@@ -108,12 +120,12 @@ class Panel:
         """The tab's error line (empty when there is none)."""
         tab = self.tab(which)
         panel = self.page.locator(".q-tab-panel").filter(
-            has=self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{tab.task_id}"]'))
+            has=self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{tab.task_id}"]')
+        )
         error = panel.get_by_test_id("agent-invoke-error")
         return error.text_content().strip() if error.count() else ""
 
-    def wait_for_state(self, state: str, which: int | str | PanelTab = 0,
-                       timeout_ms: float | None = None) -> PanelTab:
+    def wait_for_state(self, state: str, which: int | str | PanelTab = 0, timeout_ms: float | None = None) -> PanelTab:
         """Until the tab's task is in `state` (`completed`, `failed`, `canceled`, ...); returns the tab."""
         from playwright.sync_api import expect
 

@@ -24,8 +24,11 @@ MARKER = "chat_app_settings"
 
 def pytest_configure(config: pytest.Config) -> None:
     """Declare the marker."""
-    config.addinivalue_line("markers", f"{MARKER}(**env): settings of the app that `chat_app` starts for this "
-                                       "test, as environment variables (DEMO_MODEL_DELAY_MS='20', ...)")
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**env): settings of the app that `chat_app` starts for this "
+        "test, as environment variables (DEMO_MODEL_DELAY_MS='20', ...)",
+    )
 
 
 @pytest.fixture
@@ -41,8 +44,9 @@ def chat_app_users() -> dict[str, str]:
 
 
 @pytest.fixture
-def chat_app(request: pytest.FixtureRequest, chat_app_settings: dict[str, str],
-             chat_app_users: dict[str, str]) -> Iterator[ChatApp]:
+def chat_app(
+    request: pytest.FixtureRequest, chat_app_settings: dict[str, str], chat_app_users: dict[str, str]
+) -> Iterator[ChatApp]:
     """The app on a free 127.0.0.1 port with a temporary data folder; stopped cleanly after the test."""
     settings = dict(chat_app_settings)
     for marker in reversed(list(request.node.iter_markers(MARKER))):
@@ -54,8 +58,9 @@ def chat_app(request: pytest.FixtureRequest, chat_app_settings: dict[str, str],
 @pytest.fixture(scope="session")
 def chat_browser() -> Iterator[Any]:
     """Headless Chromium through Playwright (`PLAYWRIGHT_CHROMIUM_EXECUTABLE`, else the system's Chromium)."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the browser fixtures need Playwright "
-                                   "(pip install playwright)")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="the browser fixtures need Playwright (pip install playwright)"
+    )
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(**chromium_launch_options())
         try:

@@ -31,11 +31,34 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Variables a developer's shell might carry that would change what the server does.
 _DROP_EXACT = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "NICEGUI_SCREEN_TEST_PORT"}
 _APP_ENV_VARS = [
-    "HOST", "PORT", "PUBLIC_BASE_URL", "DATA_DIR", "DATABASE_URL", "STORAGE_SECRET", "DEFAULT_MODEL",
-    "DEMO_MODEL_DELAY_MS", "LLM_API_BASE", "LLM_API_KEY", "LLM_TIMEOUT_S", "TURN_TIMEOUT_S", "MAX_TURN_STEPS",
-    "MAX_MESSAGE_CHARS", "STREAM_BUFFER_MAX_EVENTS", "STREAM_BUFFER_TTL_S", "STREAM_SUBSCRIBER_QUEUE",
-    "REQUEST_TIMEOUT", "TASK_IDLE_TIMEOUT", "INJECT_MIN_INTERVAL", "BLACKLIST_IP", "DEBUG", "CONFIG_FILE",
-    "ENV_FILE", "INSTANCE_ID", "BROKER_DISPATCH_TOKEN", "BROKER_OPEN_DISPATCH", "LOOP_PROBE",
+    "HOST",
+    "PORT",
+    "PUBLIC_BASE_URL",
+    "DATA_DIR",
+    "DATABASE_URL",
+    "STORAGE_SECRET",
+    "DEFAULT_MODEL",
+    "DEMO_MODEL_DELAY_MS",
+    "LLM_API_BASE",
+    "LLM_API_KEY",
+    "LLM_TIMEOUT_S",
+    "TURN_TIMEOUT_S",
+    "MAX_TURN_STEPS",
+    "MAX_MESSAGE_CHARS",
+    "STREAM_BUFFER_MAX_EVENTS",
+    "STREAM_BUFFER_TTL_S",
+    "STREAM_SUBSCRIBER_QUEUE",
+    "REQUEST_TIMEOUT",
+    "TASK_IDLE_TIMEOUT",
+    "INJECT_MIN_INTERVAL",
+    "BLACKLIST_IP",
+    "DEBUG",
+    "CONFIG_FILE",
+    "ENV_FILE",
+    "INSTANCE_ID",
+    "BROKER_DISPATCH_TOKEN",
+    "BROKER_OPEN_DISPATCH",
+    "LOOP_PROBE",
 ]
 _APP_ENV_PREFIXES = ("REDIS_", "AUTH_")
 
@@ -43,7 +66,8 @@ _APP_ENV_PREFIXES = ("REDIS_", "AUTH_")
 def clean_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
     """The environment for `python app.py`: no test markers, no config/.env files, this data dir and port."""
     env = {
-        k: v for k, v in os.environ.items()
+        k: v
+        for k, v in os.environ.items()
         if k not in _DROP_EXACT and k not in _APP_ENV_VARS and not k.startswith(_APP_ENV_PREFIXES)
     }
     env.update(
@@ -59,7 +83,7 @@ def clean_env(data_dir: Path, port: int, **extra: str) -> dict[str, str]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """user + system CPU seconds of a process (all its threads), from /proc/<pid>/stat."""
+    """User + system CPU seconds of a process (all its threads), from /proc/<pid>/stat."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         raw = f.read().decode()
     # The command name (field 2) may contain spaces; it is wrapped in parentheses.
@@ -79,7 +103,9 @@ def http_get(port: int, path: str = "/", timeout: float = 5.0) -> tuple[int, byt
         conn.close()
 
 
-def http_json(port: int, method: str, path: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, object]:
+def http_json(
+    port: int, method: str, path: str, body: object | None = None, timeout: float = 10.0
+) -> tuple[int, object]:
     """A JSON request on 127.0.0.1:port; (status, decoded body or None)."""
     import json
 
@@ -119,8 +145,14 @@ class Server:
         return ""
 
 
-def spawn(data_dir: Path, *, port: int | None = None, env_extra: dict[str, str] | None = None,
-          log_path: Path | None = None, python_args: list[str] | None = None) -> Server:
+def spawn(
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    env_extra: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    python_args: list[str] | None = None,
+) -> Server:
     """Start `python app.py` (not waiting for it)."""
     port = port or free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -128,8 +160,14 @@ def spawn(data_dir: Path, *, port: int | None = None, env_extra: dict[str, str] 
     log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     env = clean_env(data_dir, port, **(env_extra or {}))
     t0 = time.perf_counter()
-    proc = subprocess.Popen([PYTHON, *(python_args or []), "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, *(python_args or []), "app.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     log.close()
     return Server(proc=proc, port=port, data_dir=data_dir, log_path=log_path, spawned_at=t0)
 
@@ -195,11 +233,16 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
     """A plain-text table (also valid Markdown)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     for row in cells[1:]:
-        lines.append("| " + " | ".join(c.rjust(w) if _numeric(c) else c.ljust(w)
-                                      for c, w in zip(row, widths, strict=True)) + " |")
+        lines.append(
+            "| "
+            + " | ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths, strict=True))
+            + " |"
+        )
     return "\n".join(lines)
 
 

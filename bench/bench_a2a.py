@@ -35,8 +35,18 @@ import httpx  # noqa: E402
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory  # noqa: E402
 from a2a.types import Message, Part, Role, SendMessageRequest  # noqa: E402
 
-from bench._common import PYTHON, ROOT, cpu_seconds, free_port, http_json, median, spawn, stop, table  # noqa: E402
-from bench._common import wait_first_200  # noqa: E402
+from bench._common import (  # noqa: E402
+    PYTHON,
+    ROOT,
+    cpu_seconds,
+    free_port,
+    http_json,
+    median,
+    spawn,
+    stop,
+    table,
+    wait_first_200,  # noqa: E402
+)
 
 ECHO_SERVER = ROOT / "tests" / "utils" / "a2a_echo_server.py"
 HEADER = ["updates", "server", "events", "updates/s", "range", "server CPU µs/update"]
@@ -48,8 +58,9 @@ async def stream_once(agent_url: str, key: str | None, text: str) -> tuple[int, 
     async with httpx.AsyncClient(headers=headers, timeout=120) as http:
         card = await A2ACardResolver(http, agent_url).get_agent_card()
         client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
-        request = SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex,
-                                                     parts=[Part(text=text)]))
+        request = SendMessageRequest(
+            message=Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[Part(text=text)])
+        )
         count = 0
         started = time.perf_counter()
         async for _ in client.send_message(request):
@@ -60,8 +71,12 @@ async def stream_once(agent_url: str, key: str | None, text: str) -> tuple[int, 
 
 
 def start_plain(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([PYTHON, str(ECHO_SERVER), "--port", str(port), "--name", "Plain"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, str(ECHO_SERVER), "--port", str(port), "--name", "Plain"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -83,17 +98,29 @@ async def measure(name: str, pid: int, agent_url: str, key: str | None, text: st
         events, elapsed = await stream_once(agent_url, key, text)
         cpu.append((cpu_seconds(pid) - before) / updates * 1e6)
         rates.append(updates / elapsed)
-    return {"name": name, "events": events, "rate": median(rates), "min": min(rates), "max": max(rates),
-            "cpu_us": median(cpu)}
+    return {
+        "name": name,
+        "events": events,
+        "rate": median(rates),
+        "min": min(rates),
+        "max": max(rates),
+        "cpu_us": median(cpu),
+    }
 
 
 async def compare(sizes: list[int], runs: int) -> list[list[object]]:
     """The app against the plain a2a-sdk server at each size, interleaved; the table's rows (with the ratio)."""
     with tempfile.TemporaryDirectory(prefix="bench-a2a-") as tmp:
         app_port = free_port()
-        app = spawn(Path(tmp) / "data", port=app_port, env_extra={
-            "DEMO_MODEL_DELAY_MS": "0", "PUBLIC_BASE_URL": f"http://127.0.0.1:{app_port}",
-            "STREAM_BUFFER_MAX_EVENTS": "50000"})
+        app = spawn(
+            Path(tmp) / "data",
+            port=app_port,
+            env_extra={
+                "DEMO_MODEL_DELAY_MS": "0",
+                "PUBLIC_BASE_URL": f"http://127.0.0.1:{app_port}",
+                "STREAM_BUFFER_MAX_EVENTS": "50000",
+            },
+        )
         plain_port = free_port()
         plain = start_plain(plain_port)
         try:
@@ -109,8 +136,16 @@ async def compare(sizes: list[int], runs: int) -> list[list[object]]:
                 ours = await measure("app", app.pid, app_url, key, f"/lorem {size}", size, runs)
                 theirs = await measure("plain a2a-sdk", plain.pid, plain_url, None, f"/ticks {size}", size, runs)
                 for result in (ours, theirs):
-                    rows.append([size, result["name"], result["events"], f"{result['rate']:,.0f}",
-                                 f"{result['min']:,.0f}–{result['max']:,.0f}", f"{result['cpu_us']:.0f}"])
+                    rows.append(
+                        [
+                            size,
+                            result["name"],
+                            result["events"],
+                            f"{result['rate']:,.0f}",
+                            f"{result['min']:,.0f}–{result['max']:,.0f}",
+                            f"{result['cpu_us']:.0f}",
+                        ]
+                    )
                 rows.append([size, "ratio app / plain", "", f"{ours['rate'] / theirs['rate']:.2f}", "", ""])
         finally:
             stop(app)
@@ -126,8 +161,9 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     rows = await compare(args.sizes, args.runs)
-    print(f"SendStreamingMessage, one client, loopback; median of {args.runs} runs after a warm-up "
-          "(budget: ratio ≥ 1.0)")
+    print(
+        f"SendStreamingMessage, one client, loopback; median of {args.runs} runs after a warm-up (budget: ratio ≥ 1.0)"
+    )
     print(table(HEADER, rows))
 
 

@@ -44,8 +44,15 @@ USER, PASSWORD = "bench", "bench-password"
 
 def create_account(data_dir: Path) -> None:
     env = clean_env(data_dir, 3100, APP_USER_PASSWORD=PASSWORD)  # the port is not used by `users`
-    subprocess.run([PYTHON, "app.py", "users", "add", USER], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+    subprocess.run(
+        [PYTHON, "app.py", "users", "add", USER],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 async def make_chats(base: str, turns: int) -> list[str]:
@@ -55,15 +62,21 @@ async def make_chats(base: str, turns: int) -> list[str]:
 
 async def send(port: int, session_id: str) -> float:
     """One `POST .../messages` with Basic credentials on a new connection (raw socket: an HTTP client
-    object per request would cost this process more CPU than the server spends); seconds to the 202."""
+    object per request would cost this process more CPU than the server spends); seconds to the 202.
+    """
     body = json.dumps({"content": "hello"}).encode()
     credentials = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     started = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write((f"POST /api/sessions/{session_id}/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                      f"Authorization: Basic {credentials}\r\nConnection: close\r\n"
-                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        writer.write(
+            (
+                f"POST /api/sessions/{session_id}/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Authorization: Basic {credentials}\r\nConnection: close\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
         await writer.drain()
         status_line = await reader.readline()
     finally:
@@ -104,8 +117,10 @@ def one_accept_run(data: Path, turns: int, *, restart: bool) -> tuple[float, lis
 async def health_under_wrong_passwords(base: str, wrong: int) -> tuple[list[float], dict[int, int]]:
     statuses: dict[int, int] = {}
     health: list[float] = []
-    async with httpx.AsyncClient(base_url=base, timeout=120) as attacker, \
-            httpx.AsyncClient(base_url=base, timeout=120) as prober:
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=120) as attacker,
+        httpx.AsyncClient(base_url=base, timeout=120) as prober,
+    ):
 
         async def attempt(i: int) -> None:
             response = await attacker.get("/api/sessions", auth=(USER, f"wrong-{i}"))
@@ -135,8 +150,18 @@ def main() -> None:
                 data = Path(tmp) / f"{case}-{run}" / "data"
                 create_account(data)
                 total, latencies, cpu = one_accept_run(data, args.turns, restart=restart)
-                rows.append([case, run, f"{total:.2f}", f"{median(latencies):.2f}", f"{p90(latencies):.2f}",
-                             f"{latencies[-1]:.2f}", f"{cpu:.2f}", "ok" if median(latencies) <= 1.0 else "OVER"])
+                rows.append(
+                    [
+                        case,
+                        run,
+                        f"{total:.2f}",
+                        f"{median(latencies):.2f}",
+                        f"{p90(latencies):.2f}",
+                        f"{latencies[-1]:.2f}",
+                        f"{cpu:.2f}",
+                        "ok" if median(latencies) <= 1.0 else "OVER",
+                    ]
+                )
         data = Path(tmp) / "health" / "data"
         create_account(data)
         server = spawn(data, env_extra={"DEMO_MODEL_DELAY_MS": "5"})
@@ -145,17 +170,28 @@ def main() -> None:
             health, statuses = asyncio.run(health_under_wrong_passwords(f"http://127.0.0.1:{server.port}", args.wrong))
         finally:
             stop(server)
-    print(f"Basic auth under load; 2 CPUs ({os.cpu_count()} reported), load average before: {load_before}, "
-          f"commit under test: {ROOT}\n")
-    print(f"{args.turns} concurrent sends (POST /api/sessions/{{id}}/messages, Basic, a connection each), "
-          "seconds; goal: median accept time <= 1 s\n")
+    print(
+        f"Basic auth under load; 2 CPUs ({os.cpu_count()} reported), load average before: {load_before}, "
+        f"commit under test: {ROOT}\n"
+    )
+    print(
+        f"{args.turns} concurrent sends (POST /api/sessions/{{id}}/messages, Basic, a connection each), "
+        "seconds; goal: median accept time <= 1 s\n"
+    )
     print(table(["credentials", "run", "all accepted", "median", "p90", "max", "server CPU", "goal"], rows))
     print()
-    print(table(["measure", "value"], [
-        [f"{args.wrong} wrong passwords: /a2a/health median / max (ms)",
-         f"{median(health) * 1000:.0f} / {max(health) * 1000:.0f}"],
-        ["  answers to the wrong passwords", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))],
-    ]))
+    print(
+        table(
+            ["measure", "value"],
+            [
+                [
+                    f"{args.wrong} wrong passwords: /a2a/health median / max (ms)",
+                    f"{median(health) * 1000:.0f} / {max(health) * 1000:.0f}",
+                ],
+                ["  answers to the wrong passwords", ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))],
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -98,10 +98,19 @@ class Agent:
         def status(state: str, text: str | None, final: bool = False) -> str:
             body = {"state": state}
             if text:
-                body["message"] = {"kind": "message", "role": "agent", "messageId": f"{tid}-{text[:6]}",
-                                   "parts": [{"kind": "text", "text": text}]}
-            return json.dumps({"jsonrpc": "2.0", "id": rid, "result": {
-                "kind": "status-update", "taskId": tid, "status": body, "final": final}})
+                body["message"] = {
+                    "kind": "message",
+                    "role": "agent",
+                    "messageId": f"{tid}-{text[:6]}",
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            return json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "result": {"kind": "status-update", "taskId": tid, "status": body, "final": final},
+                }
+            )
 
         if self.first_only:
             await self.ws.send(status("working", "started"))
@@ -109,7 +118,7 @@ class Agent:
             return
         lines = [status("working", f"step {i} of {self.events}") for i in range(self.events)]
         for i in range(0, len(lines), self.batch):
-            await self.ws.send("\n".join(lines[i:i + self.batch]))
+            await self.ws.send("\n".join(lines[i : i + self.batch]))
             await asyncio.sleep(0)
         await self.ws.send(status("completed", "all done", True))
 
@@ -118,8 +127,13 @@ COMPRESSION: str | None = None  # what the agents ask for (--deflate: permessage
 
 
 async def connect(port: int, a2a_id: str, **kwargs) -> Agent:
-    ws = await websockets.connect(f"ws://127.0.0.1:{port}/a2a?a2a_id={a2a_id}", open_timeout=30, ping_interval=None,
-                                  max_size=None, compression=COMPRESSION)
+    ws = await websockets.connect(
+        f"ws://127.0.0.1:{port}/a2a?a2a_id={a2a_id}",
+        open_timeout=30,
+        ping_interval=None,
+        max_size=None,
+        compression=COMPRESSION,
+    )
     return Agent(ws, **kwargs)
 
 
@@ -156,8 +170,9 @@ async def idle_agents(server, count: int) -> list[list[object]]:
     return [[f"{count:,} idle agents", f"{before:.1f}", f"{with_them:.1f}", f"{per_kib:.1f}", f"{took:.2f}"]]
 
 
-async def relay(server, redis_url: str, *, agents: int, per_agent: int, events: int, interval_label: str
-                ) -> list[object]:
+async def relay(
+    server, redis_url: str, *, agents: int, per_agent: int, events: int, interval_label: str
+) -> list[object]:
     port = server.port
     chat_agent = random.randint(10**9, 10**10)
     tasks = agents * per_agent
@@ -186,8 +201,11 @@ async def relay(server, redis_url: str, *, agents: int, per_agent: int, events: 
         counter = asyncio.get_running_loop().create_task(count())
         await asyncio.to_thread(settle, server.pid)
         cpu0, t0 = cpu_seconds(server.pid), time.perf_counter()
-        bodies = [{"task": f"task {a}.{k}", "targetAgent": f"relay-{a}", "agentId": chat_agent, "chatId": f"c{a}.{k}"}
-                  for a in range(agents) for k in range(per_agent)]
+        bodies = [
+            {"task": f"task {a}.{k}", "targetAgent": f"relay-{a}", "agentId": chat_agent, "chatId": f"c{a}.{k}"}
+            for a in range(agents)
+            for k in range(per_agent)
+        ]
         acks = await asyncio.gather(*(http.post("/a2a/tasks/dispatch", json=b) for b in bodies))
         assert all(r.json()["status"] == "accepted" for r in acks)
         await asyncio.wait_for(finished.wait(), 300)
@@ -204,9 +222,17 @@ async def relay(server, redis_url: str, *, agents: int, per_agent: int, events: 
     events_in = stats1["eventsRelayed"] - stats0["eventsRelayed"]
     throttled = stats1["injects"]["throttled"] - stats0["injects"]["throttled"]
     dropped = stats1["injects"]["dropped"] - stats0["injects"]["dropped"]
-    return [f"{tasks} tasks x {events + 1} events, inject_min_interval={interval_label}", f"{events_in:,}",
-            f"{wall:.2f}", f"{events_in / wall:,.0f}", f"{received['all']:,}", f"{received['all'] / wall:,.0f}",
-            f"{throttled:,}", f"{dropped:,}", f"{cpu / events_in * 1e6:.0f}"]
+    return [
+        f"{tasks} tasks x {events + 1} events, inject_min_interval={interval_label}",
+        f"{events_in:,}",
+        f"{wall:.2f}",
+        f"{events_in / wall:,.0f}",
+        f"{received['all']:,}",
+        f"{received['all'] / wall:,.0f}",
+        f"{throttled:,}",
+        f"{dropped:,}",
+        f"{cpu / events_in * 1e6:.0f}",
+    ]
 
 
 async def latency(server, redis_url: str, rounds: int) -> list[object]:
@@ -222,8 +248,10 @@ async def latency(server, redis_url: str, rounds: int) -> list[object]:
         samples = []
         for i in range(rounds):
             t0 = time.perf_counter()
-            response = await http.post("/a2a/tasks/dispatch", json={
-                "task": "ping", "targetAgent": "latency", "agentId": chat_agent, "chatId": f"lat{i}"})
+            response = await http.post(
+                "/a2a/tasks/dispatch",
+                json={"task": "ping", "targetAgent": "latency", "agentId": chat_agent, "chatId": f"lat{i}"},
+            )
             assert response.json()["status"] == "accepted"
             while True:
                 item = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
@@ -272,8 +300,13 @@ async def background(server, rounds: int) -> list[object]:
         return values[min(len(values) - 1, int(len(values) * q))]
 
     notes, done = [s[0] for s in samples], [s[1] for s in samples]
-    return [f"{rounds} chats", f"{statistics.median(notes):.1f}", f"{p(notes, 0.99):.1f}",
-            f"{statistics.median(done):.1f}", f"{p(done, 0.99):.1f}"]
+    return [
+        f"{rounds} chats",
+        f"{statistics.median(notes):.1f}",
+        f"{p(notes, 0.99):.1f}",
+        f"{statistics.median(done):.1f}",
+        f"{p(done, 0.99):.1f}",
+    ]
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -290,11 +323,26 @@ async def main_async(args: argparse.Namespace) -> None:
         lat = [await latency(server, args.redis, rounds)]
         bg = [await background(server, 20 if args.quick else 100)]
     with running_server(env) as server:
-        relay_rows.append(await relay(server, args.redis, agents=20, per_agent=10, events=events,
-                                      interval_label="1000 (default)"))
+        relay_rows.append(
+            await relay(server, args.redis, agents=20, per_agent=10, events=events, interval_label="1000 (default)")
+        )
     print("\n## 200 concurrent streaming tasks relayed to Redis\n")
-    print(table(["case", "events in", "wall s", "events/s in", "injects out", "injects/s out", "throttled",
-                 "dropped (outbox full)", "server CPU µs/event"], relay_rows))
+    print(
+        table(
+            [
+                "case",
+                "events in",
+                "wall s",
+                "events/s in",
+                "injects out",
+                "injects/s out",
+                "throttled",
+                "dropped (outbox full)",
+                "server CPU µs/event",
+            ],
+            relay_rows,
+        )
+    )
     print("\n## Dispatch to first inject (at a Redis subscriber)\n")
     print(table(["case", "p50 ms", "p99 ms", "max ms"], lat))
     print("\n## Background dispatch from the app's chat: message to result note, and to announcement\n")

@@ -32,12 +32,21 @@ async def measure(store: BrokerStore, n: int, *, concurrent: bool) -> list[str]:
     ids = [uuid.uuid4().hex for _ in range(n)]
 
     async def add(task_id: str) -> None:
-        await store.add_task(task_id=task_id, owner="user:1", target_agent="travel", agent_name="出行助手",
-                             chat_agent_id=123, chat_id="chat", session_id=None, task="查明天的高铁")
+        await store.add_task(
+            task_id=task_id,
+            owner="user:1",
+            target_agent="travel",
+            agent_name="出行助手",
+            chat_agent_id=123,
+            chat_id="chat",
+            session_id=None,
+            task="查明天的高铁",
+        )
 
     async def finish(task_id: str) -> int:
-        return await store.finish_task(task_id, "completed", Inject(123, "chat", "[出行助手] done", AUTO, task_id),
-                                       sent=False)
+        return await store.finish_task(
+            task_id, "completed", Inject(123, "chat", "[出行助手] done", AUTO, task_id), sent=False
+        )
 
     async def run(calls: list) -> tuple[float, float, list]:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -49,12 +58,19 @@ async def measure(store: BrokerStore, n: int, *, concurrent: bool) -> list[str]:
 
     add_wall, add_cpu, _ = await run([add(i) for i in ids])
     end_wall, end_cpu, outbox_ids = await run([finish(i) for i in ids])
-    batches = [outbox_ids[k:k + 50] for k in range(0, n, 50)]  # the sender's batches are up to 500
+    batches = [outbox_ids[k : k + 50] for k in range(0, n, 50)]  # the sender's batches are up to 500
     sent_wall, sent_cpu, _ = await run([store.mark_sent(b) for b in batches])
     per = 1000 / n
-    return [f"{n} {'at once' if concurrent else 'one at a time'}",
-            f"{add_wall * per:.2f}", f"{add_cpu * per:.2f}", f"{end_wall * per:.2f}", f"{end_cpu * per:.2f}",
-            f"{sent_wall * per:.3f}", f"{1000 * add_wall:.0f}", f"{1000 * end_wall:.0f}"]
+    return [
+        f"{n} {'at once' if concurrent else 'one at a time'}",
+        f"{add_wall * per:.2f}",
+        f"{add_cpu * per:.2f}",
+        f"{end_wall * per:.2f}",
+        f"{end_cpu * per:.2f}",
+        f"{sent_wall * per:.3f}",
+        f"{1000 * add_wall:.0f}",
+        f"{1000 * end_wall:.0f}",
+    ]
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -66,19 +82,31 @@ async def main(args: argparse.Namespace) -> None:
         rows = []
         try:
             for concurrent in (False, True):
-                rows.append(await measure(BrokerStore(db, f"bench-{uuid.uuid4().hex[:6]}"), args.tasks,
-                                          concurrent=concurrent))
+                rows.append(
+                    await measure(BrokerStore(db, f"bench-{uuid.uuid4().hex[:6]}"), args.tasks, concurrent=concurrent)
+                )
         finally:
             await db.close()
-    head = ["case", "add ms/task", "add CPU ms", "finish ms/task", "finish CPU ms", "mark sent ms/result",
-            "all adds ms", "all finishes ms"]
+    head = [
+        "case",
+        "add ms/task",
+        "add CPU ms",
+        "finish ms/task",
+        "finish CPU ms",
+        "mark sent ms/result",
+        "all adds ms",
+        "all finishes ms",
+    ]
     print(f"\n## Broker store on {db.dialect}\n")
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in rows:
-        print("| " + " | ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:],
-                                                                                      strict=True)]) + " |")
+        print(
+            "| "
+            + " | ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)])
+            + " |"
+        )
 
 
 if __name__ == "__main__":

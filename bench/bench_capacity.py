@@ -85,10 +85,12 @@ from bench._common import (  # noqa: E402
 BURST_S = 0.002
 #: More bursts than this share of gaps, and a row's gaps say nothing about pacing.
 MAX_BURST_SHARE = 0.10
-PROBE_LINE = re.compile(rb"loop-probe: longest block ([0-9.]+) ms at ([0-9.]+) s over ([0-9.]+) s "
-                        rb"\([0-9,]+ ticks, ([0-9]+) over 20 ms\); "
-                        rb"longest gc ([0-9.]+) ms \(generation (-?[0-9])\), ([0-9]+) full"
-                        rb"(?:; while streams run: longest ([0-9.]+) ms, ([0-9]+) over 20 ms)?")
+PROBE_LINE = re.compile(
+    rb"loop-probe: longest block ([0-9.]+) ms at ([0-9.]+) s over ([0-9.]+) s "
+    rb"\([0-9,]+ ticks, ([0-9]+) over 20 ms\); "
+    rb"longest gc ([0-9.]+) ms \(generation (-?[0-9])\), ([0-9]+) full"
+    rb"(?:; while streams run: longest ([0-9.]+) ms, ([0-9]+) over 20 ms)?"
+)
 
 
 @dataclass
@@ -101,8 +103,16 @@ class StreamRecord:
     error: str | None = None
 
 
-async def read_stream(port: int, method: str, path: str, body: bytes | None, headers: dict[str, str],
-                      sep: bytes, is_token, record: StreamRecord) -> None:
+async def read_stream(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None,
+    headers: dict[str, str],
+    sep: bytes,
+    is_token,
+    record: StreamRecord,
+) -> None:
     """One HTTP request whose response is SSE, read to EOF; tokens stamped as their read arrives.
 
     `is_token(piece)` says how many tokens an event carries (0: not a token event).
@@ -113,8 +123,12 @@ async def read_stream(port: int, method: str, path: str, body: bytes | None, hea
         record.error = f"connect: {exc}"
         return
     try:
-        head = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close",
-                "Accept: text/event-stream"]
+        head = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: 127.0.0.1:{port}",
+            "Connection: close",
+            "Accept: text/event-stream",
+        ]
         head += [f"{k}: {v}" for k, v in headers.items()]
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
@@ -162,8 +176,13 @@ async def post_json(port: int, path: str, payload: object) -> tuple[int, dict]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         body = json.dumps(payload).encode()
-        writer.write((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
-                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+        writer.write(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            + body
+        )
         await writer.drain()
         raw = await reader.read()
     finally:
@@ -202,10 +221,24 @@ async def a2a_run(port: int, n: int, text: str, key: str) -> list[StreamRecord]:
     records = [StreamRecord() for _ in range(n)]
 
     async def one(record: StreamRecord) -> None:
-        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
-            "role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": text}]}}}).encode()
-        await read_stream(port, "POST", "/a2a/agents/coding-assistant", body,
-                          {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}, b"\r\n\r\n", a2a_token, record)
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendStreamingMessage",
+                "params": {"message": {"role": "ROLE_USER", "messageId": uuid.uuid4().hex, "parts": [{"text": text}]}},
+            }
+        ).encode()
+        await read_stream(
+            port,
+            "POST",
+            "/a2a/agents/coding-assistant",
+            body,
+            {"Authorization": f"Bearer {key}", "A2A-Version": "1.0"},
+            b"\r\n\r\n",
+            a2a_token,
+            record,
+        )
 
     await asyncio.gather(*(one(r) for r in records))
     return records
@@ -226,9 +259,13 @@ def loop_block(server, previous_lines: int) -> tuple[float | None, float | None,
         lines = PROBE_LINE.findall(server.log_path.read_bytes())
         if len(lines) > previous_lines:
             block, at, _, over_20, gc_ms, generation, full, streaming, streaming_over_20 = lines[-1]
-            return (float(streaming or block), float(block),
-                    f"{float(at):.2f} / {int(over_20)} ({int(streaming_over_20 or over_20)})",
-                    f"{float(gc_ms):.1f} (gen {int(generation)}) / {int(full)}", len(lines))
+            return (
+                float(streaming or block),
+                float(block),
+                f"{float(at):.2f} / {int(over_20)} ({int(streaming_over_20 or over_20)})",
+                f"{float(gc_ms):.1f} (gen {int(generation)}) / {int(full)}",
+                len(lines),
+            )
         time.sleep(0.05)
     return None, None, "n/a", "n/a", previous_lines
 
@@ -246,8 +283,9 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: int, key: str,
-                  probe_lines: int) -> tuple[list[object], dict, int]:
+async def measure(
+    server, kind: str, n: int, text: str, tokens: int, delay_ms: int, key: str, probe_lines: int
+) -> tuple[list[object], dict, int]:
     """One N: the table row, the figures, and how many probe lines the log holds now."""
     sessions = new_chats(server.port, n) if kind == "chat" else []
     wait_cpu_idle(server.pid, timeout=30)
@@ -264,18 +302,37 @@ async def measure(server, kind: str, n: int, text: str, tokens: int, delay_ms: i
     short = sum(1 for r in records if len(r.token_times) < tokens or r.error)
     errors = [r.error for r in records if r.error][:3]
     p50, p99 = percentile(gaps, 0.5) * 1000, percentile(gaps, 0.99) * 1000
-    figures = {"n": n, "rate": got / wall, "p50": p50, "p99": p99, "added": p99 - delay_ms,
-               "longest": (gaps[-1] * 1000) if gaps else float("nan"), "cpu_us": cpu / max(got, 1) * 1e6,
-               "block": block_ms, "short": short, "errors": errors,
-               "first_p50": percentile(firsts, 0.5), "first_max": firsts[-1] if firsts else float("nan"),
-               "bursts": sum(1 for g in gaps if g < BURST_S) / max(len(gaps), 1)}
-    row = [n, f"{figures['rate']:,.0f}", f"{p50:.1f}", f"{p99:.1f}", f"{figures['added']:.1f}",
-           f"{figures['longest']:.0f}", f"{figures['first_p50']:.2f} / {figures['first_max']:.2f}",
-           f"{figures['bursts'] * 100:.0f} %",
-           f"{figures['cpu_us']:.0f}",
-           "n/a" if block_ms is None else f"{block_ms:.1f} ({any_block_ms:.1f})", block_where, gc_pause,
-           f"{short}" + (f" ({errors[0]})" if errors else ""),
-           load()]
+    figures = {
+        "n": n,
+        "rate": got / wall,
+        "p50": p50,
+        "p99": p99,
+        "added": p99 - delay_ms,
+        "longest": (gaps[-1] * 1000) if gaps else float("nan"),
+        "cpu_us": cpu / max(got, 1) * 1e6,
+        "block": block_ms,
+        "short": short,
+        "errors": errors,
+        "first_p50": percentile(firsts, 0.5),
+        "first_max": firsts[-1] if firsts else float("nan"),
+        "bursts": sum(1 for g in gaps if g < BURST_S) / max(len(gaps), 1),
+    }
+    row = [
+        n,
+        f"{figures['rate']:,.0f}",
+        f"{p50:.1f}",
+        f"{p99:.1f}",
+        f"{figures['added']:.1f}",
+        f"{figures['longest']:.0f}",
+        f"{figures['first_p50']:.2f} / {figures['first_max']:.2f}",
+        f"{figures['bursts'] * 100:.0f} %",
+        f"{figures['cpu_us']:.0f}",
+        "n/a" if block_ms is None else f"{block_ms:.1f} ({any_block_ms:.1f})",
+        block_where,
+        gc_pause,
+        f"{short}" + (f" ({errors[0]})" if errors else ""),
+        load(),
+    ]
     return row, figures, probe_lines
 
 
@@ -289,8 +346,9 @@ async def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=20, help="the demo model's delay between tokens")
     parser.add_argument("--no-ratio", action="store_true", help="skip the A2A ratio against a plain a2a-sdk server")
     parser.add_argument("--ratio-runs", type=int, default=3)
-    parser.add_argument("--pin", action="store_true",
-                        help="the server on CPU 1 and this load client on CPU 0 (Linux; at least 2 CPUs)")
+    parser.add_argument(
+        "--pin", action="store_true", help="the server on CPU 1 and this load client on CPU 0 (Linux; at least 2 CPUs)"
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([10, 50, 100] if args.quick else [10, 25, 50, 100, 200])
     text = f"/lorem {args.tokens}"
@@ -300,9 +358,15 @@ async def main() -> None:
     all_cpus = os.sched_getaffinity(0) if args.pin else None
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
         port = free_port()
-        server = spawn(Path(tmp) / "data", port=port, env_extra={
-            "DEMO_MODEL_DELAY_MS": str(args.delay_ms), "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
-            "LOOP_PROBE": "1"})
+        server = spawn(
+            Path(tmp) / "data",
+            port=port,
+            env_extra={
+                "DEMO_MODEL_DELAY_MS": str(args.delay_ms),
+                "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
+                "LOOP_PROBE": "1",
+            },
+        )
         if args.pin:
             # Before the server starts its threads (they inherit it): the loop probe then counts
             # only the server's own work, not time the load client took from its core.
@@ -320,18 +384,37 @@ async def main() -> None:
             for kind in args.streams:
                 rows = []
                 for n in sizes:
-                    row, figures, probe_lines = await measure(server, kind, n, text, args.tokens, args.delay_ms,
-                                                              key, probe_lines)
+                    row, figures, probe_lines = await measure(
+                        server, kind, n, text, args.tokens, args.delay_ms, key, probe_lines
+                    )
                     rows.append(row)
                     results.setdefault(kind, []).append(figures)
                     print(f"  {kind} N={n}: {row}", flush=True)
-                print(f"\n{kind} stream: N at once, each /lorem {args.tokens} at {args.delay_ms} ms per token "
-                      f"({1000 / max(args.delay_ms, 1):.0f} tokens/s)")
-                print(table(["N", "tokens/s", "gap p50 ms", "gap p99 ms", "added p99 ms", "longest gap ms",
-                             "first token p50 / max s", "gaps < 2 ms", "server CPU µs/token",
-                             "longest loop block ms while streams ran (any)",
-                             "at s / blocks > 20 ms (while streams ran)", "longest gc ms / full gcs", "short streams",
-                             "load"], rows))
+                print(
+                    f"\n{kind} stream: N at once, each /lorem {args.tokens} at {args.delay_ms} ms per token "
+                    f"({1000 / max(args.delay_ms, 1):.0f} tokens/s)"
+                )
+                print(
+                    table(
+                        [
+                            "N",
+                            "tokens/s",
+                            "gap p50 ms",
+                            "gap p99 ms",
+                            "added p99 ms",
+                            "longest gap ms",
+                            "first token p50 / max s",
+                            "gaps < 2 ms",
+                            "server CPU µs/token",
+                            "longest loop block ms while streams ran (any)",
+                            "at s / blocks > 20 ms (while streams ran)",
+                            "longest gc ms / full gcs",
+                            "short streams",
+                            "load",
+                        ],
+                        rows,
+                    )
+                )
                 print()
         finally:
             stop(server)
@@ -347,16 +430,20 @@ async def main() -> None:
             # (all its events in one read): its gaps say nothing about pacing.
             paced = f["bursts"] <= MAX_BURST_SHARE
             ok = paced and f["added"] <= 50 and f["block"] is not None and f["block"] <= 20
-            print(f"goal at N=100 ({kind}): added p99 {f['added']:.1f} ms (≤ 50), longest loop block while streams "
-                  f"ran {f['block']} ms (≤ 20){'' if paced else ', streams read in bursts (replays)'}: "
-                  f"{'met' if ok else 'NOT met'}")
+            print(
+                f"goal at N=100 ({kind}): added p99 {f['added']:.1f} ms (≤ 50), longest loop block while streams "
+                f"ran {f['block']} ms (≤ 20){'' if paced else ', streams read in bursts (replays)'}: "
+                f"{'met' if ok else 'NOT met'}"
+            )
 
     if not (args.no_ratio or args.quick):
         from bench import bench_a2a
 
         rows = await bench_a2a.compare([500, 2000], args.ratio_runs)
-        print(f"\nA2A SendStreamingMessage vs a plain a2a-sdk server (bench_a2a.py, median of {args.ratio_runs}; "
-              "budget: ratio ≥ 1.0)")
+        print(
+            f"\nA2A SendStreamingMessage vs a plain a2a-sdk server (bench_a2a.py, median of {args.ratio_runs}; "
+            "budget: ratio ≥ 1.0)"
+        )
         print(table(bench_a2a.HEADER, rows))
     print(f"load average at end: {load()}")
 

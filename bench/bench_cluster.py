@@ -108,8 +108,13 @@ def start_app(data_dir: Path, port: int, **env: str) -> subprocess.Popen:
 
     data_dir.mkdir(parents=True, exist_ok=True)
     log = (data_dir.parent / f"app-{port}.log").open("wb")
-    return subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=child_env(data_dir, HOST="127.0.0.1", PORT=str(port), **env))
+    return subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=child_env(data_dir, HOST="127.0.0.1", PORT=str(port), **env),
+    )
 
 
 def wait_serving(url: str, proc: subprocess.Popen) -> None:
@@ -133,8 +138,9 @@ async def one_turn(client: httpx.AsyncClient, tokens: int, gaps: list[float]) ->
     after = turn.json()["afterEventId"]
     last: float | None = None
     seen = 0
-    async with client.stream("GET", f"/api/sessions/{session}/stream", headers={"Last-Event-ID": str(after)},
-                             timeout=120) as response:
+    async with client.stream(
+        "GET", f"/api/sessions/{session}/stream", headers={"Last-Event-ID": str(after)}, timeout=120
+    ) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
@@ -150,8 +156,7 @@ async def one_turn(client: httpx.AsyncClient, tokens: int, gaps: list[float]) ->
                 return
 
 
-async def load(urls: list[str], concurrency: int, tokens: int,
-               auth: tuple[str, str] | None) -> tuple[float, float]:
+async def load(urls: list[str], concurrency: int, tokens: int, auth: tuple[str, str] | None) -> tuple[float, float]:
     """p50 and p99 added inter-token delay (ms) of `concurrency` turns spread over `urls`."""
     gaps: list[float] = []
     limits = httpx.Limits(max_connections=concurrency * 2 + 10)
@@ -172,8 +177,10 @@ async def capacity(urls: list[str], steps: list[int], tokens: int, auth) -> tupl
     for n in steps:
         p50, p99 = await load(urls, n, tokens, auth)
         seen.append((n, p99))
-        print(f"    {len(urls)} process(es), {n:4d} turns: added inter-token delay p50 {p50:6.1f} ms, "
-              f"p99 {p99:7.1f} ms", flush=True)
+        print(
+            f"    {len(urls)} process(es), {n:4d} turns: added inter-token delay p50 {p50:6.1f} ms, p99 {p99:7.1f} ms",
+            flush=True,
+        )
         if p99 > ADDED_P99_BUDGET_MS:
             break
         sustained = n
@@ -201,8 +208,9 @@ def run_capacity(quick: bool, work: Path) -> dict[str, int]:
 
     server = os.environ.get("TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
     db = create_postgres_database(server, prefix="a2a_bench_cluster")
-    backends = ClusterBackends(database_url=db, redis_url=redis_test_url(),
-                               key_prefix=f"bench-cluster-{secrets.token_hex(4)}:")
+    backends = ClusterBackends(
+        database_url=db, redis_url=redis_test_url(), key_prefix=f"bench-cluster-{secrets.token_hex(4)}:"
+    )
     try:
         add_account(backends, work / "cli")
         for count in (1, 2):
@@ -210,8 +218,14 @@ def run_capacity(quick: bool, work: Path) -> dict[str, int]:
             for n in range(count):
                 port = free_port()
                 url = f"http://127.0.0.1:{port}"
-                procs.append(start_app(work / f"c{count}-{n}" / "data", port, DEMO_MODEL_DELAY_MS="20",
-                                       **backends.env(INSTANCE_ID=f"bench-{count}-{n}", REPLICA_URL=url)))
+                procs.append(
+                    start_app(
+                        work / f"c{count}-{n}" / "data",
+                        port,
+                        DEMO_MODEL_DELAY_MS="20",
+                        **backends.env(INSTANCE_ID=f"bench-{count}-{n}", REPLICA_URL=url),
+                    )
+                )
                 urls.append(url)
             try:
                 for url, p in zip(urls, procs, strict=True):
@@ -256,8 +270,7 @@ async def loop_block(work: Path) -> float:
         await services.chat.start_turn(session_id=session.id, user_id=services.auth.local_user_id, text="/lorem 5")
         await services.chat.wait(session.id, timeout=120)
         probing = asyncio.create_task(probe())
-        await services.chat.start_turn(session_id=session.id, user_id=services.auth.local_user_id,
-                                       text="/lorem 2000")
+        await services.chat.start_turn(session_id=session.id, user_id=services.auth.local_user_id, text="/lorem 2000")
         await services.chat.wait(session.id, timeout=120)
         running = False
         await probing
@@ -278,14 +291,18 @@ def main() -> None:
     cluster = asyncio.run(hub_latency(events, redis_test_url()))
     print(f"1. added latency per event ({events} events, 1 ms pace), p50 / p99:")
     print(f"   in-memory hub  {single[0]:7.3f} / {single[1]:7.3f} ms")
-    print(f"   Redis hub      {cluster[0]:7.3f} / {cluster[1]:7.3f} ms  (added: {cluster[0] - single[0]:+.3f} / "
-          f"{cluster[1] - single[1]:+.3f} ms)")
+    print(
+        f"   Redis hub      {cluster[0]:7.3f} / {cluster[1]:7.3f} ms  (added: {cluster[0] - single[0]:+.3f} / "
+        f"{cluster[1] - single[1]:+.3f} ms)"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         print("2. capacity: concurrent turns at 50 tokens/s with p99 added inter-token delay <= 50 ms")
         found = run_capacity(args.quick, Path(tmp))
-        print(f"   one process (default): {found['single']}; cluster 1 replica: {found['cluster1']}; "
-              f"2 replicas: {found['cluster2']}  (2 / 1 replicas: "
-              f"{found['cluster2'] / max(1, found['cluster1']):.2f}x; goal >= 1.8x)")
+        print(
+            f"   one process (default): {found['single']}; cluster 1 replica: {found['cluster1']}; "
+            f"2 replicas: {found['cluster2']}  (2 / 1 replicas: "
+            f"{found['cluster2'] / max(1, found['cluster1']):.2f}x; goal >= 1.8x)"
+        )
         block = asyncio.run(loop_block(Path(tmp)))
         print(f"3. longest event-loop block during a /lorem 2000 turn (one process): {block:.1f} ms")
     print(f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")

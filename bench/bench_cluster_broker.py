@@ -62,8 +62,10 @@ async def measure(base_urls: dict[str, str], redis_url: str, rounds: int) -> dic
             for name, url in base_urls.items():
                 chat_id = f"c{i}-{name[0]}"
                 t0 = time.perf_counter()
-                response = await http.post(f"{url}/a2a/tasks/dispatch", json={
-                    "task": "ping", "targetAgent": "bench-echo", "agentId": chat_agent, "chatId": chat_id})
+                response = await http.post(
+                    f"{url}/a2a/tasks/dispatch",
+                    json={"task": "ping", "targetAgent": "bench-echo", "agentId": chat_agent, "chatId": chat_id},
+                )
                 acked = time.perf_counter()
                 assert response.json()["status"] == "accepted", response.text
                 while True:
@@ -88,18 +90,35 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES_URL)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, cluster_backends(args.postgres) as backends, \
-            two_replicas(backends, Path(tmp), DEMO_MODEL_DELAY_MS="0") as replicas:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp,
+        cluster_backends(args.postgres) as backends,
+        two_replicas(backends, Path(tmp), DEMO_MODEL_DELAY_MS="0") as replicas,
+    ):
         urls = {"A (agent here)": replicas.a.base_url, "B (forwarded to A)": replicas.b.base_url}
         results = asyncio.run(measure(urls, backends.redis_url, args.rounds))
-    rows = [[name, f"{args.rounds}", f"{statistics.median(ack):.2f}", f"{p(ack, 0.99):.2f}",
-             f"{statistics.median(first):.2f}", f"{p(first, 0.99):.2f}"] for name, (ack, first) in results.items()]
+    rows = [
+        [
+            name,
+            f"{args.rounds}",
+            f"{statistics.median(ack):.2f}",
+            f"{p(ack, 0.99):.2f}",
+            f"{statistics.median(first):.2f}",
+            f"{p(first, 0.99):.2f}",
+        ]
+        for name, (ack, first) in results.items()
+    ]
     (ack_a, first_a), (ack_b, first_b) = results.values()
     print("\n## Dispatch across replicas (cluster mode)\n")
-    print(table(["dispatched to", "rounds", "ack p50 ms", "ack p99 ms", "first inject p50 ms",
-                 "first inject p99 ms"], rows))
-    print(f"\nforwarded / local, medians: ack {statistics.median(ack_b) / statistics.median(ack_a):.2f}x, "
-          f"first inject {statistics.median(first_b) / statistics.median(first_a):.2f}x")
+    print(
+        table(
+            ["dispatched to", "rounds", "ack p50 ms", "ack p99 ms", "first inject p50 ms", "first inject p99 ms"], rows
+        )
+    )
+    print(
+        f"\nforwarded / local, medians: ack {statistics.median(ack_b) / statistics.median(ack_a):.2f}x, "
+        f"first inject {statistics.median(first_b) / statistics.median(first_a):.2f}x"
+    )
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 

@@ -41,9 +41,14 @@ CHUNKS = 10_000
 
 def build(tmp: Path, delay_ms: float) -> Services:
     # BENCH_DATABASE_URL=postgresql://... runs the same on PostgreSQL (default: a fresh SQLite file).
-    settings = Settings(_env_file=None, data_dir=tmp / "data", demo_model_delay_ms=delay_ms,
-                        database_url=os.environ.get("BENCH_DATABASE_URL") or None,
-                        stream_buffer_max_events=50_000, stream_subscriber_queue=50_000)
+    settings = Settings(
+        _env_file=None,
+        data_dir=tmp / "data",
+        demo_model_delay_ms=delay_ms,
+        database_url=os.environ.get("BENCH_DATABASE_URL") or None,
+        stream_buffer_max_events=50_000,
+        stream_subscriber_queue=50_000,
+    )
     services = Services.build(settings)
     services.prepare()
     return services
@@ -140,8 +145,11 @@ async def sse_latency(tmp: Path) -> list[object]:
     latencies: list[float] = []
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         session = (await client.post("/api/sessions", json={"agentId": "general-assistant"})).json()
-        turn = (await client.post(f"/api/sessions/{session['id']}/messages",
-                                  json={"content": f"@coding-assistant /lorem {CHUNKS}"})).json()
+        turn = (
+            await client.post(
+                f"/api/sessions/{session['id']}/messages", json={"content": f"@coding-assistant /lorem {CHUNKS}"}
+            )
+        ).json()
         task_id = None
         async with client.stream("GET", turn["streamUrl"]) as response:
             async for line in response.aiter_lines():

@@ -79,17 +79,42 @@ def main() -> None:
             result = one_run(Path(tmp) / f"run-{i}" / "data", args.model)
             results.append(result)
             page, accepted, token, from_page, second = result
-            rows.append([i, f"{page:.2f}", f"{accepted:.2f}", f"{token:.2f}", f"{from_page:.2f}", f"{second:.2f}",
-                         "ok" if from_page <= GOAL_S and page < BUDGET_S else "OVER"])
+            rows.append(
+                [
+                    i,
+                    f"{page:.2f}",
+                    f"{accepted:.2f}",
+                    f"{token:.2f}",
+                    f"{from_page:.2f}",
+                    f"{second:.2f}",
+                    "ok" if from_page <= GOAL_S and page < BUDGET_S else "OVER",
+                ]
+            )
     load_after = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"First turn after a start ({args.model}, 5 ms per token); {os.cpu_count()} CPUs, load average "
-          f"{load_before} before, {load_after} after; code under test: {ROOT}\n")
-    print(table(["run", "first page s", "send accepted s", "first token s", "first token from the page s",
-                 "second turn: first token from its send s", "goal"], rows))
+    print(
+        f"First turn after a start ({args.model}, 5 ms per token); {os.cpu_count()} CPUs, load average "
+        f"{load_before} before, {load_after} after; code under test: {ROOT}\n"
+    )
+    print(
+        table(
+            [
+                "run",
+                "first page s",
+                "send accepted s",
+                "first token s",
+                "first token from the page s",
+                "second turn: first token from its send s",
+                "goal",
+            ],
+            rows,
+        )
+    )
     columns = list(zip(*results, strict=True))
-    print(f"\nmedian: first page {median(list(columns[0])):.2f} s (budget {BUDGET_S:g} s); first token "
-          f"{median(list(columns[3])):.2f} s after the first page (goal {GOAL_S:g} s); second turn "
-          f"{median(list(columns[4])):.2f} s")
+    print(
+        f"\nmedian: first page {median(list(columns[0])):.2f} s (budget {BUDGET_S:g} s); first token "
+        f"{median(list(columns[3])):.2f} s after the first page (goal {GOAL_S:g} s); second turn "
+        f"{median(list(columns[4])):.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -119,8 +119,9 @@ def traced() -> int:
     return tracemalloc.get_traced_memory()[0]
 
 
-async def memory_round(hub: StreamHub, clock: list[float], round_no: int, n_buffers: int,
-                       events_per_buffer: int) -> tuple[int, int, int, int]:
+async def memory_round(
+    hub: StreamHub, clock: list[float], round_no: int, n_buffers: int, events_per_buffer: int
+) -> tuple[int, int, int, int]:
     """Create, fill, consume and finish `n_buffers`; memory (held, after sweep) and buffer counts."""
     for i in range(n_buffers):
         key = f"r{round_no}-{i}"
@@ -150,10 +151,22 @@ async def memory(n_buffers: int, events_per_buffer: int) -> tuple[list[list[obje
     rows: list[list[object]] = [["baseline (empty hub)", f"{baseline / 1024:,.1f}", "", 0]]
     for r in (1, 2):
         held, after, held_keys, left_keys = await memory_round(hub, clock, r, n_buffers, events_per_buffer)
-        rows.append([f"round {r}: {n_buffers:,} finished, before sweep", f"{held / 1024:,.1f}",
-                     f"{(held - baseline) / 1024:+,.1f}", held_keys])
-        rows.append([f"round {r}: after sweep (clock + TTL)", f"{after / 1024:,.1f}",
-                     f"{(after - baseline) / 1024:+,.1f}", left_keys])
+        rows.append(
+            [
+                f"round {r}: {n_buffers:,} finished, before sweep",
+                f"{held / 1024:,.1f}",
+                f"{(held - baseline) / 1024:+,.1f}",
+                held_keys,
+            ]
+        )
+        rows.append(
+            [
+                f"round {r}: after sweep (clock + TTL)",
+                f"{after / 1024:,.1f}",
+                f"{(after - baseline) / 1024:+,.1f}",
+                left_keys,
+            ]
+        )
         if r == 2:
             residual = _residual_sites(snap0, tracemalloc.take_snapshot())
     # The count cap: twice max_buffers finished without moving the clock.
@@ -162,8 +175,7 @@ async def memory(n_buffers: int, events_per_buffer: int) -> tuple[list[list[obje
         await capped.create(f"c{i}")
         await capped.append(f"c{i}", "text-delta", DELTA)
         await capped.finish(f"c{i}")
-    rows.append([f"cap: {2 * n_buffers:,} finished, no sweep, max_buffers={n_buffers:,}", "", "",
-                 len(capped.keys())])
+    rows.append([f"cap: {2 * n_buffers:,} finished, no sweep, max_buffers={n_buffers:,}", "", "", len(capped.keys())])
     del capped
     tracemalloc.stop()
     return rows, residual
@@ -175,9 +187,14 @@ def _residual_sites(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, t
     for stat in after.compare_to(before, "traceback")[:top]:
         if stat.size_diff <= 0:
             continue
-        frames = [f for f in stat.traceback
-                  if f.filename.endswith(("core/streaming/hub.py", "core\\streaming\\hub.py"))]
-        where = f"core/streaming/hub.py:{frames[-1].lineno}" if frames else f"{stat.traceback[-1].filename}:{stat.traceback[-1].lineno}"
+        frames = [
+            f for f in stat.traceback if f.filename.endswith(("core/streaming/hub.py", "core\\streaming\\hub.py"))
+        ]
+        where = (
+            f"core/streaming/hub.py:{frames[-1].lineno}"
+            if frames
+            else f"{stat.traceback[-1].filename}:{stat.traceback[-1].lineno}"
+        )
         line = linecache.getline(frames[-1].filename, frames[-1].lineno).strip() if frames else ""
         lines.append(f"{stat.size_diff / 1024:+,.1f} KiB in {stat.count_diff:+,} blocks at {where}  {line}")
     return lines
@@ -197,34 +214,50 @@ async def main() -> None:
             repeat = 3 if n_subs <= 10 else 1  # the 1,000-subscriber rows take seconds each
             runs = [await fanout(n_events, n_subs, interleaved=interleaved) for _ in range(repeat)]
             best = min(runs, key=lambda r: r["total_s"])
-            rows.append([
-                f"{n_subs:,}", f"{n_events:,}", "interleaved" if interleaved else "burst",
-                f"{best['total_s'] * 1000:,.1f}", f"{best['events_per_s']:,.0f}", f"{best['us_per_event']:,.2f}",
-                f"{best['us_per_delivery']:,.3f}", f"{best['append_s'] / n_events * 1e6:,.2f}",
-            ])
-    print(table(["subs", "events", "producer", "total ms", "events/s", "µs/event", "µs/delivery",
-                 "append µs/event"], rows))
+            rows.append(
+                [
+                    f"{n_subs:,}",
+                    f"{n_events:,}",
+                    "interleaved" if interleaved else "burst",
+                    f"{best['total_s'] * 1000:,.1f}",
+                    f"{best['events_per_s']:,.0f}",
+                    f"{best['us_per_event']:,.2f}",
+                    f"{best['us_per_delivery']:,.3f}",
+                    f"{best['append_s'] / n_events * 1e6:,.2f}",
+                ]
+            )
+    print(
+        table(
+            ["subs", "events", "producer", "total ms", "events/s", "µs/event", "µs/delivery", "append µs/event"], rows
+        )
+    )
     print("\nµs/event = total / events (all subscribers served); µs/delivery = total / (events × subs);")
     print("append µs/event = producer time only (burst: push into every queue; interleaved: incl. the handover).")
     print("Budget (docs/ARCHITECTURE.md): the hub adds well under 1 ms per event.")
     worst = max(float(r[5].replace(",", "")) for r in rows if r[0] in {"1", "10"})
-    print(f"Worst µs/event for 1 and 10 subscribers: {worst:.2f} µs = {worst / 1000:.4f} ms "
-          f"({1000 / worst:,.0f}× under 1 ms)")
+    print(
+        f"Worst µs/event for 1 and 10 subscribers: {worst:.2f} µs = {worst / 1000:.4f} ms "
+        f"({1000 / worst:,.0f}× under 1 ms)"
+    )
 
     print("\nDefault hub (subscriber_queue=10,000), producer that never awaits, one subscriber:")
     for n in (10_000, 10_001, 20_000):
         print(f"  burst of {n:,}: {await default_queue_burst(n)}")
 
     n_buffers = 10_000 // scale
-    print(f"\nMemory (tracemalloc, current traced KiB): {n_buffers:,} buffers × 20 events, each consumed by one "
-          "subscriber and finished")
+    print(
+        f"\nMemory (tracemalloc, current traced KiB): {n_buffers:,} buffers × 20 events, each consumed by one "
+        "subscriber and finished"
+    )
     mem, residual = await memory(n_buffers, 20)
     print(table(["state", "traced KiB", "vs baseline KiB", "buffers held"], mem))
     print("Largest allocations still held after round 2's sweep (vs the empty hub):")
     for line in residual:
         print("  " + line)
-    print("(A dict never shrinks its table after deletions: the peak-sized `_buffers` table stays allocated and is\n"
-          " reused by the next round, which is why round 2 ends where round 1 did: no growth.)")
+    print(
+        "(A dict never shrinks its table after deletions: the peak-sized `_buffers` table stays allocated and is\n"
+        " reused by the next round, which is why round 2 ends where round 1 did: no growth.)"
+    )
 
 
 if __name__ == "__main__":

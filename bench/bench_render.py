@@ -49,8 +49,14 @@ from core.chat.demo_model import plan_reply  # noqa: E402
 CPU_BUDGET_S = 1.0
 BYTES_BUDGET = 1_000_000
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 SETTLE_S = 0.5
 
 
@@ -85,8 +91,13 @@ def rest_turn(port: int, pid: int, text: str, timeout: float = 120.0) -> dict[st
         if time.perf_counter() - t0 > timeout:
             raise TimeoutError(f"turn {text!r} still running after {timeout} s")
     latencies.sort()
-    return {"wall_s": time.perf_counter() - t0, "cpu_s": cpu_seconds(pid) - cpu0, "polls": len(latencies),
-            "max_poll_ms": latencies[-1] * 1000, "median_poll_ms": latencies[len(latencies) // 2] * 1000}
+    return {
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": cpu_seconds(pid) - cpu0,
+        "polls": len(latencies),
+        "max_poll_ms": latencies[-1] * 1000,
+        "median_poll_ms": latencies[len(latencies) // 2] * 1000,
+    }
 
 
 # -- the browser turn ---------------------------------------------------------------------
@@ -186,8 +197,10 @@ def browser_turn(port: int, pid: int, words: int, expected: list[str], timeout_s
             cpu = cpu_seconds(pid) - cpu0
             got = page.evaluate(WORDS_JS)
             if got != expected:
-                raise AssertionError(f"final text differs: {len(got)} words, first mismatch at "
-                                     f"{next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)}")
+                raise AssertionError(
+                    f"final text differs: {len(got)} words, first mismatch at "
+                    f"{next(i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b)}"
+                )
             return {
                 "wall_s": t_done - t0,
                 "cpu_s": cpu,
@@ -212,9 +225,15 @@ def measure(delay_ms: int, words: int, expected: list[str]) -> dict[str, float]:
         wait_cpu_idle(server.pid)
         turn_timeout = 60 + words * delay_ms / 1000 * 3
         result = browser_turn(server.port, server.pid, words, expected, turn_timeout)
-        result.update(warm_wall=warm["wall_s"], warm_cpu=warm["cpu_s"], engine_wall=engine["wall_s"],
-                      engine_cpu=engine["cpu_s"], engine_max_poll_ms=engine["max_poll_ms"],
-                      engine_median_poll_ms=engine["median_poll_ms"], engine_polls=engine["polls"])
+        result.update(
+            warm_wall=warm["wall_s"],
+            warm_cpu=warm["cpu_s"],
+            engine_wall=engine["wall_s"],
+            engine_cpu=engine["cpu_s"],
+            engine_max_poll_ms=engine["max_poll_ms"],
+            engine_median_poll_ms=engine["median_poll_ms"],
+            engine_polls=engine["polls"],
+        )
         return result
 
 
@@ -290,9 +309,17 @@ def gateway_only(words: int) -> dict[str, float]:
         stop = True
         await tick
         gen2 = [d for g, d in gc_pauses if g == 2]
-        return {"chunks": chunks, "cpu_s": cpu, "wall_s": wall, "longest_block_ms": max(gaps) * 1000,
-                "ticks": len(gaps), "build_s": sum(build_times), "gen2": len(gen2),
-                "gen2_max_ms": max(gen2, default=0) * 1000, "gc_total_s": sum(d for _, d in gc_pauses)}
+        return {
+            "chunks": chunks,
+            "cpu_s": cpu,
+            "wall_s": wall,
+            "longest_block_ms": max(gaps) * 1000,
+            "ticks": len(gaps),
+            "build_s": sum(build_times),
+            "gen2": len(gen2),
+            "gen2_max_ms": max(gen2, default=0) * 1000,
+            "gc_total_s": sum(d for _, d in gc_pauses),
+        }
 
     result = asyncio.run(run())
     result["import_cpu_s"] = import_cpu
@@ -317,8 +344,14 @@ def naive(tokens: list[str]) -> dict[str, float]:
         html = markdown2.markdown(remove_indentation(text), extras=extras)
         html_bytes += len(html.encode("utf-8"))
         json_bytes += len(json.dumps(html).encode("utf-8"))  # as it travels inside a socket.io update
-    return {"cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - t0, "html_bytes": html_bytes,
-            "json_bytes": json_bytes, "final_html": len(html.encode("utf-8")), "final_text": len(text)}
+    return {
+        "cpu_s": time.process_time() - cpu0,
+        "wall_s": time.perf_counter() - t0,
+        "html_bytes": html_bytes,
+        "json_bytes": json_bytes,
+        "final_html": len(html.encode("utf-8")),
+        "final_text": len(text),
+    }
 
 
 def main() -> None:
@@ -340,62 +373,135 @@ def main() -> None:
     rows = []
     for d, r in results.items():
         ui_cpu = r["cpu_s"] - r["engine_cpu"]
-        rows.append([
-            f"{d} ms", f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['engine_cpu']:.2f}", f"{ui_cpu:.2f}",
-            f"{r['recv_bytes'] / 1e6:.3f}", f"{r['recv_frames']:,}",
-            "ok" if r["cpu_s"] < CPU_BUDGET_S else "OVER", "ok" if r["recv_bytes"] < BYTES_BUDGET else "OVER",
-        ])
+        rows.append(
+            [
+                f"{d} ms",
+                f"{r['wall_s']:.2f}",
+                f"{r['cpu_s']:.2f}",
+                f"{r['engine_cpu']:.2f}",
+                f"{ui_cpu:.2f}",
+                f"{r['recv_bytes'] / 1e6:.3f}",
+                f"{r['recv_frames']:,}",
+                "ok" if r["cpu_s"] < CPU_BUDGET_S else "OVER",
+                "ok" if r["recv_bytes"] < BYTES_BUDGET else "OVER",
+            ]
+        )
     print("Browser turn (server = python app.py; CPU = user+sys of the server process over the turn):\n")
-    print(table(["demo delay", "turn wall s", "server CPU s", "of which engine-only", "UI share s",
-                 "MB received", "WS frames", "CPU < 1 s", "bytes < 1 MB"], rows))
+    print(
+        table(
+            [
+                "demo delay",
+                "turn wall s",
+                "server CPU s",
+                "of which engine-only",
+                "UI share s",
+                "MB received",
+                "WS frames",
+                "CPU < 1 s",
+                "bytes < 1 MB",
+            ],
+            rows,
+        )
+    )
     print("\nengine-only = the same turn through the REST API with no page open (chat engine + LiteLLM + DB);")
     print("UI share = server CPU - engine-only (what the page's subscription and rendering add).\n")
-    detail = [[f"{d} ms", f"{r['engine_wall']:.2f}",
-               f"{r['engine_median_poll_ms']:.0f} / {r['engine_max_poll_ms']:,.0f} ({r['engine_polls']})",
-               f"{r['warm_cpu']:.2f}", f"{r['idle_cpu_per_s'] * 1000:.0f}", f"{r['idle_bytes_per_s']:.0f}",
-               f"{r['sent_bytes']:,}", r["polling_responses"]] for d, r in results.items()]
-    print(table(["demo delay", "engine-only wall s", "status GET during it, median / max ms (n)",
-                 "warm-up turn CPU s (LiteLLM import)", "idle page CPU ms/s", "idle page B/s",
-                 "bytes sent by page", "socket.io polling responses"], detail))
+    detail = [
+        [
+            f"{d} ms",
+            f"{r['engine_wall']:.2f}",
+            f"{r['engine_median_poll_ms']:.0f} / {r['engine_max_poll_ms']:,.0f} ({r['engine_polls']})",
+            f"{r['warm_cpu']:.2f}",
+            f"{r['idle_cpu_per_s'] * 1000:.0f}",
+            f"{r['idle_bytes_per_s']:.0f}",
+            f"{r['sent_bytes']:,}",
+            r["polling_responses"],
+        ]
+        for d, r in results.items()
+    ]
+    print(
+        table(
+            [
+                "demo delay",
+                "engine-only wall s",
+                "status GET during it, median / max ms (n)",
+                "warm-up turn CPU s (LiteLLM import)",
+                "idle page CPU ms/s",
+                "idle page B/s",
+                "bytes sent by page",
+                "socket.io polling responses",
+            ],
+            detail,
+        )
+    )
     print("(A status GET normally answers in a few ms; its max shows the longest the event loop was held.)")
 
     if not args.skip_gateway:
         g = gateway_only(args.words)
-        print(f"\nModel gateway alone, in-process (LLMGateway.stream of /lorem {args.words}, demo delay 0; "
-              "no hub, no DB, no UI):")
-        print(table(["measure", "value"], [
-            ["chunks", f"{g['chunks']:,}"],
-            ["CPU s", f"{g['cpu_s']:.2f} ({g['cpu_s'] / g['chunks'] * 1e3:.2f} ms per chunk)"],
-            ["wall s", f"{g['wall_s']:.2f}"],
-            ["longest event-loop block", f"{g['longest_block_ms']:,.0f} ms ({g['ticks']:,} ticks of a "
-                                         "sleep(0) ticker meanwhile)"],
-            ["of which _build_result (litellm.stream_chunk_builder, one blocking call at the end)",
-             f"{g['build_s']:.2f} s"],
-            ["GC during the stream", f"{g['gc_total_s']:.2f} s; {g['gen2']} gen-2 collections, longest "
-                                     f"{g['gen2_max_ms']:,.0f} ms"],
-            ["litellm import CPU s (this process)", f"{g['import_cpu_s']:.2f}"],
-            ["objects tracked by the GC after the import", f"{g['tracked']:,}"],
-        ]))
+        print(
+            f"\nModel gateway alone, in-process (LLMGateway.stream of /lorem {args.words}, demo delay 0; "
+            "no hub, no DB, no UI):"
+        )
+        print(
+            table(
+                ["measure", "value"],
+                [
+                    ["chunks", f"{g['chunks']:,}"],
+                    ["CPU s", f"{g['cpu_s']:.2f} ({g['cpu_s'] / g['chunks'] * 1e3:.2f} ms per chunk)"],
+                    ["wall s", f"{g['wall_s']:.2f}"],
+                    [
+                        "longest event-loop block",
+                        f"{g['longest_block_ms']:,.0f} ms ({g['ticks']:,} ticks of a sleep(0) ticker meanwhile)",
+                    ],
+                    [
+                        "of which _build_result (litellm.stream_chunk_builder, one blocking call at the end)",
+                        f"{g['build_s']:.2f} s",
+                    ],
+                    [
+                        "GC during the stream",
+                        f"{g['gc_total_s']:.2f} s; {g['gen2']} gen-2 collections, longest {g['gen2_max_ms']:,.0f} ms",
+                    ],
+                    ["litellm import CPU s (this process)", f"{g['import_cpu_s']:.2f}"],
+                    ["objects tracked by the GC after the import", f"{g['tracked']:,}"],
+                ],
+            )
+        )
 
     if not args.skip_naive:
         n = naive(tokens)
         print(f"\nNaive baseline (in-process, one full markdown2 render per chunk, {args.words:,} renders):")
-        print(table(["measure", "value"], [
-            ["CPU s", f"{n['cpu_s']:.2f}"],
-            ["HTML bytes (sum over renders)", f"{n['html_bytes']:,} ({n['html_bytes'] / 1e6:.1f} MB)"],
-            ["as JSON strings", f"{n['json_bytes']:,} ({n['json_bytes'] / 1e6:.1f} MB)"],
-            ["final HTML / final text", f"{n['final_html']:,} / {n['final_text']:,} bytes"],
-        ]))
+        print(
+            table(
+                ["measure", "value"],
+                [
+                    ["CPU s", f"{n['cpu_s']:.2f}"],
+                    ["HTML bytes (sum over renders)", f"{n['html_bytes']:,} ({n['html_bytes'] / 1e6:.1f} MB)"],
+                    ["as JSON strings", f"{n['json_bytes']:,} ({n['json_bytes'] / 1e6:.1f} MB)"],
+                    ["final HTML / final text", f"{n['final_html']:,} / {n['final_text']:,} bytes"],
+                ],
+            )
+        )
         print("\nRatios, naive baseline / browser turn (higher = the app does better):\n")
         ratio_rows = []
         for d, r in results.items():
             ui_cpu = max(r["cpu_s"] - r["engine_cpu"], 0.01)
-            ratio_rows.append([f"{d} ms", f"{n['cpu_s'] / r['cpu_s']:.1f}×", f"{n['cpu_s'] / ui_cpu:.1f}×",
-                               f"{n['html_bytes'] / r['recv_bytes']:.1f}×"])
-        print(table(["demo delay", "CPU: naive / whole turn", "CPU: naive / UI share", "bytes: naive HTML / received"],
-                    ratio_rows))
-        print("(The naive figures count only the markdown rendering and the HTML: no engine, no LiteLLM, no JSON "
-              "framing; the ratios are therefore conservative.)")
+            ratio_rows.append(
+                [
+                    f"{d} ms",
+                    f"{n['cpu_s'] / r['cpu_s']:.1f}×",
+                    f"{n['cpu_s'] / ui_cpu:.1f}×",
+                    f"{n['html_bytes'] / r['recv_bytes']:.1f}×",
+                ]
+            )
+        print(
+            table(
+                ["demo delay", "CPU: naive / whole turn", "CPU: naive / UI share", "bytes: naive HTML / received"],
+                ratio_rows,
+            )
+        )
+        print(
+            "(The naive figures count only the markdown rendering and the HTML: no engine, no LiteLLM, no JSON "
+            "framing; the ratios are therefore conservative.)"
+        )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,12 @@ def build_app():
         task.add_done_callback(background.discard)
 
     def bare_event(i: int) -> ServerSentEvent:
-        payload = {"taskId": "task-1", "message": "working", "progress": i % 101,
-                   "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+        payload = {
+            "taskId": "task-1",
+            "message": "working",
+            "progress": i % 101,
+            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }
         return ServerSentEvent(data=json.dumps(payload, separators=(",", ":")), event="progress", id=str(i), sep="\n")
 
     @app.get("/bare")
@@ -179,8 +183,16 @@ def serve(port: int, traced: bool) -> None:
         import tracemalloc
 
         tracemalloc.start()
-    uvicorn.run(build_app(), host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                lifespan="off", ws="none", backlog=4096)
+    uvicorn.run(
+        build_app(),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        backlog=4096,
+    )
 
 
 def _rss_kib(pid: int) -> int:
@@ -255,8 +267,12 @@ def throughput(port: int, pid: int, cases: list[tuple[str, str]], n: int, runs: 
     results = {}
     for label, _ in cases:
         elapsed, events, size = min(walls[label])
-        results[label] = {"seconds": elapsed, "events_per_s": n / elapsed, "bytes_per_event": size / events,
-                          "cpu_us_per_event": median(cpus[label]) / n * 1e6}
+        results[label] = {
+            "seconds": elapsed,
+            "events_per_s": n / elapsed,
+            "bytes_per_event": size / events,
+            "cpu_us_per_event": median(cpus[label]) / n * 1e6,
+        }
     return results
 
 
@@ -306,12 +322,24 @@ def idle_memory(kind: str, count: int) -> list[object]:
     traced = held["traced_kib"] - before["traced_kib"]
     rss = held["rss_kib"] - before["rss_kib"]
     attached = {"sse": f"{held['sse_subscribers']:,}", "hub": f"{held['hub_subscribers']:,}", "bare": "-"}[kind]
-    gone = {"sse": f"{after['sse_closed']:,} streams closed", "hub": f"{after['hub_subscribers']} subscribers left",
-            "bare": "-"}[kind]
-    return [kind, f"{count:,}", attached, f"{traced / 1024:+,.2f}", f"{traced / count:,.1f}", f"{rss / 1024:+,.1f}",
-            f"{rss / count:,.1f}", f"{(held['tasks'] - before['tasks']) / count:,.1f}",
-            f"{(after['traced_kib'] - before['traced_kib']) / 1024:+,.2f}", f"{after['tasks'] - before['tasks']:,}",
-            gone]
+    gone = {
+        "sse": f"{after['sse_closed']:,} streams closed",
+        "hub": f"{after['hub_subscribers']} subscribers left",
+        "bare": "-",
+    }[kind]
+    return [
+        kind,
+        f"{count:,}",
+        attached,
+        f"{traced / 1024:+,.2f}",
+        f"{traced / count:,.1f}",
+        f"{rss / 1024:+,.1f}",
+        f"{rss / count:,.1f}",
+        f"{(held['tasks'] - before['tasks']) / count:,.1f}",
+        f"{(after['traced_kib'] - before['traced_kib']) / 1024:+,.2f}",
+        f"{after['tasks'] - before['tasks']:,}",
+        gone,
+    ]
 
 
 def start_server(*, traced: bool = False) -> tuple[subprocess.Popen, int]:
@@ -367,8 +395,10 @@ def main() -> None:
     try:
         for _, path in cases:  # warm-up: imports, first-call costs
             read_stream(port, f"{path}{'&' if '?' in path else '?'}n=500")
-        print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {n:,} progress events per run, "
-              f"{runs} runs per endpoint, round-robin (wall: best run; server CPU: median)\n")
+        print(
+            f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {n:,} progress events per run, "
+            f"{runs} runs per endpoint, round-robin (wall: best run; server CPU: median)\n"
+        )
         results = throughput(port, proc.pid, cases, n, runs)
     finally:
         stop_server(proc)
@@ -377,26 +407,62 @@ def main() -> None:
     rows = []
     for label, r in results.items():
         same_kind = bare_queue if "interleaved" in label else bare
-        rows.append([label, f"{r['events_per_s']:,.0f}", f"{r['seconds'] * 1000:,.1f}",
-                     f"{r['cpu_us_per_event']:,.2f}", f"{r['bytes_per_event']:,.0f}",
-                     f"{r['events_per_s'] / bare['events_per_s']:.2f}×",
-                     f"{r['events_per_s'] / same_kind['events_per_s']:.2f}×"])
-    print(table(["endpoint", "events/s", "wall ms", "server CPU µs/event", "bytes/event", "vs bare generator",
-                 "vs bare, same producer"], rows))
+        rows.append(
+            [
+                label,
+                f"{r['events_per_s']:,.0f}",
+                f"{r['seconds'] * 1000:,.1f}",
+                f"{r['cpu_us_per_event']:,.2f}",
+                f"{r['bytes_per_event']:,.0f}",
+                f"{r['events_per_s'] / bare['events_per_s']:.2f}×",
+                f"{r['events_per_s'] / same_kind['events_per_s']:.2f}×",
+            ]
+        )
+    print(
+        table(
+            [
+                "endpoint",
+                "events/s",
+                "wall ms",
+                "server CPU µs/event",
+                "bytes/event",
+                "vs bare generator",
+                "vs bare, same producer",
+            ],
+            rows,
+        )
+    )
     ours = {label: r for label, r in results.items() if not label.startswith("bare")}
     burst = min(r["events_per_s"] / bare["events_per_s"] for label, r in ours.items() if "burst" in label)
-    inter = min(r["events_per_s"] / bare_queue["events_per_s"]
-                for label, r in ours.items() if "interleaved" in label)
-    print(f"\nLowest ratio, burst producer vs the bare generator: {burst:.2f}; interleaved producer vs bare + "
-          f"asyncio.Queue: {inter:.2f} (aim: at least 0.80).")
+    inter = min(r["events_per_s"] / bare_queue["events_per_s"] for label, r in ours.items() if "interleaved" in label)
+    print(
+        f"\nLowest ratio, burst producer vs the bare generator: {burst:.2f}; interleaved producer vs bare + "
+        f"asyncio.Queue: {inter:.2f} (aim: at least 0.80)."
+    )
     print("burst: the producer sends all N without awaiting (queued events leave in one write, up to 512 / 64 KiB);")
     print("interleaved: `await asyncio.sleep(0)` after every event, so each one is handed over and written alone.")
     print("Budget (docs/ARCHITECTURE.md): tens of thousands of events/s on one connection, well under 1 ms per event.")
 
     print(f"\nMemory: {idle_count:,} idle open streams of each kind, each kind on a fresh server with tracemalloc on")
     rows = [idle_memory(kind, idle_count) for kind in ("sse", "hub", "bare")]
-    print(table(["kind", "streams", "attached", "traced MiB", "traced KiB/stream", "RSS MiB", "RSS KiB/stream",
-                 "tasks/stream", "traced MiB after close", "tasks left", "after close"], rows))
+    print(
+        table(
+            [
+                "kind",
+                "streams",
+                "attached",
+                "traced MiB",
+                "traced KiB/stream",
+                "RSS MiB",
+                "RSS KiB/stream",
+                "tasks/stream",
+                "traced MiB after close",
+                "tasks left",
+                "after close",
+            ],
+            rows,
+        )
+    )
     print("sse: an SSEStream per connection (attach); hub: a TaskEvents buffer per connection (hub_sse_response);")
     print("bare: a plain EventSourceResponse whose generator waits on an asyncio.Event. traced = Python heap held;")
     print("RSS also counts the sockets' kernel-side buffers accounted to the process and allocator slack.")

@@ -71,8 +71,15 @@ def warmup_probe(data_dir: Path, seconds: float) -> list[list[object]]:
         seconds_seen = sorted(cpu_at)
         for a, b in zip(seconds_seen, seconds_seen[1:], strict=False):
             lat = slices.get(a, [])
-            rows.append([f"{a}–{b} s", len(lat), f"{median(lat) * 1000:,.1f}", f"{max(lat) * 1000:,.1f}",
-                         f"{(cpu_at[b] - cpu_at[a]) / (b - a):.2f}"])
+            rows.append(
+                [
+                    f"{a}–{b} s",
+                    len(lat),
+                    f"{median(lat) * 1000:,.1f}",
+                    f"{max(lat) * 1000:,.1f}",
+                    f"{(cpu_at[b] - cpu_at[a]) / (b - a):.2f}",
+                ]
+            )
     finally:
         stop(server)
     return rows
@@ -120,28 +127,46 @@ def main() -> None:
             for i, (elapsed, cpu) in enumerate(runs, 1):
                 note = " (first of the script: cold cache)" if label == "new DB" and i == 1 else ""
                 rows.append([label + note, i, f"{elapsed:.3f}", f"{cpu:.2f}", "ok" if elapsed < BUDGET_S else "OVER"])
-        print(f"Start to first 200 of GET / (poll every 20 ms), budget {BUDGET_S:.1f} s; "
-              f"{os.cpu_count()} CPUs, load average before: {load_before}\n")
+        print(
+            f"Start to first 200 of GET / (poll every 20 ms), budget {BUDGET_S:.1f} s; "
+            f"{os.cpu_count()} CPUs, load average before: {load_before}\n"
+        )
         print(table(["DATA_DIR", "run", "seconds", "server CPU s", "budget"], rows))
         print()
         summary = []
         for label, runs in results.items():
             times = [t for t, _ in runs]
             med = median(times)
-            summary.append([label, f"{med:.3f}", f"{min(times):.3f}", f"{max(times):.3f}",
-                            f"{med / BUDGET_S:.0%}", "ok" if med < BUDGET_S else "OVER"])
+            summary.append(
+                [
+                    label,
+                    f"{med:.3f}",
+                    f"{min(times):.3f}",
+                    f"{max(times):.3f}",
+                    f"{med / BUDGET_S:.0%}",
+                    "ok" if med < BUDGET_S else "OVER",
+                ]
+            )
         print(table(["DATA_DIR", "median s", "min s", "max s", "median / budget", "budget"], summary))
 
         if not args.no_warmup_probe:
-            print(f"\nGET / latency after the first page, {args.probe_seconds:g} s (LiteLLM import starts 1 s after "
-                  "start-up in a thread), existing DB:\n")
-            print(table(["since spawn", "GET / requests", "median ms", "max ms", "server CPU s/s"],
-                        warmup_probe(existing, args.probe_seconds)))
+            print(
+                f"\nGET / latency after the first page, {args.probe_seconds:g} s (LiteLLM import starts 1 s after "
+                "start-up in a thread), existing DB:\n"
+            )
+            print(
+                table(
+                    ["since spawn", "GET / requests", "median ms", "max ms", "server CPU s/s"],
+                    warmup_probe(existing, args.probe_seconds),
+                )
+            )
 
         if not args.no_import_profile:
             first, rows = import_profile(existing)
-            print(f"\nImports on the path to the first page (python -X importtime app.py; first 200 after "
-                  f"{first:.2f} s, slower than above because of the tracing):\n")
+            print(
+                f"\nImports on the path to the first page (python -X importtime app.py; first 200 after "
+                f"{first:.2f} s, slower than above because of the tracing):\n"
+            )
             print(table(["top-level import", "cumulative ms", "share"], rows))
 
 

@@ -101,8 +101,9 @@ class _ReadOnlySession(SyncSession):
 @event.listens_for(_ReadOnlySession, "before_flush")
 def _refuse_writes(session, _flush_context, _instances) -> None:
     if session.new or session.dirty or session.deleted:
-        raise RuntimeError("a read (Database.read) tried to write: use Database.session for a unit of work "
-                           "that changes rows")
+        raise RuntimeError(
+            "a read (Database.read) tried to write: use Database.session for a unit of work that changes rows"
+        )
 
 
 def alembic_config(url: str) -> Config:
@@ -128,8 +129,9 @@ class Database:
         self.dialect = make_url(url).get_backend_name()
         self.engine: AsyncEngine = self._make_async_engine()
         # Its connections begin deferred on SQLite (`_sqlite_begin_immediate`); the same pool.
-        self._read_engine = self.engine.execution_options(**{_READ_ONLY: True}) if self.dialect == "sqlite" \
-            else self.engine
+        self._read_engine = (
+            self.engine.execution_options(**{_READ_ONLY: True}) if self.dialect == "sqlite" else self.engine
+        )
         self._turn_lock: asyncio.Lock | None = None
         self._turn_loop: asyncio.AbstractEventLoop | None = None
 
@@ -189,8 +191,10 @@ class Database:
             return
         me = asyncio.current_task()
         if _in_sqlite_session.get() is me:
-            raise RuntimeError("a database session was opened inside another one; on SQLite that would wait "
-                               "forever for itself: finish the outer unit of work first")
+            raise RuntimeError(
+                "a database session was opened inside another one; on SQLite that would wait "
+                "forever for itself: finish the outer unit of work first"
+            )
         token = _in_sqlite_session.set(me)
         try:
             async with self._sqlite_turn(), AsyncSession(self.engine, expire_on_commit=False) as session:
@@ -207,8 +211,9 @@ class Database:
         this chat) stop queueing behind the turns' writes. It never waits for a `session`, so
         it may be opened inside one (it sees what was committed, not the outer one's changes).
         """
-        async with AsyncSession(self._read_engine, expire_on_commit=False,
-                                sync_session_class=_ReadOnlySession) as session:
+        async with AsyncSession(
+            self._read_engine, expire_on_commit=False, sync_session_class=_ReadOnlySession
+        ) as session:
             yield session
 
     def _sqlite_turn(self) -> asyncio.Lock:
@@ -225,8 +230,11 @@ class Database:
         already take turns (`session`), and SQLite is one process.
         """
         if self.dialect == "postgresql":
-            await session.exec(text("SELECT pg_advisory_xact_lock(:key, :sub)").bindparams(  # type: ignore[call-overload]
-                key=key, sub=sub))
+            await session.exec(
+                text("SELECT pg_advisory_xact_lock(:key, :sub)").bindparams(  # type: ignore[call-overload]
+                    key=key, sub=sub
+                )
+            )
 
     @asynccontextmanager
     async def advisory_lock(self, key: int, *, wait: bool = True) -> AsyncIterator[bool]:

@@ -65,8 +65,9 @@ class RegistryEvents:
         payload = json.dumps({"kind": kind, "id": agent_id, "op": op, "replica": self.replica})
         try:
             async with self.db.engine.connect() as conn:
-                await conn.execute(text("SELECT pg_notify(:channel, :payload)"),
-                                   {"channel": CHANNEL, "payload": payload})
+                await conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
+                )
                 await conn.commit()
         except Exception:
             log.warning("could not tell the other replicas that %s %s was %s", kind, agent_id, op, exc_info=True)

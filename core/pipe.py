@@ -43,7 +43,8 @@ async def bridge_once(url: str, command: Sequence[str]) -> str:
     async with websockets.connect(url, max_size=MAX_LINE_BYTES, open_timeout=10) as ws:
         log.info("connected to %s; starting %s", _redact(url), " ".join(command))
         child = await asyncio.create_subprocess_exec(
-            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE_BYTES)
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE_BYTES
+        )
         assert child.stdin is not None and child.stdout is not None
 
         async def to_child() -> str:
@@ -134,12 +135,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         raise SystemExit("usage: python -m core.pipe [--backoff-initial S] [--backoff-max S] URL -- command [args...]")
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m core.pipe", description=__doc__.split("\n\n")[0])
-    parser.add_argument("url", nargs="?", default=os.environ.get("A2A_BROKER_URL"),
-                        help="ws://host:3100/a2a?a2a_id=NAME[&agent_id=ID] (default $A2A_BROKER_URL)")
+    parser.add_argument(
+        "url",
+        nargs="?",
+        default=os.environ.get("A2A_BROKER_URL"),
+        help="ws://host:3100/a2a?a2a_id=NAME[&agent_id=ID] (default $A2A_BROKER_URL)",
+    )
     parser.add_argument("--backoff-initial", type=float, default=1.0, help="first reconnect delay, seconds")
     parser.add_argument("--backoff-max", type=float, default=60.0, help="longest reconnect delay, seconds")
     args = parser.parse_args(argv[:split])
-    args.command = argv[split + 1:]
+    args.command = argv[split + 1 :]
     if not args.url or not args.command:
         parser.error("a broker URL (or $A2A_BROKER_URL) and a command after -- are required")
     if not args.url.startswith(("ws://", "wss://")):

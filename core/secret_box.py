@@ -53,8 +53,12 @@ def make_data_dir_private(data_dir: Path) -> None:
         data_dir.mkdir(parents=True, mode=0o700)
         data_dir.chmod(0o700)  # mkdir's mode is filtered through the umask
     elif data_dir.stat().st_mode & 0o077:
-        log.warning("DATA_DIR %s can be read by other users of this machine; it holds every chat and the "
-                    "keys: run chmod 700 %s", data_dir, data_dir)
+        log.warning(
+            "DATA_DIR %s can be read by other users of this machine; it holds every chat and the "
+            "keys: run chmod 700 %s",
+            data_dir,
+            data_dir,
+        )
     for name in ("app.db", "app.db-wal", "app.db-shm", "app.db-journal", KEY_FILE, ".storage_secret"):
         path = data_dir / name
         if path.exists():
@@ -104,8 +108,9 @@ class SecretBox:
         try:
             return self._fernet.decrypt(stored.removeprefix(SEALED_PREFIX).encode("ascii")).decode("utf-8")
         except InvalidToken:
-            raise SecretUnreadable("a stored secret cannot be opened with this key: was SECRET_KEY changed, "
-                                   "or DATA_DIR/.secret_key lost?") from None
+            raise SecretUnreadable(
+                "a stored secret cannot be opened with this key: was SECRET_KEY changed, or DATA_DIR/.secret_key lost?"
+            ) from None
 
 
 class LazySecretBox:

@@ -90,8 +90,11 @@ class Services:
         if self.remote_agents is None:
             self.remote_agents = RemoteAgentDirectory(self.db, self.registry, self.settings)
         if self.logins is None:
-            self.logins = accounts.PasswordLogin(self.db.read, max_failures=self.settings.login_max_failures,
-                                                 window_s=self.settings.login_failure_window_s)
+            self.logins = accounts.PasswordLogin(
+                self.db.read,
+                max_failures=self.settings.login_max_failures,
+                window_s=self.settings.login_failure_window_s,
+            )
 
     @classmethod
     def build(cls, settings: Settings) -> Services:
@@ -100,9 +103,13 @@ class Services:
         hub: StreamHub | RedisStreamHub
         if settings.cluster and settings.redis.dsn:  # several replicas (docs/ARCHITECTURE.md, "Cluster")
             hub = RedisStreamHub.from_url(
-                settings.redis.dsn, prefix=settings.redis.key_prefix, owner=settings.instance_id,
-                lease_s=settings.cluster_lease_s, max_events=settings.stream_buffer_max_events,
-                ttl_s=settings.stream_buffer_ttl_s, subscriber_queue=settings.stream_subscriber_queue,
+                settings.redis.dsn,
+                prefix=settings.redis.key_prefix,
+                owner=settings.instance_id,
+                lease_s=settings.cluster_lease_s,
+                max_events=settings.stream_buffer_max_events,
+                ttl_s=settings.stream_buffer_ttl_s,
+                subscriber_queue=settings.stream_subscriber_queue,
             )
         else:
             hub = StreamHub(
@@ -120,7 +127,10 @@ class Services:
         tools = ToolRegistry()
         secrets = LazySecretBox(settings.data_dir, settings.secret_key)  # agents' API keys
         chat = ChatEngine(
-            db, hub, llm, tools,
+            db,
+            hub,
+            llm,
+            tools,
             max_steps=settings.max_turn_steps,
             turn_timeout_s=settings.turn_timeout_s,
             max_message_chars=settings.max_message_chars,
@@ -142,13 +152,33 @@ class Services:
         failures = None
         if settings.cluster and settings.redis.dsn:  # wrong passwords counted across replicas (the same limits)
             failures = accounts.RedisLoginFailures.from_url(
-                settings.redis.dsn, prefix=settings.redis.key_prefix, max_failures=settings.login_max_failures,
-                window_s=settings.login_failure_window_s)
-        logins = accounts.PasswordLogin(db.read, max_failures=settings.login_max_failures,
-                                        window_s=settings.login_failure_window_s, failures=failures)
-        services = cls(settings=settings, db=db, hub=hub, llm=llm, tools=tools, chat=chat, delegation=delegation,
-                       registry=registry, workspace=workspace, broker=broker, inbox=inbox, inbox_feed=inbox_feed,
-                       logins=logins, agent_admin=agent_admin)
+                settings.redis.dsn,
+                prefix=settings.redis.key_prefix,
+                max_failures=settings.login_max_failures,
+                window_s=settings.login_failure_window_s,
+            )
+        logins = accounts.PasswordLogin(
+            db.read,
+            max_failures=settings.login_max_failures,
+            window_s=settings.login_failure_window_s,
+            failures=failures,
+        )
+        services = cls(
+            settings=settings,
+            db=db,
+            hub=hub,
+            llm=llm,
+            tools=tools,
+            chat=chat,
+            delegation=delegation,
+            registry=registry,
+            workspace=workspace,
+            broker=broker,
+            inbox=inbox,
+            inbox_feed=inbox_feed,
+            logins=logins,
+            agent_admin=agent_admin,
+        )
         if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
             services.remote_agents.notify = agent_admin.notify = events.notify
@@ -168,16 +198,21 @@ class Services:
         if self.settings.cluster:
             problems = self.settings.cluster_problems()
             if problems:
-                raise StartupRefused("Refusing to start in cluster mode (CLUSTER=true):\n  - " + "\n  - ".join(problems)
-                                     + "\nSet them, or unset CLUSTER to run as one process.")
+                raise StartupRefused(
+                    "Refusing to start in cluster mode (CLUSTER=true):\n  - "
+                    + "\n  - ".join(problems)
+                    + "\nSet them, or unset CLUSTER to run as one process."
+                )
         if isinstance(self.hub, RedisStreamHub) and self.settings.redis.dsn:
             try:
                 self.hub.claim_name(self.settings.redis.dsn)
             except DuplicateReplica as exc:
                 raise StartupRefused(f"Refusing to start in cluster mode: {exc}.") from exc
             except RedisError as exc:
-                raise StartupRefused(f"Refusing to start in cluster mode: Redis at "
-                                     f"{describe_redis(self.settings.redis.dsn)} is not reachable ({exc}).") from exc
+                raise StartupRefused(
+                    f"Refusing to start in cluster mode: Redis at "
+                    f"{describe_redis(self.settings.redis.dsn)} is not reachable ({exc})."
+                ) from exc
         try:
             self._prepare_serving()
         except BaseException:
@@ -220,8 +255,11 @@ class Services:
         if model.startswith(f"{DEMO_PROVIDER}/"):
             model += " " + _("(offline demo model)")
         return _("mode: {mode} · database: {database} · Redis: {redis} · default model: {model}").format(
-            mode=mode, database=describe_database(self.settings.database),
-            redis=describe_redis(self.settings.redis.dsn), model=model)
+            mode=mode,
+            database=describe_database(self.settings.database),
+            redis=describe_redis(self.settings.redis.dsn),
+            model=model,
+        )
 
     async def _seed_and_auth(self) -> AuthState:
         try:
@@ -243,12 +281,17 @@ class Services:
         if self.broker is not None:
             ended = await self.broker.recover()
             if ended:
-                log.warning("%d broker tasks were running when the server stopped; their chats are told "
-                            "they were interrupted", ended)
+                log.warning(
+                    "%d broker tasks were running when the server stopped; their chats are told they were interrupted",
+                    ended,
+                )
         cut_off = 0 if self.settings.cluster else await self.chat.fail_interrupted()
         if cut_off:
-            log.warning("%d chat answers were being written when the server stopped; kept what they had "
-                        "said, marked interrupted", cut_off)
+            log.warning(
+                "%d chat answers were being written when the server stopped; kept what they had "
+                "said, marked interrupted",
+                cut_off,
+            )
         async with self.db.session() as s:
             await agents_store.seed_agents(s, model=self.settings.default_model)
             if await accounts.has_accounts(s):

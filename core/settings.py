@@ -113,9 +113,12 @@ class Settings(BaseSettings):
     # Where the server listens. 127.0.0.1 by default: nothing listens beyond loopback unless asked.
     host: str = "127.0.0.1"
     port: int = Field(3100, ge=1, le=65535)
-    public_base_url: str | None = Field(None, description="Absolute URL that remote clients use; default http://HOST:PORT")
+    public_base_url: str | None = Field(
+        None, description="Absolute URL that remote clients use; default http://HOST:PORT"
+    )
     trusted_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="More names the server answers to (Host header); * = any")
+        default_factory=list, description="More names the server answers to (Host header); * = any"
+    )
 
     data_dir: Path = Path("data")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///DATA_DIR/app.db")
@@ -132,14 +135,20 @@ class Settings(BaseSettings):
     max_turn_steps: int = Field(8, ge=1, le=50, description="Model calls per turn (tool loop bound)")
     max_message_chars: int = Field(20_000, ge=1)
     max_request_body_bytes: int = Field(
-        1_048_576, ge=65_536,
+        1_048_576,
+        ge=65_536,
         description="Largest request body of the REST API and the broker's HTTP routes (413 above; the A2A JSON-RPC "
-                    "endpoints cap their own at 1 MiB). A message of MAX_MESSAGE_CHARS characters, JSON-escaped, fits.")
+        "endpoints cap their own at 1 MiB). A message of MAX_MESSAGE_CHARS characters, JSON-escaped, fits.",
+    )
     max_running_turns_per_user: int = Field(
-        20, ge=1, description="Chat turns one account may have running at once (with accounts only); more get 429")
+        20, ge=1, description="Chat turns one account may have running at once (with accounts only); more get 429"
+    )
     max_running_tasks_per_user: int = Field(
-        50, ge=1, description="Delegated tasks one account may have submitted or working at once (with accounts "
-                              "only); more are refused")
+        50,
+        ge=1,
+        description="Delegated tasks one account may have submitted or working at once (with accounts "
+        "only); more are refused",
+    )
     login_max_failures: int = Field(10, ge=1, description="Wrong passwords per address and per account in the window")
     login_failure_window_s: float = Field(300.0, gt=0, description="How long a failed login counts")
 
@@ -155,48 +164,74 @@ class Settings(BaseSettings):
     redis: RedisSettings = Field(default_factory=RedisSettings)
     blacklist_ip: Annotated[list[str], NoDecode] = Field(default_factory=list, description="IPs refused on /a2a")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Proxies whose X-Forwarded-For is believed; empty: none")
+        default_factory=list, description="Proxies whose X-Forwarded-For is believed; empty: none"
+    )
     # Slow and greedy clients (core/web/connections.py).
     http_header_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="How long a client may take to send a request's headers, from the "
-                                          "connection's start or the next request's first byte; then it is closed")
+        10.0,
+        gt=0,
+        le=3600,
+        description="How long a client may take to send a request's headers, from the "
+        "connection's start or the next request's first byte; then it is closed",
+    )
     max_connections_per_address: int = Field(
-        2000, ge=1, description="Open connections one client address may hold; more are answered 429 and closed. "
-                                "TRUSTED_PROXIES are not counted (their users share their address). Above the "
-                                "1,010 broker agents bench/bench_broker.py connects from 127.0.0.1 and the ~400 "
-                                "streams of bench_capacity.py at N=200, and a busy office behind one NAT address")
+        2000,
+        ge=1,
+        description="Open connections one client address may hold; more are answered 429 and closed. "
+        "TRUSTED_PROXIES are not counted (their users share their address). Above the "
+        "1,010 broker agents bench/bench_broker.py connects from 127.0.0.1 and the ~400 "
+        "streams of bench_capacity.py at N=200, and a busy office behind one NAT address",
+    )
     # Broker limits beyond the seed's keys (core/broker).
     broker_max_line_bytes: int = Field(1_048_576, ge=1_024, description="Longest JSON-RPC line accepted from an agent")
     broker_heartbeat_interval: int = Field(60_000, ge=100, description="WebSocket ping period on /a2a (ms)")
     broker_pong_timeout: int = Field(20_000, ge=100, description="How long a ping may wait for its pong (ms)")
     broker_dispatch_token: str | None = Field(
-        None, description="A token a chat system may dispatch with instead of a user's API key")
+        None, description="A token a chat system may dispatch with instead of a user's API key"
+    )
     broker_open_dispatch: bool = Field(
-        False, description="Seed 003's open mode: dispatch and cancel without credentials (trusted network only)")
+        False, description="Seed 003's open mode: dispatch and cancel without credentials (trusted network only)"
+    )
     broker_outbox_max: int = Field(10_000, ge=1, description="Injects kept while Redis is unreachable")
     instance_id: str = Field(
-        "main", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$",
+        "main",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9._:-]+$",
         description="Names this process among app processes sharing one database: at start it ends only "
-                    "the broker tasks that it left running")
+        "the broker tasks that it left running",
+    )
     # Several replicas on one PostgreSQL database and one Redis (docs/ARCHITECTURE.md, "Cluster").
-    cluster: bool = Field(False, description="Run as one of several replicas: shared streams, broker directory "
-                                             "and leases on Redis and PostgreSQL")
-    replica_url: str | None = Field(None, description="How the other replicas reach this one, e.g. "
-                                                      "http://10.0.0.5:3100 (cluster mode)")
-    internal_token: str | None = Field(None, description="Shared secret replicas use to call each other "
-                                                         "(cluster mode)")
-    cluster_lease_s: float = Field(15.0, ge=1.0, le=600.0, description="How long a replica's claim on a running "
-                                   "turn or task lasts without renewal; another replica ends it after that (cluster)")
+    cluster: bool = Field(
+        False,
+        description="Run as one of several replicas: shared streams, broker directory "
+        "and leases on Redis and PostgreSQL",
+    )
+    replica_url: str | None = Field(
+        None, description="How the other replicas reach this one, e.g. http://10.0.0.5:3100 (cluster mode)"
+    )
+    internal_token: str | None = Field(None, description="Shared secret replicas use to call each other (cluster mode)")
+    cluster_lease_s: float = Field(
+        15.0,
+        ge=1.0,
+        le=600.0,
+        description="How long a replica's claim on a running "
+        "turn or task lasts without renewal; another replica ends it after that (cluster)",
+    )
     # Outbound fetches (agent cards, remote agents' endpoints, agents' model endpoints; core/web/outbound_policy.py):
     # non-public addresses are refused unless their host name, address or network is listed here; metadata never.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Host names, IPs or networks that card fetches, remote calls and agents' "
-                                          "model endpoints (apiBase) may reach although they are loopback or private "
-                                          "(a cloud metadata address never)")
+        default_factory=list,
+        description="Host names, IPs or networks that card fetches, remote calls and agents' "
+        "model endpoints (apiBase) may reach although they are loopback or private "
+        "(a cloud metadata address never)",
+    )
 
     debug: str | None = None
-    loop_probe: bool = Field(False, description="Measure the longest event-loop block (benchmarks; logged on SIGUSR1, "
-                                                "core/web/loop_probe.py)")
+    loop_probe: bool = Field(
+        False,
+        description="Measure the longest event-loop block (benchmarks; logged on SIGUSR1, core/web/loop_probe.py)",
+    )
 
     @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", "trusted_proxies", mode="before")
     @classmethod
@@ -213,7 +248,8 @@ class Settings(BaseSettings):
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
                 raise ValueError(
-                    f"{entry[:60]!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)") from None
+                    f"{entry[:60]!r} is not an IP address or network (such as 10.0.0.5 or 10.0.0.0/8)"
+                ) from None
         return value
 
     @classmethod
@@ -270,22 +306,28 @@ class Settings(BaseSettings):
         """
         problems = []
         if not self.database_url or not self.database_url.startswith(("postgresql", "postgres://")):
-            problems.append("DATABASE_URL must point at PostgreSQL (postgresql://...): replicas share one database, "
-                            "and SQLite is a file of one process")
+            problems.append(
+                "DATABASE_URL must point at PostgreSQL (postgresql://...): replicas share one database, "
+                "and SQLite is a file of one process"
+            )
         if not self.redis.dsn:
-            problems.append("REDIS_URL (or REDIS_HOST) must be set: streams, running turns and cancels are shared "
-                            "through Redis")
+            problems.append(
+                "REDIS_URL (or REDIS_HOST) must be set: streams, running turns and cancels are shared through Redis"
+            )
         if not self.storage_secret:
-            problems.append("STORAGE_SECRET must be set, the same on every replica: it signs browser sessions, "
-                            "so a login is valid on any replica")
+            problems.append(
+                "STORAGE_SECRET must be set, the same on every replica: it signs browser sessions, "
+                "so a login is valid on any replica"
+            )
         if not self.replica_url:
-            problems.append("REPLICA_URL must be set: how the other replicas reach this one, e.g. "
-                            "http://10.0.0.5:3100")
+            problems.append("REPLICA_URL must be set: how the other replicas reach this one, e.g. http://10.0.0.5:3100")
         if not self.internal_token:
             problems.append("INTERNAL_TOKEN must be set, the same on every replica: replicas call each other with it")
         if self.instance_id == "main":
-            problems.append("INSTANCE_ID must be set, different on every replica (e.g. app-1, app-2): a replica's "
-                            "turns, tasks and leases are recorded under it")
+            problems.append(
+                "INSTANCE_ID must be set, different on every replica (e.g. app-1, app-2): a replica's "
+                "turns, tasks and leases are recorded under it"
+            )
         return problems
 
     def ensure_storage_secret(self) -> str:

@@ -44,8 +44,19 @@ VIEWPORT = {"width": 1280, "height": 800}
 _PYTEST_ONLY_ENV = ("PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION")
 # App settings from the developer's shell that must not leak into the server under test.
 _APP_ENV_VARS = (
-    "DATABASE_URL", "REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_DB", "REDIS_PASSWORD", "AUTH_MODE",
-    "DEFAULT_MODEL", "LLM_API_BASE", "LLM_API_KEY", "STORAGE_SECRET", "PUBLIC_BASE_URL", "BLACKLIST_IP",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "REDIS_HOST",
+    "REDIS_PORT",
+    "REDIS_DB",
+    "REDIS_PASSWORD",
+    "AUTH_MODE",
+    "DEFAULT_MODEL",
+    "LLM_API_BASE",
+    "LLM_API_KEY",
+    "STORAGE_SECRET",
+    "PUBLIC_BASE_URL",
+    "BLACKLIST_IP",
     "NICEGUI_STORAGE_PATH",
 )
 
@@ -80,8 +91,11 @@ def _wait_until_ready(base_url: str, process: subprocess.Popen, log_path: Path) 
     last_error = "no answer yet"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"the server exited with code {process.returncode} before it was ready:\n"
-                        f"{log_path.read_text(errors='replace')}", pytrace=False)
+            pytest.fail(
+                f"the server exited with code {process.returncode} before it was ready:\n"
+                f"{log_path.read_text(errors='replace')}",
+                pytrace=False,
+            )
         try:
             response = httpx.get(f"{base_url}/api/me", timeout=2.0)
             if response.status_code == 200:
@@ -90,8 +104,11 @@ def _wait_until_ready(base_url: str, process: subprocess.Popen, log_path: Path) 
         except httpx.HTTPError as exc:
             last_error = repr(exc)
         time.sleep(0.1)
-    pytest.fail(f"the server at {base_url} was not ready within {SERVER_START_TIMEOUT_S:.0f} s "
-                f"(last: {last_error}); its output:\n{log_path.read_text(errors='replace')}", pytrace=False)
+    pytest.fail(
+        f"the server at {base_url} was not ready within {SERVER_START_TIMEOUT_S:.0f} s "
+        f"(last: {last_error}); its output:\n{log_path.read_text(errors='replace')}",
+        pytrace=False,
+    )
 
 
 @contextmanager
@@ -103,8 +120,12 @@ def serve_app(**env: str) -> Iterator[str]:
     log_path = tmp / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "app.py"], cwd=REPO_ROOT, env={**_server_env(tmp, port), **env},
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [sys.executable, "app.py"],
+            cwd=REPO_ROOT,
+            env={**_server_env(tmp, port), **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         _wait_until_ready(url, process, log_path)
@@ -162,8 +183,10 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
     except PlaywrightError as exc:
         if executable is None:
-            _no_browser("no Chromium: install it (apt-get install chromium) or set PLAYWRIGHT_CHROMIUM_EXECUTABLE "
-                        f"({str(exc).splitlines()[0]})")
+            _no_browser(
+                "no Chromium: install it (apt-get install chromium) or set PLAYWRIGHT_CHROMIUM_EXECUTABLE "
+                f"({str(exc).splitlines()[0]})"
+            )
         raise
     try:
         yield launched

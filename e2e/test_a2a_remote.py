@@ -27,9 +27,19 @@ def echo_card_url() -> Iterator[str]:
     """The card URL of a slow echo agent built on the a2a-sdk."""
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "tests" / "utils" / "a2a_echo_server.py"), "--port", str(port),
-         "--delay-ms", "40", "--name", "Echo Agent"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(REPO_ROOT / "tests" / "utils" / "a2a_echo_server.py"),
+            "--port",
+            str(port),
+            "--delay-ms",
+            "40",
+            "--name",
+            "Echo Agent",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
     try:
@@ -51,12 +61,15 @@ def echo_card_url() -> Iterator[str]:
 def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_url: str, echo_card_url: str) -> None:
     """`@<remote id> …`: the panel opens on the remote agent and grows word by word; the exchange is audited."""
     agent_id = f"echo-{unique('x').split()[1]}"
-    created = httpx.post(f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id},
-                         timeout=30)
+    created = httpx.post(
+        f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id}, timeout=30
+    )
     assert created.status_code == 201, created.text
     # Twenty-odd words at 40 ms each: long enough to see the panel grow even on a loaded machine.
-    request = unique("words from far away, one at a time, arriving slowly so that the panel can be seen "
-                     "growing while the remote agent is still streaming its answer")
+    request = unique(
+        "words from far away, one at a time, arriving slowly so that the panel can be seen "
+        "growing while the remote agent is still streaming its answer"
+    )
     expected = f"Echo: {request}"
 
     open_chat(page, "/?agent=general-assistant")

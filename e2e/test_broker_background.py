@@ -35,9 +35,20 @@ def echo_agent_id(base_url: str) -> Iterator[str]:
     env = {**os.environ, "ECHO_DELAY": "0.15", "ECHO_NAME": AGENT_NAME, "PYTHONUNBUFFERED": "1"}
     env.pop("PYTEST_CURRENT_TEST", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "core.pipe", ws_url, "--",
-         sys.executable, str(REPO_ROOT / "examples" / "echo_agent.py")],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "core.pipe",
+            ws_url,
+            "--",
+            sys.executable,
+            str(REPO_ROOT / "examples" / "echo_agent.py"),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 20

@@ -51,9 +51,12 @@ def cluster() -> Iterator[Cluster]:
     tmp = Path(tempfile.mkdtemp(prefix="e2e-cluster-"))
     port = free_port()
     try:
-        with cluster_backends(os.environ.get("TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)) as backends, \
-                two_replicas(backends, tmp, DEMO_MODEL_DELAY_MS="40",
-                             PUBLIC_BASE_URL=f"http://127.0.0.1:{port}") as replicas:
+        with (
+            cluster_backends(os.environ.get("TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)) as backends,
+            two_replicas(
+                backends, tmp, DEMO_MODEL_DELAY_MS="40", PUBLIC_BASE_URL=f"http://127.0.0.1:{port}"
+            ) as replicas,
+        ):
             upstreams = [replicas.a.base_url.removeprefix("http://"), replicas.b.base_url.removeprefix("http://")]
             with caddy_proxy(binary, port, upstreams, tmp / "caddy") as caddy:
                 yield Cluster(replicas, caddy)
@@ -105,13 +108,15 @@ def test_pages_behind_caddy_stay_on_their_replica_and_connect(context: BrowserCo
         assert replica_of(context, cluster) == first
     expect(page.get_by_test_id("msg-input")).to_be_visible()
     # The broker's pages read the directory through Caddy too.
-    health = httpx.get(f"{cluster.caddy.url}/a2a/health", timeout=10, cookies=dict(
-        (c["name"], c["value"]) for c in context.cookies())).json()
+    health = httpx.get(
+        f"{cluster.caddy.url}/a2a/health", timeout=10, cookies=dict((c["name"], c["value"]) for c in context.cookies())
+    ).json()
     assert health["replica"] == "replica-" + first.rsplit(":", 1)[1]  # the replica the cookie names answered
 
 
 def test_a_page_on_one_replica_follows_a_turn_started_through_the_other_and_stops_it(
-        context: BrowserContext, cluster: Cluster) -> None:
+    context: BrowserContext, cluster: Cluster
+) -> None:
     """The chat open on A (through Caddy) shows a turn started through B as it streams; its Stop ends it on B."""
     page: Page = context.new_page()
     log_in(page, cluster)
@@ -129,7 +134,8 @@ def test_a_page_on_one_replica_follows_a_turn_started_through_the_other_and_stop
         wait_for_text(page, shown + 50, timeout_s=20)  # it grows: B's tokens, live on A's page
         page.get_by_test_id("stop-btn").click()
         expect(page.get_by_test_id("assistant-message").get_by_text("Stopped.", exact=True)).to_be_visible(
-            timeout=TURN_TIMEOUT_MS)
+            timeout=TURN_TIMEOUT_MS
+        )
         wait_for_turn_end(page)
         saved = http.get(f"{other}/api/sessions/{sid}/messages").json()
 

@@ -173,14 +173,21 @@ def test_reload_mid_delegation_restores_the_panel(page: Page, base_url: str) -> 
 
 def ensure_planner(base_url: str) -> None:
     """A third agent that may delegate, for nested delegations (created once per server)."""
-    response = httpx.post(f"{base_url}/api/agents", timeout=5.0, json={
-        "id": "planner", "name": "Planner", "systemPrompt": "You plan work and delegate it.", "canDelegate": True,
-    })
+    response = httpx.post(
+        f"{base_url}/api/agents",
+        timeout=5.0,
+        json={
+            "id": "planner",
+            "name": "Planner",
+            "systemPrompt": "You plan work and delegate it.",
+            "canDelegate": True,
+        },
+    )
     assert response.status_code in (201, 409), response.text
 
 
 def test_a_nested_delegation_is_a_child_tab_of_its_parent(page: Page, base_url: str) -> None:
-    """general → planner → coding-assistant: two tabs, the second marked as the first one's child."""
+    """General → planner → coding-assistant: two tabs, the second marked as the first one's child."""
     ensure_planner(base_url)
     open_chat(page, "/?agent=general-assistant")
     send(page, f"@planner {unique('plan')} @@coding-assistant write it")

@@ -119,8 +119,10 @@ def test_a_task_stream_in_eventsource_named_and_unnamed_events_resume_and_end(pa
     assert {p["taskId"] for p in got["progress"]} == {"task-123"}
     assert got["states"] == ["task-123: submitted -> working", "task-123: working -> completed"]
     assert got["artifacts"] == [{"type": "report", "content": "任务执行结果...", "files": ["output.txt"]}]
-    assert [(m["type"], m["data"].get("delta")) for m in got["messages"]] == [("text-delta", "all done"),
-                                                                              ("done", None)]
+    assert [(m["type"], m["data"].get("delta")) for m in got["messages"]] == [
+        ("text-delta", "all done"),
+        ("done", None),
+    ]
     assert got["overflows"] == 1 and got["resets"] == 0
     assert got["opens"] == 2  # the first connection, and the resume after the overflow
 
@@ -142,8 +144,11 @@ def test_an_sse_stream_buffered_before_the_browser_attaches(page: Page, sse: SSE
     sse.call_sync(stream.close)
     page.wait_for_function("() => window.es.readyState === 2")
     got = log(page)
-    assert [(p["message"], p["progress"]) for p in got["progress"]] == [("初始化中...", 0), ("加载数据...", 10),
-                                                                        ("处理完成", 100)]
+    assert [(p["message"], p["progress"]) for p in got["progress"]] == [
+        ("初始化中...", 0),
+        ("加载数据...", 10),
+        ("处理完成", 100),
+    ]
     assert got["notes"] == ["two\nlines"]
     assert [(m["id"], m["data"]) for m in got["messages"]] == [("5", {"type": "custom", "n": 1})]
     assert got["opens"] == 1 and stream.close_reason == "closed"

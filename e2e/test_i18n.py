@@ -79,7 +79,9 @@ def test_a_chinese_browser_gets_chinese_pages_that_fit_the_screen(zh_page: Page)
     expect(page.get_by_test_id("msg-input")).to_have_attribute("placeholder", "消息（Enter 发送，Shift+Enter 换行）")
     # NiceGUI's own "connection lost" popup is in the catalog's words too, and Quasar's own words are Chinese.
     assert page.evaluate("Array.from(document.querySelectorAll('#popup span')).map(s => s.textContent)") == [
-        "连接中断", "正在尝试重新连接…"]
+        "连接中断",
+        "正在尝试重新连接…",
+    ]
     page.wait_for_function("() => window.Quasar && Quasar.lang.props.isoName === 'zh-CN'")
 
 

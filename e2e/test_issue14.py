@@ -228,9 +228,11 @@ def _state_words(page: Page) -> tuple[str, str, str]:
     """
     card = page.get_by_test_id("tool-call").first
     expect(page.get_by_test_id("agent-invoke-status").first).to_have_text(re.compile(r"\S"), use_inner_text=True)
-    return (card.get_by_test_id("tool-call-status").inner_text().strip(),
-            page.get_by_test_id("agent-invoke-tab").first.get_attribute("data-state"),
-            page.get_by_test_id("agent-invoke-status").first.inner_text().strip())
+    return (
+        card.get_by_test_id("tool-call-status").inner_text().strip(),
+        page.get_by_test_id("agent-invoke-tab").first.get_attribute("data-state"),
+        page.get_by_test_id("agent-invoke-status").first.inner_text().strip(),
+    )
 
 
 def test_stop_gives_one_state_word_in_card_tab_audit_and_api(vpage: Page, base_url: str) -> None:

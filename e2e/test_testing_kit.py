@@ -30,7 +30,12 @@ def test_a_users_suite_outside_the_project_drives_the_panel_with_the_kit(tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NICEGUI_"))}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "5 passed" in result.stdout, result.stdout[-3000:]
 

@@ -75,8 +75,13 @@ def error(rpc_id: Any, code: int, message: str) -> None:
 
 def text_message(text: str, task_id: str) -> dict[str, Any]:
     """An agent message with one text part (v0.3 shape)."""
-    return {"kind": "message", "role": "agent", "messageId": uuid.uuid4().hex, "taskId": task_id,
-            "parts": [{"kind": "text", "text": text}]}
+    return {
+        "kind": "message",
+        "role": "agent",
+        "messageId": uuid.uuid4().hex,
+        "taskId": task_id,
+        "parts": [{"kind": "text", "text": text}],
+    }
 
 
 def status(rpc_id: Any, task_id: str, state: str, text: str | None = None, *, final: bool = False) -> None:
@@ -84,8 +89,7 @@ def status(rpc_id: Any, task_id: str, state: str, text: str | None = None, *, fi
     body: dict[str, Any] = {"state": state}
     if text:
         body["message"] = text_message(text, task_id)
-    result(rpc_id, {"kind": "status-update", "taskId": task_id, "contextId": task_id, "status": body,
-                    "final": final})
+    result(rpc_id, {"kind": "status-update", "taskId": task_id, "contextId": task_id, "status": body, "final": final})
 
 
 class EchoAgent:
@@ -139,10 +143,21 @@ class EchoAgent:
                     log("/disconnect: leaving mid-stream")
                     os._exit(3)  # no goodbye: the pipe sees its child die and closes the socket
                 await asyncio.sleep(DELAY_S)
-                result(rpc_id, {"kind": "artifact-update", "taskId": task_id, "contextId": task_id,
-                                "append": i > 0, "lastChunk": i == len(words) - 1,
-                                "artifact": {"artifactId": "echo", "name": "echo",
-                                             "parts": [{"kind": "text", "text": word if i == 0 else f" {word}"}]}})
+                result(
+                    rpc_id,
+                    {
+                        "kind": "artifact-update",
+                        "taskId": task_id,
+                        "contextId": task_id,
+                        "append": i > 0,
+                        "lastChunk": i == len(words) - 1,
+                        "artifact": {
+                            "artifactId": "echo",
+                            "name": "echo",
+                            "parts": [{"kind": "text", "text": word if i == 0 else f" {word}"}],
+                        },
+                    },
+                )
         except asyncio.CancelledError:
             status(rpc_id, task_id, "canceled", "Stopped on request.", final=True)
             raise

@@ -141,8 +141,12 @@ class AgentMessage(SQLModel, table=True):
         Index("idx_agent_messages_session_order", "session_id", "sort_order", unique=True),  # migration 0008
         # The drafts of running turns only (migration 0009): a user's running turns are counted from them
         # (`sessions.count_running_turns`, a cluster's limit), and an agent's (`sessions_answering_with`).
-        Index("idx_agent_messages_streaming", "session_id", sqlite_where=text("status = 'streaming'"),
-              postgresql_where=text("status = 'streaming'")),
+        Index(
+            "idx_agent_messages_streaming",
+            "session_id",
+            sqlite_where=text("status = 'streaming'"),
+            postgresql_where=text("status = 'streaming'"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -184,8 +188,12 @@ class A2ATaskSession(SQLModel, table=True):
         Index("idx_a2a_task_sessions_session", "session_id"),
         Index("idx_a2a_task_sessions_caller_session", "caller_session_id"),
         # Running tasks only (migration 0009): a user's are counted at every task start (`TaskRecords.count_running`).
-        Index("idx_a2a_task_sessions_running", "caller_user_id", sqlite_where=text(_RUNNING_TASK_STATES),
-              postgresql_where=text(_RUNNING_TASK_STATES)),
+        Index(
+            "idx_a2a_task_sessions_running",
+            "caller_user_id",
+            sqlite_where=text(_RUNNING_TASK_STATES),
+            postgresql_where=text(_RUNNING_TASK_STATES),
+        ),
     )
 
     id: str = Field(default_factory=new_task_id, sa_column=Column(String(64), primary_key=True))
@@ -207,9 +215,7 @@ class A2ATaskSession(SQLModel, table=True):
     recursion_depth: int = 0
     state: str = Field(default="submitted", sa_type=String(24))
     error: str | None = Field(default=None, sa_type=Text)
-    visible_in_sidebar: int = Field(
-        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
-    )
+    visible_in_sidebar: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
     # What the caller asked, and the model's id for the call (links the chat's tool card to the task).
     input: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     tool_call_id: str | None = Field(default=None, sa_type=String(128))
@@ -259,7 +265,6 @@ class RemoteA2AAgent(SQLModel, table=True):
     updated_at: datetime = _ts(default_factory=utcnow)
 
 
-
 # -- The broker's durable return path (issue 12) ---------------------------------------------
 
 
@@ -299,8 +304,9 @@ class BrokerOutboxInject(SQLModel, table=True):
     __table_args__ = (Index("idx_broker_outbox_sent", "sent_at"),)
 
     id: int | None = Field(default=None, primary_key=True)
-    task_id: str = Field(sa_column=Column(String(64), ForeignKey("broker_tasks.id", ondelete="CASCADE"),
-                                          nullable=False, index=True))
+    task_id: str = Field(
+        sa_column=Column(String(64), ForeignKey("broker_tasks.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
     chat_agent_id: Any = Field(sa_type=JSON)
     chat_id: str = Field(sa_type=String(256))
     text: str = Field(sa_type=Text)

@@ -34,8 +34,17 @@ def pybabel(*args: str) -> None:
 
 def extract(output: Path = TEMPLATE, source_dir: Path = ROOT, mapping: Path = ROOT / "babel.cfg") -> Path:
     """Extract the marked texts of the code into a `.pot` template."""
-    args = ["extract", "-F", str(mapping), "-o", str(output), "--no-location", "--sort-output",
-            "--project=a2a-delegation-chat", "--no-wrap"]
+    args = [
+        "extract",
+        "-F",
+        str(mapping),
+        "-o",
+        str(output),
+        "--no-location",
+        "--sort-output",
+        "--project=a2a-delegation-chat",
+        "--no-wrap",
+    ]
     for keyword in KEYWORDS:
         args += ["-k", keyword]
     pybabel(*args, str(source_dir))
@@ -48,8 +57,18 @@ def update() -> None:
     for language in LANGUAGES:
         po = LOCALE_DIR / language / "LC_MESSAGES" / "messages.po"
         if po.exists():
-            pybabel("update", "-i", str(TEMPLATE), "-d", str(LOCALE_DIR), "-l", language, "--no-wrap",
-                    "--ignore-obsolete", "--no-fuzzy-matching")
+            pybabel(
+                "update",
+                "-i",
+                str(TEMPLATE),
+                "-d",
+                str(LOCALE_DIR),
+                "-l",
+                language,
+                "--no-wrap",
+                "--ignore-obsolete",
+                "--no-fuzzy-matching",
+            )
         else:
             pybabel("init", "-i", str(TEMPLATE), "-d", str(LOCALE_DIR), "-l", language, "--no-wrap")
 

@@ -34,8 +34,17 @@ TURN_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 # Settings of the caller's shell that would make this run differ from a new user's first one.
 _DROPPED_ENV = (
-    "PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "HOST", "PORT", "DATABASE_URL",
-    "REDIS_URL", "REDIS_HOST", "PUBLIC_BASE_URL", "DEFAULT_MODEL", "STORAGE_SECRET",
+    "PYTEST_CURRENT_TEST",
+    "NICEGUI_USER_SIMULATION",
+    "NICEGUI_STORAGE_PATH",
+    "HOST",
+    "PORT",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "REDIS_HOST",
+    "PUBLIC_BASE_URL",
+    "DEFAULT_MODEL",
+    "STORAGE_SECRET",
 )
 
 
@@ -53,8 +62,9 @@ def free_port() -> int:
 def request(base: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict | str]:
     """One HTTP request; returns the status and the parsed JSON (or the text)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"{base}{path}", data=data, method=method,
-                                 headers={"content-type": "application/json"} if data else {})
+    req = urllib.request.Request(
+        f"{base}{path}", data=data, method=method, headers={"content-type": "application/json"} if data else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as response:
             status, raw = response.status, response.read()
@@ -158,8 +168,9 @@ def check(python: str, data_dir: Path) -> int:
     env.update(DATA_DIR=str(data_dir), PORT=str(port), PYTHONUNBUFFERED="1")
     log_path = data_dir / "smoke-app-output.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen([python, "app.py"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [python, "app.py"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
     try:
         first_page_s = wait_for_first_page(base, process)
         output = log_path.read_text(errors="replace")
@@ -176,11 +187,14 @@ def check(python: str, data_dir: Path) -> int:
         if process.poll() is None:
             process.kill()
             process.wait()
-        print(f"smoke: FAILED: {exc}\n--- the app's output ---\n{log_path.read_text(errors='replace')}",
-              file=sys.stderr)
+        print(
+            f"smoke: FAILED: {exc}\n--- the app's output ---\n{log_path.read_text(errors='replace')}", file=sys.stderr
+        )
         return 1
-    print(f"smoke: first page {first_page_s:.1f} s after start; a chat turn of {chars} characters in "
-          f"{turn_s:.1f} s; stopped by SIGTERM with exit code 0 in {stop_s:.1f} s")
+    print(
+        f"smoke: first page {first_page_s:.1f} s after start; a chat turn of {chars} characters in "
+        f"{turn_s:.1f} s; stopped by SIGTERM with exit code 0 in {stop_s:.1f} s"
+    )
     return 0
 
 

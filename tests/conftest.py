@@ -19,15 +19,29 @@ from sqlalchemy.engine import make_url
 from core.services import Services
 from core.settings import Settings
 
-
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 # Settings the tests must not inherit from the developer's shell.
 _APP_ENV_VARS = [
-    "HOST", "PORT", "DATABASE_URL", "DATA_DIR", "REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_DB",
-    "REDIS_PASSWORD", "AUTH_MODE", "DEFAULT_MODEL", "DEMO_MODEL_DELAY_MS", "LLM_API_BASE", "LLM_API_KEY",
-    "STORAGE_SECRET", "PUBLIC_BASE_URL", "BLACKLIST_IP", "TRUSTED_HOSTS",
+    "HOST",
+    "PORT",
+    "DATABASE_URL",
+    "DATA_DIR",
+    "REDIS_URL",
+    "REDIS_HOST",
+    "REDIS_PORT",
+    "REDIS_DB",
+    "REDIS_PASSWORD",
+    "AUTH_MODE",
+    "DEFAULT_MODEL",
+    "DEMO_MODEL_DELAY_MS",
+    "LLM_API_BASE",
+    "LLM_API_KEY",
+    "STORAGE_SECRET",
+    "PUBLIC_BASE_URL",
+    "BLACKLIST_IP",
+    "TRUSTED_HOSTS",
     "OUTBOUND_ALLOW_HOSTS",
 ]
 
@@ -74,7 +88,9 @@ def create_postgres_database(server_url: str, prefix: str = "a2a_test") -> str:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # any driver error means: no usable server
-        raise ConnectionError(f"PostgreSQL at {make_url(server_url).render_as_string()} is not reachable: {exc}") from exc
+        raise ConnectionError(
+            f"PostgreSQL at {make_url(server_url).render_as_string()} is not reachable: {exc}"
+        ) from exc
     finally:
         admin.dispose()
     return make_url(server_url).set(database=name).render_as_string(hide_password=False)
@@ -122,9 +138,15 @@ def _truncate_all(url: str) -> None:
     engine = create_engine(_psycopg(url))
     try:
         with engine.begin() as conn:
-            tables = conn.execute(
-                text("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename != 'alembic_version'")
-            ).scalars().all()
+            tables = (
+                conn.execute(
+                    text(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename != 'alembic_version'"
+                    )
+                )
+                .scalars()
+                .all()
+            )
             if tables:
                 quoted = ", ".join(f'"{t}"' for t in tables)
                 conn.execute(text(f"TRUNCATE {quoted} RESTART IDENTITY CASCADE"))
@@ -145,9 +167,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:
     """Settings for a test: its own data dir, no files, the demo model without delay."""
-    values = {"data_dir": tmp_path / "data", "demo_model_delay_ms": 0,
-              "broker_dispatch_token": "test-dispatch-token",  # tests/utils/broker.py DISPATCH_TOKEN
-              **overrides}
+    values = {
+        "data_dir": tmp_path / "data",
+        "demo_model_delay_ms": 0,
+        "broker_dispatch_token": "test-dispatch-token",  # tests/utils/broker.py DISPATCH_TOKEN
+        **overrides,
+    }
     return Settings(_env_file=None, **values)
 
 

@@ -29,8 +29,9 @@ LOCAL_AGENTS = ["127.0.0.1"]  # the echo agents run on this machine: allow-list 
 def echo_server(*args: str, port: int | None = None) -> Iterator[str]:
     """Run the plain a2a-sdk echo agent in its own process (on `port`, or a free one); yields its card URL."""
     port = port or free_port()
-    process = subprocess.Popen([sys.executable, str(ECHO_SERVER), "--port", str(port), *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, str(ECHO_SERVER), "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     card_url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
     try:
         deadline = time.monotonic() + 20
@@ -101,7 +102,12 @@ async def test_register_by_card_url_then_delegate_from_a_chat_with_the_stream_an
     assert created.status_code == 201, created.text
     agent = created.json()
     assert (agent["id"], agent["name"], agent["protocolVersion"], agent["streaming"], agent["online"]) == (
-        "echo", "Echo Agent", "1.0", True, True)
+        "echo",
+        "Echo Agent",
+        "1.0",
+        True,
+        True,
+    )
     assert [a["id"] for a in httpx.get(f"{app.url}/api/a2a/remote-agents").json()] == ["echo"]
 
     session = chat(app, "@echo hello there, remote agent")
@@ -113,7 +119,9 @@ async def test_register_by_card_url_then_delegate_from_a_chat_with_the_stream_an
     # The audit data: the exchange saved with source='a2a'.
     detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
     assert [(m["role"], m["source"], m["content"]) for m in detail["messages"]] == [
-        ("user", "a2a", "hello there, remote agent"), ("assistant", "a2a", "Echo: hello there, remote agent")]
+        ("user", "a2a", "hello there, remote agent"),
+        ("assistant", "a2a", "Echo: hello there, remote agent"),
+    ]
     # And the caller's answer uses it.
     answer = httpx.get(f"{app.url}/api/sessions/{session}/messages").json()[-1]
     assert "Echo: hello there, remote agent" in answer["content"]
@@ -152,8 +160,10 @@ async def test_cards_that_cannot_be_used_are_refused_and_nothing_is_registered(a
     bad_id = register(app, echo, "Not An Id!")
     assert bad_id.status_code == 422 and "agent id" in bad_id.json()["detail"]
     assert httpx.get(f"{app.url}/api/a2a/remote-agents").json() == []
-    assert httpx.get(f"{app.url}/a2a/agents/coding-assistant/.well-known/agent-card.json").json()["name"] == \
-        "Coding Assistant"
+    assert (
+        httpx.get(f"{app.url}/a2a/agents/coding-assistant/.well-known/agent-card.json").json()["name"]
+        == "Coding Assistant"
+    )
     assert register(app, echo, "echo").status_code == 201  # the same card, once usable, registers fine
     assert register(app, echo, "echo").status_code == 409
 
@@ -209,7 +219,8 @@ async def test_the_result_of_a_remote_agent_is_its_answer_not_its_progress_notes
 
 
 async def test_a_remote_agent_whose_server_died_is_shown_offline_until_it_is_back(
-        app: LiveApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    app: LiveApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Reachability: a failed call marks the agent offline at once; a look at the list re-checks it."""
     from core.a2a import client as a2a_client
 

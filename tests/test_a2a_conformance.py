@@ -62,8 +62,10 @@ def two_users(tmp_path: Path, **settings) -> Iterator[TwoUsers]:
     services = Services.build(make_settings(tmp_path, **values))
     services.prepare()
     with live_server(build_a2a_app(services), port=port) as url:
-        keys = [httpx.post(f"{url}/api/a2a/keys", json={"name": "tests"}, auth=who, timeout=10).json()["key"]
-                for who in (ALICE, BOB)]
+        keys = [
+            httpx.post(f"{url}/api/a2a/keys", json={"name": "tests"}, auth=who, timeout=10).json()["key"]
+            for who in (ALICE, BOB)
+        ]
         yield TwoUsers(url=url, services=services, alice=keys[0], bob=keys[1])
 
 
@@ -83,12 +85,17 @@ def app_on_each_db(tmp_path: Path, database_url: str) -> Iterator[TwoUsers]:
 
 def send(url: str, key: str, text: str, *, wait: bool = True, **message) -> dict:
     """A raw `SendMessage`; the task of its answer."""
-    body = {"message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
-                        **message}}
+    body = {
+        "message": {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}], **message}
+    }
     if not wait:
         body["configuration"] = {"returnImmediately": True}
-    response = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
-                          headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"}, timeout=60)
+    response = httpx.post(
+        url,
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+        headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"},
+        timeout=60,
+    )
     answer = response.json()
     assert "result" in answer, answer
     return answer["result"]["task"]
@@ -167,23 +174,37 @@ def test_out_of_range_list_and_get_parameters_are_invalid_params(app: TwoUsers) 
         ("ListTasks", {"pageToken": "garbage"}, "is not one this server handed out"),
         ("ListTasks", {"pageToken": "-1"}, "is not one this server handed out"),
         ("ListTasks", {"status": "DONE"}, "'DONE' is not a task state"),
-        ("ListTasks", {"statusTimestampAfter": "yesterday"},
-         "Invalid params for ListTasks: Failed to parse statusTimestampAfter field"),
+        (
+            "ListTasks",
+            {"statusTimestampAfter": "yesterday"},
+            "Invalid params for ListTasks: Failed to parse statusTimestampAfter field",
+        ),
         ("ListTasks", {"pageSize": "many"}, "Invalid params for ListTasks: Failed to parse pageSize field"),
         ("GetTask", {"id": {"nested": 1}}, "Invalid params for GetTask: Failed to parse id field"),
-        ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": "hi"}},
-         "Invalid params for SendMessage: Failed to parse message field"),
+        (
+            "SendMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": "hi"}},
+            "Invalid params for SendMessage: Failed to parse message field",
+        ),
         ("GetTask", {"id": task["id"], "historyLength": -1}, "historyLength must be 0 or more (got -1)"),
         ("GetTask", {"id": "unknown", "historyLength": -3}, "historyLength must be 0 or more (got -3)"),
-        ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
-                         "configuration": {"historyLength": -1}}, "historyLength must be 0 or more"),
+        (
+            "SendMessage",
+            {
+                "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+                "configuration": {"historyLength": -1},
+            },
+            "historyLength must be 0 or more",
+        ),
     ]
     for method, params, says in cases:
         answer = error(rpc(url, app.alice, method, params))
         assert (answer["code"], says in answer["message"]) == (-32602, True), (method, params, answer)
     assert len(rpc(url, app.alice, "ListTasks", {"pageSize": 100}).json()["result"]["tasks"]) == 1
-    assert rpc(url, app.alice, "GetTask", {"id": task["id"], "historyLength": 1}).json()["result"]["history"][0][
-        "role"] == "ROLE_AGENT"
+    assert (
+        rpc(url, app.alice, "GetTask", {"id": task["id"], "historyLength": 1}).json()["result"]["history"][0]["role"]
+        == "ROLE_AGENT"
+    )
 
 
 # -- v0.3 invalid params: -32602, not the compat layer's -32600 ---------------------------------
@@ -199,14 +220,23 @@ async def test_v03_invalid_params_answer_32602_and_the_v03_client_still_works(ap
         ("tasks/cancel", {"taskId": "x"}, "params.id: Field required"),
         ("tasks/resubscribe", {}, "params.id: Field required"),
         ("message/send", {"message": {"role": "user"}}, "params.message.messageId: Field required"),
-        ("message/stream", {"message": {"role": "robot", "parts": [], "messageId": "m", "kind": "message"}},
-         "params.message.role"),
+        (
+            "message/stream",
+            {"message": {"role": "robot", "parts": [], "messageId": "m", "kind": "message"}},
+            "params.message.role",
+        ),
     ]
     for method, params, says in cases:
         answer = error(rpc(url, app.alice, method, params, version=None))
         assert answer["code"] == -32602 and says in answer["message"], (method, answer)
-    envelope = error(httpx.post(url, json={"jsonrpc": "1.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}},
-                                headers={"Authorization": f"Bearer {app.alice}"}, timeout=10))
+    envelope = error(
+        httpx.post(
+            url,
+            json={"jsonrpc": "1.0", "id": 1, "method": "tasks/get", "params": {"id": "x"}},
+            headers={"Authorization": f"Bearer {app.alice}"},
+            timeout=10,
+        )
+    )
     assert envelope["code"] == -32600  # a bad envelope is still an invalid request
 
     async with sdk_client(url, app.alice, only_v03=True) as (client, _):
@@ -237,8 +267,10 @@ async def test_the_card_is_strict_v1_protojson_and_v03_only_when_asked(app: TwoU
         card03 = AgentCardV03.model_validate(legacy)  # the 0.3.x SDK client's own model
         assert (card03.url, card03.protocol_version, card03.preferred_transport) == (agent, "0.3", "JSONRPC")
         assert legacy["securitySchemes"]["apiKey"]["type"] == "http" and "supportedInterfaces" not in legacy
-    assert response.headers["etag"] != httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10,
-                                                 headers={"A2A-Version": "0.3"}).headers["etag"]
+    assert (
+        response.headers["etag"]
+        != httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10, headers={"A2A-Version": "0.3"}).headers["etag"]
+    )
 
     root = httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10)
     assert root.status_code == 200
@@ -261,7 +293,8 @@ def test_the_root_card_follows_default_agent(tmp_path: Path) -> None:
 
 
 async def test_a_second_message_in_a_context_is_a_new_task_that_sees_the_first_exchange(
-        app_on_each_db: TwoUsers) -> None:
+    app_on_each_db: TwoUsers,
+) -> None:
     """Two turns through one contextId with the 1.x client: the second answer quotes the first exchange."""
     app = app_on_each_db
     url = app.agent_url("coding-assistant")
@@ -283,7 +316,9 @@ async def test_a_second_message_in_a_context_is_a_new_task_that_sees_the_first_e
     assert {e.task.context_id for e in events if e.WhichOneof("payload") == "task"} == {first.context_id}
     third = events[-2].artifact_update.artifact.parts[0].text
     assert [line for line in third.splitlines() if line.startswith("- you: ")] == [
-        "- you: my name is Ada", "- you: /history"]
+        "- you: my name is Ada",
+        "- you: /history",
+    ]
     listed = rpc(url, app.alice, "ListTasks", {"contextId": first.context_id}).json()["result"]
     assert listed["totalSize"] == 3
 
@@ -301,21 +336,62 @@ def test_an_unknown_or_foreign_context_is_refused_never_replaced(app: TwoUsers) 
     ]
     for key, context_id in refusals:
         for method in ("SendMessage", "SendStreamingMessage"):
-            answer = error(rpc(url, key, method, {"message": {
-                "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": context_id}}))
+            answer = error(
+                rpc(
+                    url,
+                    key,
+                    method,
+                    {
+                        "message": {
+                            "messageId": "m1",
+                            "role": "ROLE_USER",
+                            "parts": [{"text": "hi"}],
+                            "contextId": context_id,
+                        }
+                    },
+                )
+            )
             assert answer["code"] == -32602, answer
             assert answer["message"] == (
                 f"There is no context {context_id!r} for this agent and key: send the contextId of one of your "
-                "earlier tasks with this agent to continue that conversation, or none to start a new one.")
+                "earlier tasks with this agent to continue that conversation, or none to start a new one."
+            )
     assert rpc(url, app.bob, "ListTasks", {}).json()["result"]["totalSize"] == 0  # nothing was started
 
-    mismatch = error(rpc(url, app.alice, "SendMessage", {"message": {
-        "messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "hi"}], "taskId": alices["id"],
-        "contextId": other_agent["contextId"]}}))
+    mismatch = error(
+        rpc(
+            url,
+            app.alice,
+            "SendMessage",
+            {
+                "message": {
+                    "messageId": "m2",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "hi"}],
+                    "taskId": alices["id"],
+                    "contextId": other_agent["contextId"],
+                }
+            },
+        )
+    )
     assert mismatch["code"] == -32602 and f"belongs to context {alices['contextId']!r}" in mismatch["message"]
-    v03 = error(rpc(url, app.alice, "message/send", {"message": {
-        "kind": "message", "messageId": "m3", "role": "user", "parts": [{"kind": "text", "text": "hi"}],
-        "contextId": "unknown-context"}}, version=None))
+    v03 = error(
+        rpc(
+            url,
+            app.alice,
+            "message/send",
+            {
+                "message": {
+                    "kind": "message",
+                    "messageId": "m3",
+                    "role": "user",
+                    "parts": [{"kind": "text", "text": "hi"}],
+                    "contextId": "unknown-context",
+                }
+            },
+            version=None,
+        )
+    )
     assert v03["code"] == -32602 and "There is no context 'unknown-context'" in v03["message"]
 
     card = httpx.get(f"{url}/.well-known/agent-card.json", timeout=10).json()
@@ -339,8 +415,21 @@ def test_a_context_with_a_running_task_takes_no_second_message(app: TwoUsers) ->
     """One task at a time per context: the next message waits for the running one's end."""
     url = app.agent_url("coding-assistant")
     running = send(url, app.alice, "/lorem 5000", wait=False)
-    busy = error(rpc(url, app.alice, "SendMessage", {"message": {
-        "messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}], "contextId": running["contextId"]}}))
+    busy = error(
+        rpc(
+            url,
+            app.alice,
+            "SendMessage",
+            {
+                "message": {
+                    "messageId": "m1",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "hi"}],
+                    "contextId": running["contextId"],
+                }
+            },
+        )
+    )
     assert busy["code"] == -32004 and f"Task {running['id']}" in busy["message"]
     assert "result" in rpc(url, app.alice, "CancelTask", {"id": running["id"]}).json()
     assert send(url, app.alice, "again", contextId=running["contextId"])["contextId"] == running["contextId"]
@@ -359,11 +448,24 @@ async def test_the_clients_message_id_is_kept_in_the_tasks_history(app: TwoUsers
         assert events[0].task.history[0].message_id == "client-message-0001"
         task = await client.get_task(GetTaskRequest(id=events[0].task.id))
         assert task.history[0].message_id == "client-message-0001"
-    assert rpc(url, app.alice, "ListTasks", {}).json()["result"]["tasks"][0]["history"][0]["messageId"] \
+    assert (
+        rpc(url, app.alice, "ListTasks", {}).json()["result"]["tasks"][0]["history"][0]["messageId"]
         == "client-message-0001"
-    v03 = rpc(url, app.alice, "message/send", {"message": {
-        "kind": "message", "messageId": "v03-message-id", "role": "user",
-        "parts": [{"kind": "text", "text": "/lorem 2"}]}}, version=None).json()["result"]
+    )
+    v03 = rpc(
+        url,
+        app.alice,
+        "message/send",
+        {
+            "message": {
+                "kind": "message",
+                "messageId": "v03-message-id",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "/lorem 2"}],
+            }
+        },
+        version=None,
+    ).json()["result"]
     assert v03["history"][0]["messageId"] == "v03-message-id"
     async with sdk_client(url, app.alice, only_v03=True) as (client, _):
         request = user_message("/lorem 2")
@@ -371,6 +473,12 @@ async def test_the_clients_message_id_is_kept_in_the_tasks_history(app: TwoUsers
         events = [e async for e in client.send_message(request)]
         task = await client.get_task(GetTaskRequest(id=events[0].task.id))
     assert events[0].task.history[0].message_id == task.history[0].message_id == "compat-client-message"
-    too_long = error(rpc(url, app.alice, "SendMessage", {"message": {
-        "messageId": "m" * 256, "role": "ROLE_USER", "parts": [{"text": "hi"}]}}))
+    too_long = error(
+        rpc(
+            url,
+            app.alice,
+            "SendMessage",
+            {"message": {"messageId": "m" * 256, "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        )
+    )
     assert too_long["code"] == -32602 and "messageId is 256 characters long; the limit is 255" in too_long["message"]

@@ -20,7 +20,7 @@ async def test_keys_are_stored_hashed_and_act_only_for_their_user(services: Serv
         alice = await accounts.create_user(s, username="alice", password="alice-password")
         bob = await accounts.create_user(s, username="bob", password="bob-password")
         row, key = await api_keys.create_key(s, user_id=alice.id, name="  ci bot ")
-        assert (row.name, row.prefix) == ("ci bot", key[:api_keys.SHOWN_PREFIX_CHARS])
+        assert (row.name, row.prefix) == ("ci bot", key[: api_keys.SHOWN_PREFIX_CHARS])
         stored = await s.get(ApiKey, row.id)
         assert key not in {stored.key_hash, stored.prefix} and stored.key_hash == api_keys.hash_key(key)
 

@@ -18,8 +18,12 @@ from tests.utils.simulated_user import simulated_app_user
 
 
 @pytest.fixture
-async def user(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-               request: pytest.FixtureRequest) -> AsyncIterator[User]:
+async def user(
+    isolated_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[User]:
     """The app (app.py) in NiceGUI's user simulation, on this test's data dir; fails on ERROR logs."""
     # app.py setdefault()s this one; keep it per test so it does not leak into later tests.
     monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))
@@ -62,7 +66,7 @@ async def test_create_a_key_see_it_once_then_revoke_it(user: User) -> None:
     assert key.startswith(api_keys.KEY_PREFIX)
     assert await authenticates(key)
     await user.should_see("ci-bot")
-    await user.should_see(f"{key[:api_keys.SHOWN_PREFIX_CHARS]}…")
+    await user.should_see(f"{key[: api_keys.SHOWN_PREFIX_CHARS]}…")
 
     user.find(marker="revoke-ci-bot").click()
     await user.should_see(marker="revoked-ci-bot")
@@ -98,5 +102,7 @@ async def test_the_pages_link_to_each_other(user: User) -> None:
     user.find("Remote agents").click()
     await user.should_see("Remote A2A agents")
     with user:
-        assert any(isinstance(e, ui.link) and e.props.get("href") == "/api-keys"
-                   for e in ElementFilter(kind=ui.link, local_scope=False))
+        assert any(
+            isinstance(e, ui.link) and e.props.get("href") == "/api-keys"
+            for e in ElementFilter(kind=ui.link, local_scope=False)
+        )

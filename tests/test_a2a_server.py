@@ -52,8 +52,11 @@ def kinds(events) -> list[str]:
 
 
 def status_texts(events) -> list[str]:
-    return ["".join(p.text for p in e.status_update.status.message.parts) for e in events
-            if e.WhichOneof("payload") == "status_update" and e.status_update.status.HasField("message")]
+    return [
+        "".join(p.text for p in e.status_update.status.message.parts)
+        for e in events
+        if e.WhichOneof("payload") == "status_update" and e.status_update.status.HasField("message")
+    ]
 
 
 # -- cards and keys ---------------------------------------------------------------------------
@@ -180,10 +183,15 @@ async def test_a_client_that_goes_away_mid_stream_does_not_stop_the_task(app: Li
 
 
 async def test_subscribe_to_a_running_task_replays_and_follows_it_to_the_end(app: LiveApp) -> None:
-    started = rpc(app.agent_url("coding-assistant"), app.key, "SendMessage", {
-        "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "/lorem 300"}]},
-        "configuration": {"returnImmediately": True},
-    }).json()["result"]["task"]
+    started = rpc(
+        app.agent_url("coding-assistant"),
+        app.key,
+        "SendMessage",
+        {
+            "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "/lorem 300"}]},
+            "configuration": {"returnImmediately": True},
+        },
+    ).json()["result"]["task"]
     assert started["status"]["state"] in {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"}
     await asyncio.sleep(0.1)  # it has streamed some already: the subscriber gets those too
     async with sdk_client(app.agent_url("coding-assistant"), app.key) as (client, _):
@@ -209,16 +217,22 @@ async def test_deltas_that_are_ready_together_go_out_as_one_status_update(app: L
     assert len(late[0]) >= len("".join(tokens(300)[:20])) and lorem(300).startswith(late[0])
     assert "".join(late) == lorem(300) and "".join(status_texts(seen)) == lorem(300)
     # Message ids stay unique within the task.
-    ids = [e.status_update.status.message.message_id for e in joined
-           if e.WhichOneof("payload") == "status_update" and e.status_update.status.HasField("message")]
+    ids = [
+        e.status_update.status.message.message_id
+        for e in joined
+        if e.WhichOneof("payload") == "status_update" and e.status_update.status.HasField("message")
+    ]
     assert len(set(ids)) == len(ids)
 
 
 async def test_v03_client_through_the_compat_transport(app: LiveApp) -> None:
     sent: list[tuple[str, str]] = []
-    async with sdk_client(app.agent_url("coding-assistant"), app.key, only_v03=True,
-                          on_request=lambda r: sent.append((r.headers.get("a2a-version"),
-                                                            json.loads(r.content)["method"]))) as (client, _):
+    async with sdk_client(
+        app.agent_url("coding-assistant"),
+        app.key,
+        only_v03=True,
+        on_request=lambda r: sent.append((r.headers.get("a2a-version"), json.loads(r.content)["method"])),
+    ) as (client, _):
         events = [e async for e in client.send_message(user_message("/lorem 15"))]
         assert "".join(status_texts(events)) == lorem(15)
         assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
@@ -273,20 +287,29 @@ async def test_bad_input_gets_the_a2a_error_codes_with_readable_messages(app: Li
     empty = error(rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"text": "  "}]}}))
     assert empty["code"] == -32602
     assert empty["message"] == "The message has no text: send at least one non-empty text part."
-    file_part = error(rpc(url, app.key, "SendMessage",
-                          {"message": {**message, "parts": [{"url": "https://example.com/x.png"}]}}))
+    file_part = error(
+        rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"url": "https://example.com/x.png"}]}})
+    )
     assert file_part["code"] == -32005 and "text" in file_part["message"]
     unknown = error(rpc(url, app.key, "GetTask", {"id": "nope"}))
     assert unknown["code"] == -32001 and "'nope'" in unknown["message"]
     assert error(rpc(url, app.key, "CancelTask", {"id": "nope"}))["code"] == -32001
-    assert error(rpc(url, app.key, "CreateTaskPushNotificationConfig",
-                     {"taskId": "x", "url": "https://example.com/hook"}))["code"] == -32003
+    assert (
+        error(
+            rpc(url, app.key, "CreateTaskPushNotificationConfig", {"taskId": "x", "url": "https://example.com/hook"})
+        )["code"]
+        == -32003
+    )
 
     headers = {"Authorization": f"Bearer {app.key}", "A2A-Version": "1.0", "Content-Type": "application/json"}
     parse = error(httpx.post(url, content=b'{"jsonrpc": "2.0", "method": ', headers=headers))
     assert parse["code"] == -32700
-    big = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-           "params": {"message": {**message, "parts": [{"text": "x" * 1_100_000}]}}}
+    big = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": {**message, "parts": [{"text": "x" * 1_100_000}]}},
+    }
     too_large = error(httpx.post(url, content=json.dumps(big), headers=headers))
     assert too_large["code"] == -32600 and "Payload too large" in too_large["message"]
 
@@ -325,8 +348,12 @@ async def test_tasks_are_read_from_the_database_after_a_restart(tmp_path: Path) 
 
 def test_streams_are_served_through_the_apps_sse_module(app: LiveApp) -> None:
     """A raw `SendStreamingMessage`: the SSE core's headers, and every event a well-formed `data:` frame."""
-    body = {"jsonrpc": "2.0", "id": "s1", "method": "SendStreamingMessage", "params": {
-        "message": {"role": "ROLE_USER", "messageId": "m-raw-1", "parts": [{"text": "/lorem 20"}]}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": "s1",
+        "method": "SendStreamingMessage",
+        "params": {"message": {"role": "ROLE_USER", "messageId": "m-raw-1", "parts": [{"text": "/lorem 20"}]}},
+    }
     headers = {"Authorization": f"Bearer {app.key}", "A2A-Version": "1.0"}
     with httpx.stream("POST", app.agent_url("coding-assistant"), json=body, headers=headers, timeout=20) as response:
         assert response.status_code == 200
@@ -336,6 +363,7 @@ def test_streams_are_served_through_the_apps_sse_module(app: LiveApp) -> None:
         raw = b"".join(response.iter_bytes())
     frames = [f for f in raw.decode().replace("\r\n", "\n").split("\n\n") if f.strip() and not f.startswith(":")]
     assert len(frames) >= 20
-    payloads = [json.loads("".join(line[5:].strip() for line in f.splitlines() if line.startswith("data:")))
-                for f in frames]
+    payloads = [
+        json.loads("".join(line[5:].strip() for line in f.splitlines() if line.startswith("data:"))) for f in frames
+    ]
     assert all(p.get("id") == "s1" and "result" in p for p in payloads)

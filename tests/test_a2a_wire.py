@@ -13,13 +13,16 @@ from google.protobuf.json_format import MessageToDict
 from core.a2a import protocol as wire
 
 #: Texts of tokens: empty, blank, escapes JSON needs, a NUL and a line separator, long.
-TEXTS = ["Hello", "", " ", "汉字 and “quotes” \"escaped\" \\ \n\t", "\u0000\u2028 emoji 🧪", "x" * 5000]
+TEXTS = ["Hello", "", " ", '汉字 and “quotes” "escaped" \\ \n\t', "\u0000\u2028 emoji 🧪", "x" * 5000]
 
 
 def sdk_result(event) -> dict:
     """What the SDK's dispatcher sends for `event` (`_map_event` in a2a-sdk 1.3.0)."""
-    return {"result": MessageToDict(to_stream_response(event), preserving_proto_field_name=False),
-            "id": 7, "jsonrpc": "2.0"}
+    return {
+        "result": MessageToDict(to_stream_response(event), preserving_proto_field_name=False),
+        "id": 7,
+        "jsonrpc": "2.0",
+    }
 
 
 def test_text_updates_are_written_by_hand_to_exactly_the_sdks_json() -> None:
@@ -49,24 +52,44 @@ def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
     with_metadata.metadata["k"] = "v"
     message_metadata = events.text("b")
     message_metadata.status.message.metadata["k"] = "v"
-    data_part = TaskStatusUpdateEvent(task_id="t", context_id="c", status=TaskStatus(
-        state=TaskState.TASK_STATE_WORKING,
-        message=Message(message_id="m", role=Role.ROLE_AGENT, parts=[Part(text="a"), Part(url="https://x")])))
-    named_part = TaskStatusUpdateEvent(task_id="t", context_id="c", status=TaskStatus(
-        state=TaskState.TASK_STATE_WORKING,
-        message=Message(message_id="m", role=Role.ROLE_AGENT, parts=[Part(text="a", media_type="text/plain")])))
+    data_part = TaskStatusUpdateEvent(
+        task_id="t",
+        context_id="c",
+        status=TaskStatus(
+            state=TaskState.TASK_STATE_WORKING,
+            message=Message(message_id="m", role=Role.ROLE_AGENT, parts=[Part(text="a"), Part(url="https://x")]),
+        ),
+    )
+    named_part = TaskStatusUpdateEvent(
+        task_id="t",
+        context_id="c",
+        status=TaskStatus(
+            state=TaskState.TASK_STATE_WORKING,
+            message=Message(message_id="m", role=Role.ROLE_AGENT, parts=[Part(text="a", media_type="text/plain")]),
+        ),
+    )
     others = [
         events.state("failed", error="boom", when=datetime(2026, 12, 5, 8, 30, tzinfo=UTC)),  # a timestamp
         events.result("the whole answer"),  # an artifact
-        with_metadata, message_metadata, data_part, named_part,
+        with_metadata,
+        message_metadata,
+        data_part,
+        named_part,
     ]
     for event in others:
         assert wire._text_update_json(event) is None, event
         assert wire._stream_result(7, event) == sdk_result(event)
     # Shapes it does know, written by hand: no timestamp, an error message, an unset role.
-    known = [events.state("completed"), events.state("failed", error="boom"),
-             TaskStatusUpdateEvent(task_id="t", status=TaskStatus(
-                 state=TaskState.TASK_STATE_WORKING, message=Message(message_id="m", parts=[Part(text="a")])))]
+    known = [
+        events.state("completed"),
+        events.state("failed", error="boom"),
+        TaskStatusUpdateEvent(
+            task_id="t",
+            status=TaskStatus(
+                state=TaskState.TASK_STATE_WORKING, message=Message(message_id="m", parts=[Part(text="a")])
+            ),
+        ),
+    ]
     for event in known:
         assert wire._text_update_json(event) is not None, event
         assert wire._stream_result(7, event) == sdk_result(event)

@@ -32,8 +32,9 @@ from tests.utils.openai_server import openai_server, text, tool_call  # noqa: F4
 @pytest.fixture
 def api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
     """A live API server in single-user mode: `local` is the admin; agents' model servers may be on this machine."""
-    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2,
-                                            outbound_allow_hosts=["127.0.0.1"]))
+    services = Services.build(
+        make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=2, outbound_allow_hosts=["127.0.0.1"])
+    )
     services.prepare()
     with live_server(build_api_app(services)) as url:
         yield url, services
@@ -75,8 +76,10 @@ async def test_read_agents_lists_every_agent_with_its_kind_and_tools(api) -> Non
         assert planner["description"].startswith("Breaks a job into steps") and planner["canDelegate"] is True
         one = (await client.get("/api/agents/planner")).json()
         [invoke] = one["tools"]
-        assert invoke == {"type": "agent-invoke", "config": {
-            "maxRecursionDepth": 3, "timeoutMs": 120000, "maxOutputTokens": 4096, "allowedAgents": None}}
+        assert invoke == {
+            "type": "agent-invoke",
+            "config": {"maxRecursionDepth": 3, "timeoutMs": 120000, "maxOutputTokens": 4096, "allowedAgents": None},
+        }
         assert one["hasApiKey"] is False and "apiKey" not in one
         missing = await client.get("/api/agents/nobody")
         assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
@@ -85,21 +88,36 @@ async def test_read_agents_lists_every_agent_with_its_kind_and_tools(api) -> Non
 async def test_create_read_update_delete_an_agent(api) -> None:
     url, services = api
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
-        created = await client.post("/api/agents", json={
-            "id": "reviewer", "name": "Reviewer", "description": "Reviews code", "systemPrompt": "Review.",
-            "model": "openai/gpt-4o-mini", "apiKey": "sk-secret-1", "temperature": 0.2, "maxOutputTokens": 300,
-            "tools": [{"type": "agent-invoke", "config": {"maxRecursionDepth": 2,
-                                                          "allowedAgents": ["coding-assistant"]}},
-                      {"type": "a2a-dispatch"}],
-        })
+        created = await client.post(
+            "/api/agents",
+            json={
+                "id": "reviewer",
+                "name": "Reviewer",
+                "description": "Reviews code",
+                "systemPrompt": "Review.",
+                "model": "openai/gpt-4o-mini",
+                "apiKey": "sk-secret-1",
+                "temperature": 0.2,
+                "maxOutputTokens": 300,
+                "tools": [
+                    {"type": "agent-invoke", "config": {"maxRecursionDepth": 2, "allowedAgents": ["coding-assistant"]}},
+                    {"type": "a2a-dispatch"},
+                ],
+            },
+        )
         assert created.status_code == 201, created.text
         body = created.json()
         assert body["hasApiKey"] is True and "sk-secret-1" not in created.text
         assert body["temperature"] == 0.2 and body["maxOutputTokens"] == 300 and body["kind"] == "local"
         assert {t["type"]: t["config"] for t in body["tools"]} == {
             "a2a-dispatch": {},
-            "agent-invoke": {"maxRecursionDepth": 2, "timeoutMs": 120000, "maxOutputTokens": 4096,
-                             "allowedAgents": ["coding-assistant"]}}
+            "agent-invoke": {
+                "maxRecursionDepth": 2,
+                "timeoutMs": 120000,
+                "maxOutputTokens": 4096,
+                "allowedAgents": ["coding-assistant"],
+            },
+        }
         async with services.db.session() as s:
             row = (await s.exec(select(Agent).where(Agent.slug == "reviewer"))).one()
         assert row.api_key.startswith("fernet:") and "sk-secret-1" not in row.api_key  # encrypted at rest
@@ -108,13 +126,14 @@ async def test_create_read_update_delete_an_agent(api) -> None:
         assert patched.status_code == 200
         assert patched.json()["description"] == "Reviews code, kindly"
         assert patched.json()["systemPrompt"] == "Review." and patched.json()["hasApiKey"] is True  # the rest stays
-        cleared = await client.patch("/api/agents/reviewer", json={"apiKey": None, "tools": [],
-                                                                    "id": "reviewer"})
+        cleared = await client.patch("/api/agents/reviewer", json={"apiKey": None, "tools": [], "id": "reviewer"})
         assert cleared.json()["hasApiKey"] is False and cleared.json()["tools"] == []
         assert cleared.json()["canDelegate"] is False
 
-        await client.patch("/api/agents/planner", json={"tools": [
-            {"type": "agent-invoke", "config": {"allowedAgents": ["reviewer", "coding-assistant"]}}]})
+        await client.patch(
+            "/api/agents/planner",
+            json={"tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["reviewer", "coding-assistant"]}}]},
+        )
         deleted = await client.delete("/api/agents/reviewer")
         assert deleted.status_code == 200
         assert deleted.json() == {"id": "reviewer", "deleted": True, "removedFromAllowedAgents": ["planner"]}
@@ -129,8 +148,10 @@ async def test_create_read_update_delete_an_agent(api) -> None:
 async def test_can_delegate_stays_a_short_form(api) -> None:
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
-        created = await client.post("/api/agents", json={"id": "architect", "name": "Architect", "canDelegate": True,
-                                                         "delegation": {"timeoutMs": 5000}})
+        created = await client.post(
+            "/api/agents",
+            json={"id": "architect", "name": "Architect", "canDelegate": True, "delegation": {"timeoutMs": 5000}},
+        )
         assert created.status_code == 201
         [tool] = created.json()["tools"]
         assert tool["type"] == "agent-invoke" and tool["config"]["timeoutMs"] == 5000
@@ -139,14 +160,22 @@ async def test_can_delegate_stays_a_short_form(api) -> None:
 INVOKE_MAXIMA = {"maxRecursionDepth": 20, "timeoutMs": 3_600_000, "maxOutputTokens": 1_000_000}  # as documented
 
 
-@pytest.mark.parametrize(("name", "too_large"), [("timeoutMs", 10**12), ("timeoutMs", 3_600_001),
-                                                 ("maxOutputTokens", 10**7), ("maxRecursionDepth", 21)])
+@pytest.mark.parametrize(
+    ("name", "too_large"),
+    [("timeoutMs", 10**12), ("timeoutMs", 3_600_001), ("maxOutputTokens", 10**7), ("maxRecursionDepth", 21)],
+)
 async def test_each_agent_invoke_limit_has_a_maximum(api, name: str, too_large: int) -> None:
     """Over the API (POST, PATCH, `delegation`) and through `AgentAdmin` (the page's way): 422 on its loc."""
     url, services = api
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
-        created = await client.post("/api/agents", json={"id": "limits", "name": "L", "tools": [
-            {"type": "agent-invoke", "config": {name: INVOKE_MAXIMA[name]}}]})
+        created = await client.post(
+            "/api/agents",
+            json={
+                "id": "limits",
+                "name": "L",
+                "tools": [{"type": "agent-invoke", "config": {name: INVOKE_MAXIMA[name]}}],
+            },
+        )
         assert created.status_code == 201, created.text
         assert created.json()["tools"][0]["config"][name] == INVOKE_MAXIMA[name]
         config = {"tools": [{"type": "a2a-dispatch"}, {"type": "agent-invoke", "config": {name: too_large}}]}
@@ -154,8 +183,11 @@ async def test_each_agent_invoke_limit_has_a_maximum(api, name: str, too_large: 
         assert loc == ["body", "tools", 1, "config", name] and f"{INVOKE_MAXIMA[name]}" in msg
         loc, _ = field_error(await client.patch("/api/agents/limits", json=config))
         assert loc == ["body", "tools", 1, "config", name]
-        loc, _ = field_error(await client.post("/api/agents", json={"id": "over", "name": "O", "canDelegate": True,
-                                                                    "delegation": {name: too_large}}))
+        loc, _ = field_error(
+            await client.post(
+                "/api/agents", json={"id": "over", "name": "O", "canDelegate": True, "delegation": {name: too_large}}
+            )
+        )
         assert loc == ["body", "delegation", name]
         assert (await client.get("/api/agents/over")).status_code == 404
         assert (await client.get("/api/agents/limits")).json()["tools"][0]["config"][name] == INVOKE_MAXIMA[name]
@@ -164,8 +196,9 @@ async def test_each_agent_invoke_limit_has_a_maximum(api, name: str, too_large: 
     assert refused.value.loc == ("tools", 1, "config", name)
     assert str(refused.value) == f"{name} is a whole number from 1 to {INVOKE_MAXIMA[name]}."
     # A config saved before the maxima is read as the maximum.
-    assert InvokeLimits.from_config({"timeoutMs": 10**12, "maxOutputTokens": 10**9, "maxRecursionDepth": 99}) == \
-        InvokeLimits(max_recursion_depth=20, timeout_s=3600.0, max_output_tokens=1_000_000, allowed_agents=None)
+    assert InvokeLimits.from_config(
+        {"timeoutMs": 10**12, "maxOutputTokens": 10**9, "maxRecursionDepth": 99}
+    ) == InvokeLimits(max_recursion_depth=20, timeout_s=3600.0, max_output_tokens=1_000_000, allowed_agents=None)
 
 
 async def test_the_rules_answer_with_clear_errors(api) -> None:
@@ -186,20 +219,39 @@ async def test_the_rules_answer_with_clear_errors(api) -> None:
         remote = await client.post("/api/agents", json={**base, "id": "weather"})
         assert remote.status_code == 409 and "broker agent" in remote.json()["detail"]
 
-        loc, msg = field_error(await client.post("/api/agents", json={**base, "id": "x1", "tools": [
-            {"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant", "ghost"]}}]}))
+        loc, msg = field_error(
+            await client.post(
+                "/api/agents",
+                json={
+                    **base,
+                    "id": "x1",
+                    "tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant", "ghost"]}}],
+                },
+            )
+        )
         assert loc == ["body", "tools", 0, "config", "allowedAgents"] and "ghost" in msg
-        loc, msg = field_error(await client.post("/api/agents", json={**base, "id": "x2", "tools": [
-            {"type": "a2a-dispatch"}, {"type": "agent-invoke", "config": {"allowedAgents": ["x2"]}}]}))
+        loc, msg = field_error(
+            await client.post(
+                "/api/agents",
+                json={
+                    **base,
+                    "id": "x2",
+                    "tools": [{"type": "a2a-dispatch"}, {"type": "agent-invoke", "config": {"allowedAgents": ["x2"]}}],
+                },
+            )
+        )
         assert loc == ["body", "tools", 1, "config", "allowedAgents"] and "itself" in msg
-        remote_callee = await client.post("/api/agents", json={**base, "id": "x3", "tools": [
-            {"type": "agent-invoke", "config": {"allowedAgents": ["weather"]}}]})
+        remote_callee = await client.post(
+            "/api/agents",
+            json={**base, "id": "x3", "tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["weather"]}}]},
+        )
         assert remote_callee.status_code == 201  # remote agents count
 
         loc, msg = field_error(await client.post("/api/agents", json={**base, "id": "x4", "model": "no-such-model"}))
         assert loc == ["body", "model"] and "LiteLLM does not know the model 'no-such-model'" in msg
-        with_base = await client.post("/api/agents", json={**base, "id": "x5", "model": "no-such-model",
-                                                           "apiBase": "http://127.0.0.1:9/v1"})
+        with_base = await client.post(
+            "/api/agents", json={**base, "id": "x5", "model": "no-such-model", "apiBase": "http://127.0.0.1:9/v1"}
+        )
         assert with_base.status_code == 201 and with_base.json()["apiBase"] == "http://127.0.0.1:9/v1"
         loc, _ = field_error(await client.patch("/api/agents/x5", json={"apiBase": None}))
         assert loc == ["body", "model"]  # without its base URL the model is unknown again
@@ -211,8 +263,9 @@ async def test_the_rules_answer_with_clear_errors(api) -> None:
         assert loc == ["body", "id"] and "cannot be changed" in msg
         unknown = field_error(await client.patch("/api/agents/x5", json={"prompt": "x"}))
         assert unknown[0] == ["body", "prompt"]
-        loc, _ = field_error(await client.patch("/api/agents/x5", json={"tools": [
-            {"type": "agent-invoke", "config": {"depth": 1}}]}))
+        loc, _ = field_error(
+            await client.patch("/api/agents/x5", json={"tools": [{"type": "agent-invoke", "config": {"depth": 1}}]})
+        )
         assert loc == ["body", "tools", 0, "config", "depth"]
         loc, _ = field_error(await client.patch("/api/agents/x5", json={"tools": [{"type": "web-search"}]}))
         assert loc[:3] == ["body", "tools", 0]
@@ -231,8 +284,15 @@ async def test_an_agent_with_running_tasks_cannot_be_deleted(api) -> None:
         async with services.db.session() as s:
             agent = (await s.exec(select(Agent).where(Agent.slug == "busy"))).one()
             session = await sessions_store.create_session(s, user_id=services.auth.local_user_id, agent_id=agent.id)
-            s.add(A2ATaskSession(id="task-running-1", session_id=session.id, callee_agent_id=agent.id,
-                                 callee_agent_slug="busy", state="working"))
+            s.add(
+                A2ATaskSession(
+                    id="task-running-1",
+                    session_id=session.id,
+                    callee_agent_id=agent.id,
+                    callee_agent_slug="busy",
+                    state="working",
+                )
+            )
             await s.commit()
         refused = await client.delete("/api/agents/busy")
         assert refused.status_code == 409 and "task-running-1" in refused.json()["detail"]
@@ -280,14 +340,18 @@ async def test_a_deleted_agents_chats_and_audit_records_stay_readable(api) -> No
 
 async def test_only_admins_change_agents_and_everyone_uses_them(accounts_api) -> None:
     url, services = accounts_api
-    async with (httpx.AsyncClient(base_url=url, auth=ALICE, timeout=20) as alice,
-                httpx.AsyncClient(base_url=url, auth=BOB, timeout=20) as bob):
+    async with (
+        httpx.AsyncClient(base_url=url, auth=ALICE, timeout=20) as alice,
+        httpx.AsyncClient(base_url=url, auth=BOB, timeout=20) as bob,
+    ):
         assert (await alice.get("/api/me")).json()["admin"] is True
         assert (await bob.get("/api/me")).json()["admin"] is False
         assert (await alice.post("/api/agents", json={"id": "helper", "name": "Helper"})).status_code == 201
-        for method, path, body in [("POST", "/api/agents", {"id": "mine", "name": "Mine"}),
-                                   ("PATCH", "/api/agents/helper", {"name": "Changed"}),
-                                   ("DELETE", "/api/agents/helper", None)]:
+        for method, path, body in [
+            ("POST", "/api/agents", {"id": "mine", "name": "Mine"}),
+            ("PATCH", "/api/agents/helper", {"name": "Changed"}),
+            ("DELETE", "/api/agents/helper", None),
+        ]:
             refused = await bob.request(method, path, json=body)
             assert refused.status_code == 403, (method, path)
             assert "Only admins" in refused.json()["detail"]
@@ -303,15 +367,22 @@ async def test_only_admins_change_agents_and_everyone_uses_them(accounts_api) ->
 async def test_an_edit_applies_to_the_next_turn_and_a_refusal_names_the_rule(api) -> None:
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=20) as client:
-        await client.post("/api/agents", json={"id": "relay", "name": "Relay", "tools": [
-            {"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant"]}}]})
+        await client.post(
+            "/api/agents",
+            json={
+                "id": "relay",
+                "name": "Relay",
+                "tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant"]}}],
+            },
+        )
         first = await chat(client, "relay", "@planner make a plan")
         assert not any(kind(e) == "a2a-task-started" for e in first["events"])
         [output] = [e["data"] for e in first["events"] if kind(e) == "tool-output-available"]
         assert output["isError"] and "is not one of the agents this agent may call (coding-assistant)" in str(output)
 
-        await client.patch("/api/agents/relay", json={"tools": [
-            {"type": "agent-invoke", "config": {"allowedAgents": ["planner"]}}]})
+        await client.patch(
+            "/api/agents/relay", json={"tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["planner"]}}]}
+        )
         second = await chat(client, "relay", "@planner make a plan", first["sessionId"])
         [started] = [e["data"] for e in second["events"] if kind(e) == "a2a-task-started"]
         assert started["calleeAgentSlug"] == "planner"
@@ -320,16 +391,26 @@ async def test_an_edit_applies_to_the_next_turn_and_a_refusal_names_the_rule(api
 async def test_the_agents_api_base_and_key_are_used_and_edits_wait_for_the_next_turn(api, openai_server) -> None:  # noqa: F811
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        created = await client.post("/api/agents", json={
-            "id": "remote-llm", "name": "Remote LLM", "model": "openai/test-model", "systemPrompt": "Prompt one.",
-            "apiBase": openai_server.api_base, "apiKey": "sk-agent-one", "temperature": 0.5,
-            "tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant"]}}],
-        })
+        created = await client.post(
+            "/api/agents",
+            json={
+                "id": "remote-llm",
+                "name": "Remote LLM",
+                "model": "openai/test-model",
+                "systemPrompt": "Prompt one.",
+                "apiBase": openai_server.api_base,
+                "apiKey": "sk-agent-one",
+                "temperature": 0.5,
+                "tools": [{"type": "agent-invoke", "config": {"allowedAgents": ["coding-assistant"]}}],
+            },
+        )
         assert created.status_code == 201, created.text
         openai_server.script(text("Hello", " from the agent's server"))
         first = await chat(client, "remote-llm", "hi")
-        assert "".join(e["data"].get("delta", "") for e in first["events"] if kind(e) == "text-delta") \
+        assert (
+            "".join(e["data"].get("delta", "") for e in first["events"] if kind(e) == "text-delta")
             == "Hello from the agent's server"
+        )
         [request] = openai_server.requests
         assert request.headers["authorization"] == "Bearer sk-agent-one"
         assert request.body["model"] == "test-model" and request.body["temperature"] == 0.5
@@ -338,7 +419,9 @@ async def test_the_agents_api_base_and_key_are_used_and_edits_wait_for_the_next_
         # A turn that is running when the agent is changed finishes as it started.
         openai_server.script(
             tool_call("agent_invoke", '{"agentSlug": "coding-assistant", "input": "/lorem 400"}'),
-            text("done"), text("second turn"))
+            text("done"),
+            text("second turn"),
+        )
         session_id = first["sessionId"]
         posted = await client.post(f"/api/sessions/{session_id}/messages", json={"content": "delegate"})
         for _ in range(500):
@@ -346,8 +429,9 @@ async def test_the_agents_api_base_and_key_are_used_and_edits_wait_for_the_next_
             if tasks and tasks[0]["state"] == "working":
                 break
             await asyncio.sleep(0.02)
-        patched = await client.patch("/api/agents/remote-llm", json={"systemPrompt": "Prompt two.",
-                                                                     "apiKey": "sk-agent-two"})
+        patched = await client.patch(
+            "/api/agents/remote-llm", json={"systemPrompt": "Prompt two.", "apiKey": "sk-agent-two"}
+        )
         assert patched.status_code == 200
         await stream_events(client, posted.json()["streamUrl"])
         during = openai_server.requests[1:3]
@@ -364,8 +448,10 @@ async def test_a_stored_key_does_not_follow_a_model_to_another_provider(api) -> 
     """Without an apiBase an agent's key goes to its model's provider: a new provider needs the key again."""
     url, services = api
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the first model check imports LiteLLM
-        created = await client.post("/api/agents", json={
-            "id": "gpt-keyed", "name": "GPT", "model": "openai/gpt-4o-mini", "apiKey": "sk-for-openai-only"})
+        created = await client.post(
+            "/api/agents",
+            json={"id": "gpt-keyed", "name": "GPT", "model": "openai/gpt-4o-mini", "apiKey": "sk-for-openai-only"},
+        )
         assert created.status_code == 201, created.text
         moved = await client.patch("/api/agents/gpt-keyed", json={"model": "anthropic/claude-3-5-haiku-latest"})
         assert moved.status_code == 422, moved.text
@@ -375,10 +461,13 @@ async def test_a_stored_key_does_not_follow_a_model_to_another_provider(api) -> 
         # Another model of the same provider keeps the key; so does a move with the key given again.
         same_provider = await client.patch("/api/agents/gpt-keyed", json={"model": "openai/gpt-4o"})
         assert same_provider.status_code == 200 and same_provider.json()["hasApiKey"]
-        rekeyed = await client.patch("/api/agents/gpt-keyed", json={
-            "model": "anthropic/claude-3-5-haiku-latest", "apiKey": "sk-ant-for-anthropic"})
+        rekeyed = await client.patch(
+            "/api/agents/gpt-keyed",
+            json={"model": "anthropic/claude-3-5-haiku-latest", "apiKey": "sk-ant-for-anthropic"},
+        )
         assert rekeyed.status_code == 200 and rekeyed.json()["hasApiKey"]
     # Try it (the page's way, as the admin `local`): the stored key is not sent to another provider either.
-    tried = await services.agent_admin.try_model({"model": "openai/gpt-4o-mini"}, "gpt-keyed",
-                                                 user_id=None, multi_user=False)
+    tried = await services.agent_admin.try_model(
+        {"model": "openai/gpt-4o-mini"}, "gpt-keyed", user_id=None, multi_user=False
+    )
     assert not tried.ok and tried.field == "apiKey" and "provider of anthropic/claude-3-5-haiku-latest" in tried.text

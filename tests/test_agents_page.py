@@ -83,8 +83,9 @@ async def test_a_user_who_may_not_change_agents_gets_no_save_or_delete(user: Use
 
 
 async def test_an_agents_stored_key_is_never_put_in_the_editor(user: User) -> None:  # noqa: F811
-    await services().agent_admin.create({"id": "keyed", "name": "Keyed", "model": "openai/gpt-4o-mini",
-                                         "api_key": "sk-stored-secret-0123456789"})
+    await services().agent_admin.create(
+        {"id": "keyed", "name": "Keyed", "model": "openai/gpt-4o-mini", "api_key": "sk-stored-secret-0123456789"}
+    )
     await user.open("/agents?edit=keyed")
     await user.should_see("API key (stored; type to replace)")
     from ui.agents_page import AgentEditor  # the page's editor: every input it renders, and their values

@@ -27,8 +27,9 @@ def build_api_app(services: Services) -> FastAPI:
 @pytest.fixture
 def api(tmp_path: Path, database_url: str) -> Iterator[tuple[str, Services]]:
     """A live API server in single-user mode (demo model, 5 ms per token)."""
-    services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=5,
-                                            max_message_chars=500))
+    services = Services.build(
+        make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=5, max_message_chars=500)
+    )
     services.prepare()
     with live_server(build_api_app(services)) as url:
         yield url, services
@@ -113,8 +114,9 @@ async def test_resume_with_last_event_id_loses_and_repeats_nothing(api) -> None:
         _, everything = await stream_events(client, f"/api/sessions/{session['id']}/stream")  # ends with the turn
         cut = int(everything[10]["id"])
 
-        _, by_header = await stream_events(client, f"/api/sessions/{session['id']}/stream",
-                                           headers={"Last-Event-ID": str(cut)})
+        _, by_header = await stream_events(
+            client, f"/api/sessions/{session['id']}/stream", headers={"Last-Event-ID": str(cut)}
+        )
         assert [e["id"] for e in by_header] == [e["id"] for e in everything[11:]]
         _, by_query = await stream_events(client, f"/api/sessions/{session['id']}/stream?lastEventId={cut}")
         assert by_query == by_header
@@ -127,8 +129,9 @@ async def test_an_unusable_last_event_id_gets_a_reset_then_everything(api, last_
         session = (await client.post("/api/sessions", json={})).json()
         await client.post(f"/api/sessions/{session['id']}/messages", json={"content": "hi"})
         await stream_events(client, f"/api/sessions/{session['id']}/stream")  # wait for the turn to end
-        _, events = await stream_events(client, f"/api/sessions/{session['id']}/stream",
-                                        headers={"Last-Event-ID": last_id})
+        _, events = await stream_events(
+            client, f"/api/sessions/{session['id']}/stream", headers={"Last-Event-ID": last_id}
+        )
     assert events[0]["event"] == "reset" and reason in events[0]["data"]["reason"]
     assert events[1]["data"]["type"] == "start" and events[-1]["data"]["type"] == "finish"
 
@@ -154,13 +157,18 @@ async def test_bad_input_gets_clear_errors(api) -> None:
         assert blank.status_code == 422 and "empty" in blank.json()["detail"]
         too_long = await client.post(f"/api/sessions/{sid}/messages", json={"content": "x" * 501})
         assert too_long.status_code == 422 and "limit is 500" in too_long.json()["detail"]
-        not_json = await client.post(f"/api/sessions/{sid}/messages", content=b"{nope",
-                                     headers={"content-type": "application/json"})
+        not_json = await client.post(
+            f"/api/sessions/{sid}/messages", content=b"{nope", headers={"content-type": "application/json"}
+        )
         assert not_json.status_code == 422
 
-        for method, path in [("GET", "/api/sessions/as_nope"), ("GET", "/api/sessions/as_nope/messages"),
-                             ("POST", "/api/sessions/as_nope/messages"), ("GET", "/api/sessions/as_nope/stream"),
-                             ("POST", "/api/sessions/as_nope/stop")]:
+        for method, path in [
+            ("GET", "/api/sessions/as_nope"),
+            ("GET", "/api/sessions/as_nope/messages"),
+            ("POST", "/api/sessions/as_nope/messages"),
+            ("GET", "/api/sessions/as_nope/stream"),
+            ("POST", "/api/sessions/as_nope/stop"),
+        ]:
             response = await client.request(method, path, json={"content": "hi"})
             assert response.status_code == 404, path
             assert response.json()["detail"] == "There is no such chat session."
@@ -180,8 +188,9 @@ async def test_simultaneous_sends_start_one_turn_and_save_only_its_message(api) 
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         sid = (await client.post("/api/sessions", json={})).json()["id"]
-        responses = await asyncio.gather(*(
-            client.post(f"/api/sessions/{sid}/messages", json={"content": f"/lorem {20 + i}"}) for i in range(10)))
+        responses = await asyncio.gather(
+            *(client.post(f"/api/sessions/{sid}/messages", json={"content": f"/lorem {20 + i}"}) for i in range(10))
+        )
         codes = sorted(r.status_code for r in responses)
         assert codes == [202] + [409] * 9
         assert all("still answering" in r.json()["detail"] for r in responses if r.status_code == 409)
@@ -195,14 +204,20 @@ async def test_simultaneous_sends_start_one_turn_and_save_only_its_message(api) 
     assert len(messages[1]["content"].split()) == words
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/api/sessions", {"agentSlug": "general-assistant"}, ["body", "agentSlug"]),
-    ("/api/sessions", {"agentId": "coding-assistant", "model": "x"}, ["body", "model"]),
-    ("/api/agents", {"id": "critic", "name": "Critic", "system_prompt": "x"}, ["body", "system_prompt"]),
-    ("/api/agents", {"id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"depth": 1}},
-     ["body", "delegation", "depth"]),
-    ("/api/sessions/{sid}/messages", {"content": "hi", "role": "system"}, ["body", "role"]),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/sessions", {"agentSlug": "general-assistant"}, ["body", "agentSlug"]),
+        ("/api/sessions", {"agentId": "coding-assistant", "model": "x"}, ["body", "model"]),
+        ("/api/agents", {"id": "critic", "name": "Critic", "system_prompt": "x"}, ["body", "system_prompt"]),
+        (
+            "/api/agents",
+            {"id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"depth": 1}},
+            ["body", "delegation", "depth"],
+        ),
+        ("/api/sessions/{sid}/messages", {"content": "hi", "role": "system"}, ["body", "role"]),
+    ],
+)
 async def test_a_field_the_endpoint_does_not_know_is_refused_with_its_name(api, path, body, field) -> None:
     url, _ = api
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -218,11 +233,14 @@ async def test_a_field_the_endpoint_does_not_know_is_refused_with_its_name(api, 
         assert "critic" not in {a["id"] for a in (await client.get("/api/agents")).json()}
 
 
-@pytest.mark.parametrize(("setting", "agent_id"), [
-    ({}, "general-assistant"),  # "Coding Assistant" sorts first by name; that does not make it the default
-    ({"default_agent": "planner"}, "planner"),
-    ({"default_agent": "gone"}, None),
-])
+@pytest.mark.parametrize(
+    ("setting", "agent_id"),
+    [
+        ({}, "general-assistant"),  # "Coding Assistant" sorts first by name; that does not make it the default
+        ({"default_agent": "planner"}, "planner"),
+        ({"default_agent": "gone"}, None),
+    ],
+)
 async def test_a_new_session_without_an_agent_gets_the_default_agent(tmp_path: Path, setting, agent_id) -> None:
     services = Services.build(make_settings(tmp_path, **setting))
     services.prepare()
@@ -327,15 +345,20 @@ async def test_sending_a_message_reads_the_chat_once(api) -> None:
 
 async def test_another_users_chat_looks_exactly_like_an_unknown_one_even_while_it_answers(slow_multi_user_api) -> None:
     url, _ = slow_multi_user_api
-    async with (httpx.AsyncClient(base_url=url, auth=("alice", "alice-password"), timeout=10) as alice,
-                httpx.AsyncClient(base_url=url, auth=("bob", "bob-password"), timeout=10) as bob):
+    async with (
+        httpx.AsyncClient(base_url=url, auth=("alice", "alice-password"), timeout=10) as alice,
+        httpx.AsyncClient(base_url=url, auth=("bob", "bob-password"), timeout=10) as bob,
+    ):
         sid = (await alice.post("/api/sessions", json={})).json()["id"]
         assert (await alice.post(f"/api/sessions/{sid}/messages", json={"content": "/lorem 3000"})).status_code == 202
         unknown = "as_000000000000000000000000"
         for method, path, body in [
-            ("GET", "/api/sessions/{}", None), ("GET", "/api/sessions/{}/messages", None),
-            ("POST", "/api/sessions/{}/messages", {"content": "hi"}), ("GET", "/api/sessions/{}/stream", None),
-            ("POST", "/api/sessions/{}/stop", None), ("DELETE", "/api/sessions/{}", None),
+            ("GET", "/api/sessions/{}", None),
+            ("GET", "/api/sessions/{}/messages", None),
+            ("POST", "/api/sessions/{}/messages", {"content": "hi"}),
+            ("GET", "/api/sessions/{}/stream", None),
+            ("POST", "/api/sessions/{}/stop", None),
+            ("DELETE", "/api/sessions/{}", None),
         ]:
             theirs = await bob.request(method, path.format(sid), json=body)
             nothing = await bob.request(method, path.format(unknown), json=body)

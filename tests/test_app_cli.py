@@ -41,8 +41,13 @@ class Result:
 
 def start_app(args: list[str], data_dir: Path, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "app.py", *args], cwd=ROOT, env=child_env(data_dir, **env),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "app.py", *args],
+        cwd=ROOT,
+        env=child_env(data_dir, **env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # no terminal: a password prompt fails at once instead of waiting
     )
 
@@ -188,7 +193,10 @@ def test_the_first_account_is_admin_and_others_are_made_admins(run_main) -> None
     assert "(admin)" not in run_main("users", "add", "bob", password="bob-password").stdout
     assert "(admin)" in run_main("users", "add", "carol", "--admin", password="carol-password").stdout
     assert run_main("users", "list").stdout.splitlines() == [
-        "alice\tpassword\tadmin", "bob\tpassword", "carol\tpassword\tadmin"]
+        "alice\tpassword\tadmin",
+        "bob\tpassword",
+        "carol\tpassword\tadmin",
+    ]
     promoted = run_main("users", "promote", "bob")
     assert promoted.returncode == 0 and "'bob' is an admin" in promoted.stdout
     assert "bob\tpassword\tadmin" in run_main("users", "list").stdout.splitlines()
@@ -277,43 +285,54 @@ def test_the_app_says_where_to_open_it_and_how_it_runs(tmp_path: Path) -> None:
         assert app.stop() == 0
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("sqlite:////srv/chat/app.db", "SQLite /srv/chat/app.db"),
-    ("sqlite://", "SQLite in memory"),
-    ("postgresql://chat:s3cret-pw@db.internal:5433/chat", "postgresql on db.internal:5433/chat"),
-    ("postgresql+psycopg://chat:s3cret-pw@db.internal/chat", "postgresql on db.internal/chat"),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:////srv/chat/app.db", "SQLite /srv/chat/app.db"),
+        ("sqlite://", "SQLite in memory"),
+        ("postgresql://chat:s3cret-pw@db.internal:5433/chat", "postgresql on db.internal:5433/chat"),
+        ("postgresql+psycopg://chat:s3cret-pw@db.internal/chat", "postgresql on db.internal/chat"),
+    ],
+)
 def test_the_database_is_described_without_its_password(url: str, expected: str) -> None:
     assert describe_database(url) == expected
 
 
-@pytest.mark.parametrize(("dsn", "expected"), [
-    (None, "none"),
-    ("redis://127.0.0.1:6379/0", "127.0.0.1:6379/0"),
-    ("redis://:s3cret-pw@cache.internal/2", "cache.internal:6379/2"),
-    ("rediss://user:s3cret-pw@cache.internal:6380", "cache.internal:6380/0"),
-])
+@pytest.mark.parametrize(
+    ("dsn", "expected"),
+    [
+        (None, "none"),
+        ("redis://127.0.0.1:6379/0", "127.0.0.1:6379/0"),
+        ("redis://:s3cret-pw@cache.internal/2", "cache.internal:6379/2"),
+        ("rediss://user:s3cret-pw@cache.internal:6380", "cache.internal:6380/0"),
+    ],
+)
 def test_redis_is_described_without_its_password(dsn: str | None, expected: str) -> None:
     assert describe_redis(dsn) == expected
 
 
 @pytest.mark.parametrize(("pong_timeout_ms", "at_least_s", "at_most_s"), [(300, 0.5, 1.5), (2000, 2.2, 4.0)])
 def test_a_half_open_agent_is_dropped_after_the_heartbeat_and_the_pong_timeout(
-    tmp_path: Path, pong_timeout_ms: int, at_least_s: float, at_most_s: float,
+    tmp_path: Path,
+    pong_timeout_ms: int,
+    at_least_s: float,
+    at_most_s: float,
 ) -> None:
     """An agent that completes the WebSocket handshake and then goes silent (no pong) is dropped in time.
 
     With a 300 ms ping period the server closes the socket one period plus `BROKER_PONG_TIMEOUT` after
     the handshake (0.6 s or 2.3 s here), not after a second ping period.
     """
-    with app_process(tmp_path / "data", BROKER_HEARTBEAT_INTERVAL="300",
-                     BROKER_PONG_TIMEOUT=str(pong_timeout_ms)) as app:
+    with app_process(
+        tmp_path / "data", BROKER_HEARTBEAT_INTERVAL="300", BROKER_PONG_TIMEOUT=str(pong_timeout_ms)
+    ) as app:
         app.wait_until_serving()
         port = int(app.base_url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
             silent.sendall(
                 b"GET /a2a?a2a_id=silent HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
             received = silent.recv(4096)
             connected = time.monotonic()
             assert received.startswith(b"HTTP/1.1 101")
@@ -334,8 +353,11 @@ def test_a_stop_signal_while_serving_exits_0_and_keeps_the_running_turn(tmp_path
     with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
         app.wait_until_serving()
         session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=HTTP_TIMEOUT_S).json()["id"]
-        httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"},
-                   timeout=HTTP_TIMEOUT_S)
+        httpx.post(
+            f"{app.base_url}/api/sessions/{session_id}/messages",
+            json={"content": "/lorem 3000"},
+            timeout=HTTP_TIMEOUT_S,
+        )
         # A client following the answer keeps a connection open while the app stops. The first turn of a
         # fresh app imports LiteLLM: on a busy machine the first token can take over 10 s.
         with httpx.stream("GET", f"{app.base_url}/api/sessions/{session_id}/stream", timeout=30) as stream:
@@ -353,8 +375,11 @@ def test_a_kill_during_an_answer_keeps_what_was_streamed_as_interrupted(tmp_path
     with app_process(data, DEMO_MODEL_DELAY_MS="20") as app:
         app.wait_until_serving()
         session_id = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=HTTP_TIMEOUT_S).json()["id"]
-        posted = httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "/lorem 3000"},
-                            timeout=HTTP_TIMEOUT_S)
+        posted = httpx.post(
+            f"{app.base_url}/api/sessions/{session_id}/messages",
+            json={"content": "/lorem 3000"},
+            timeout=HTTP_TIMEOUT_S,
+        )
         assert posted.status_code == 202
         with httpx.stream("GET", f"{app.base_url}{posted.json()['streamUrl']}", timeout=10) as stream:
             lines = stream.iter_lines()
@@ -411,14 +436,17 @@ def messages_of(data_dir: Path, session_id: str) -> list:
     return run_sync(read())
 
 
-@pytest.mark.parametrize(("debug", "broker", "chat", "root"), [
-    (None, logging.INFO, logging.INFO, logging.INFO),
-    ("", logging.INFO, logging.INFO, logging.INFO),
-    ("false", logging.INFO, logging.INFO, logging.INFO),
-    ("a2a-broker", logging.DEBUG, logging.INFO, logging.INFO),  # seed 003's namespace
-    ("a2a-broker,a2a-chat", logging.DEBUG, logging.DEBUG, logging.INFO),
-    ("1", logging.DEBUG, logging.DEBUG, logging.DEBUG),
-])
+@pytest.mark.parametrize(
+    ("debug", "broker", "chat", "root"),
+    [
+        (None, logging.INFO, logging.INFO, logging.INFO),
+        ("", logging.INFO, logging.INFO, logging.INFO),
+        ("false", logging.INFO, logging.INFO, logging.INFO),
+        ("a2a-broker", logging.DEBUG, logging.INFO, logging.INFO),  # seed 003's namespace
+        ("a2a-broker,a2a-chat", logging.DEBUG, logging.DEBUG, logging.INFO),
+        ("1", logging.DEBUG, logging.DEBUG, logging.DEBUG),
+    ],
+)
 def test_debug_names_what_is_logged_in_detail(debug, broker, chat, root) -> None:
     import app
 

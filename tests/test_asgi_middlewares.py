@@ -40,13 +40,15 @@ DYNAMIC = f"/_nicegui/{__version__}/dynamic_resources/x.js"
 
 async def seen(request: Request) -> JSONResponse:
     tracked = request_contextvar.get()
-    return JSONResponse({
-        "tracked_is_this_request": tracked is not None and tracked.scope is request.scope,
-        "responded": request.state.responded,
-        "session_id": request.session.get("id"),
-        "user_storage": dict(nicegui_app.storage.user) if request.session.get("id") else None,
-        "active_sessions": dict(core.app.storage._active_request_sessions),  # noqa: SLF001
-    })
+    return JSONResponse(
+        {
+            "tracked_is_this_request": tracked is not None and tracked.scope is request.scope,
+            "responded": request.state.responded,
+            "session_id": request.session.get("id"),
+            "user_storage": dict(nicegui_app.storage.user) if request.session.get("id") else None,
+            "active_sessions": dict(core.app.storage._active_request_sessions),  # noqa: SLF001
+        }
+    )
 
 
 async def chunks(request: Request) -> StreamingResponse:
@@ -54,6 +56,7 @@ async def chunks(request: Request) -> StreamingResponse:
         for i in range(3):
             yield f"data: {i}\n\n"
             await asyncio.sleep(0.01)
+
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
@@ -68,12 +71,15 @@ def assembled_like_ui_run() -> Starlette:
         Route(STATIC, lambda request: PlainTextResponse("js")),
         Route(DYNAMIC, lambda request: PlainTextResponse("js")),
     ]
-    return Starlette(routes=routes, middleware=[
-        Middleware(SetCacheControlMiddleware),
-        Middleware(RedirectWithPrefixMiddleware),
-        Middleware(SessionMiddleware, secret_key="test-secret"),
-        Middleware(RequestTrackingMiddleware),
-    ])
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(SetCacheControlMiddleware),
+            Middleware(RedirectWithPrefixMiddleware),
+            Middleware(SessionMiddleware, secret_key="test-secret"),
+            Middleware(RequestTrackingMiddleware),
+        ],
+    )
 
 
 @pytest.fixture
@@ -87,8 +93,12 @@ async def swapped() -> httpx.AsyncClient:
 def test_every_base_http_middleware_is_swapped_and_the_order_kept() -> None:
     app = assembled_like_ui_run()
     use_pure_asgi_middlewares(app)
-    assert [m.cls for m in app.user_middleware] == [SetCacheControl, RedirectWithPrefix, SessionMiddleware,
-                                                    RequestTracking]
+    assert [m.cls for m in app.user_middleware] == [
+        SetCacheControl,
+        RedirectWithPrefix,
+        SessionMiddleware,
+        RequestTracking,
+    ]
     assert app.user_middleware[2].kwargs == {"secret_key": "test-secret"}  # arguments carried over
 
 
@@ -126,8 +136,9 @@ async def test_a_redirect_gets_the_proxys_prefix(swapped: httpx.AsyncClient) -> 
     assert away.headers["location"] == "https://elsewhere.example/x"  # another site's address is left alone
 
 
-async def test_nicegui_versioned_files_get_the_cache_header(swapped: httpx.AsyncClient,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_nicegui_versioned_files_get_the_cache_header(
+    swapped: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # `ui.run` sets the directives; this app was not started by it.
     monkeypatch.setattr(core.app.config, "cache_control_directives", "public, max-age=60", raising=False)
     cached = await swapped.get(STATIC)
@@ -148,9 +159,20 @@ async def test_a_stream_passes_through_chunk_by_chunk() -> None:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-             "path": "/chunks", "raw_path": b"/chunks", "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"test")], "client": ("127.0.0.1", 1), "server": ("test", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/chunks",
+        "raw_path": b"/chunks",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test")],
+        "client": ("127.0.0.1", 1),
+        "server": ("test", 80),
+    }
     await app(scope, receive, send)
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body" and m.get("body")]
     assert bodies == [b"data: 0\n\n", b"data: 1\n\n", b"data: 2\n\n"]  # one write each, as the route wrote them

@@ -1,5 +1,6 @@
 """The broker against a live server: a real WebSocket client plays the remote agent of seed 003,
-a real Redis subscriber checks the injects (texts, modes, throttling, idle timeout, cancel)."""
+a real Redis subscriber checks the injects (texts, modes, throttling, idle timeout, cancel).
+"""
 
 from __future__ import annotations
 
@@ -48,19 +49,25 @@ def chat_agent_id() -> int:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, *, with_api: bool = False,
-                  **overrides) -> AsyncIterator[tuple[str, Services, Broker, httpx.AsyncClient]]:
+async def running(
+    tmp_path: Path, *, with_api: bool = False, **overrides
+) -> AsyncIterator[tuple[str, Services, Broker, httpx.AsyncClient]]:
     services = Services.build(make_settings(tmp_path, **overrides))
     services.prepare()
-    async with serve_app(broker_app(services, with_api=with_api)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS,
-                                                                          timeout=10) as http:
+    async with (
+        serve_app(broker_app(services, with_api=with_api)) as host,
+        httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS, timeout=10) as http,
+    ):
         yield host, services, services.broker, http
 
 
-async def dispatch(http: httpx.AsyncClient, task: str, *, target: str = "travel", agent_id=123,
-                   chat_id: str = "abc") -> dict:
-    response = await http.post("/a2a/tasks/dispatch", json={
-        "task": task, "targetAgent": target, "agentId": agent_id, "chatId": chat_id, "macAddress": "aa:bb"})
+async def dispatch(
+    http: httpx.AsyncClient, task: str, *, target: str = "travel", agent_id=123, chat_id: str = "abc"
+) -> dict:
+    response = await http.post(
+        "/a2a/tasks/dispatch",
+        json={"task": task, "targetAgent": target, "agentId": agent_id, "chatId": chat_id, "macAddress": "aa:bb"},
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -71,27 +78,33 @@ async def dispatch(http: httpx.AsyncClient, task: str, *, target: str = "travel"
 async def test_agents_connect_and_are_discovered_by_binding(tmp_path: Path) -> None:
     async with running(tmp_path) as (host, services, broker, http):
         travel = await FakeAgent.connect(host, a2a_id="travel", agent_id="123", wait_registered=broker)
-        weather = await FakeAgent.connect(host, card={**travel_card("Weather"), "skills": []},
-                                          a2a_id="weather", wait_registered=broker)
-        legacy = await FakeAgent.connect(host, card=travel_card("Legacy"), a2a_id="legacy", agentId="7",
-                                         wait_registered=broker)
+        weather = await FakeAgent.connect(
+            host, card={**travel_card("Weather"), "skills": []}, a2a_id="weather", wait_registered=broker
+        )
+        legacy = await FakeAgent.connect(
+            host, card=travel_card("Legacy"), a2a_id="legacy", agentId="7", wait_registered=broker
+        )
 
         bound = (await http.get("/a2a/agents", params={"agent_id": "123"})).json()["agents"]
         assert [a["a2a_id"] for a in bound] == ["travel", "weather"]
         [travel_view] = [a for a in bound if a["a2a_id"] == "travel"]
         assert travel_view["name"] == "出行助手" and travel_view["agent_id"] == "123"
         assert travel_view["skills"] == [
-            {"id": "train", "name": "火车票查询", "description": "High-speed train tickets"}]
+            {"id": "train", "name": "火车票查询", "description": "High-speed train tickets"}
+        ]
         tool = travel_view["tool"]
         assert tool["name"] == "a2a_travel" and "火车票查询" in tool["description"]
         assert tool["inputSchema"] == {
             "type": "object",
             "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
-            "required": ["task"]}
+            "required": ["task"],
+        }
         other = (await http.get("/a2a/agents", params={"agent_id": "999"})).json()["agents"]
         assert [a["a2a_id"] for a in other] == ["weather"]
-        assert [a["a2a_id"] for a in (await http.get("/a2a/agents", params={"agent_id": "7"})).json()["agents"]] \
-            == ["legacy", "weather"]
+        assert [a["a2a_id"] for a in (await http.get("/a2a/agents", params={"agent_id": "7"})).json()["agents"]] == [
+            "legacy",
+            "weather",
+        ]
         everything = (await http.get("/a2a/agents")).json()["agents"]
         assert [a["a2a_id"] for a in everything] == ["legacy", "travel", "weather"]
 
@@ -122,8 +135,9 @@ async def test_ids_taken_by_local_or_online_agents_are_refused_with_a_reason(tmp
         assert code == 4409 and "already connected" in reason
         assert broker.connection("travel") is not None  # the first one is undisturbed
 
-        bad_card = await FakeAgent.connect(host, card={"description": "no name", "skills": [{"id": "x"}]},
-                                           a2a_id="nameless")
+        bad_card = await FakeAgent.connect(
+            host, card={"description": "no name", "skills": [{"id": "x"}]}, a2a_id="nameless"
+        )
         code, reason = await close_of(bad_card)
         assert code == 4400 and "lacks name" in reason and "skills[0]" in reason
 
@@ -131,8 +145,11 @@ async def test_ids_taken_by_local_or_online_agents_are_refused_with_a_reason(tmp
         code, reason = await close_of(silent)
         assert code == 4408 and "500 ms" in reason
 
-        for query, says in [("", "a2a_id= is required"), ("a2a_id=Bad%20Id", "not a valid id"),
-                            ("a2a_id=x&cardUrl=file:///etc/passwd", "cardUrl")]:
+        for query, says in [
+            ("", "a2a_id= is required"),
+            ("a2a_id=Bad%20Id", "not a valid id"),
+            ("a2a_id=x&cardUrl=file:///etc/passwd", "cardUrl"),
+        ]:
             with pytest.raises(websockets.InvalidStatus) as refused:
                 await websockets.connect(f"ws://{host}/a2a?{query}", open_timeout=5)
             assert refused.value.response.status_code == 400
@@ -152,9 +169,13 @@ async def test_the_card_can_come_from_a_card_url(tmp_path: Path) -> None:
         return {**travel_card("Weather"), "skills": [{"id": "forecast", "name": "Forecast"}]}
 
     async with serve_app(app) as host:
-        agent = await FakeAgent.connect(host, card=None, a2a_id="weather",
-                                        cardUrl=f"http://{host}/cards/weather.json",
-                                        wait_registered=services.broker)
+        agent = await FakeAgent.connect(
+            host,
+            card=None,
+            a2a_id="weather",
+            cardUrl=f"http://{host}/cards/weather.json",
+            wait_registered=services.broker,
+        )
         conn = services.broker.connection("weather")
         assert conn.name == "Weather" and conn.card()["skills"] == [{"id": "forecast", "name": "Forecast"}]
         await agent.close()
@@ -163,11 +184,14 @@ async def test_the_card_can_come_from_a_card_url(tmp_path: Path) -> None:
 # -- dispatch, progress and the return path --------------------------------------------------------------
 
 
-async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_shows(tmp_path: Path,
-                                                                                    redis_url: str) -> None:
+async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_shows(
+    tmp_path: Path, redis_url: str
+) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         ack = await dispatch(http, "帮我查明天到上海的高铁并比价", agent_id=chat_agent)
         assert ack["status"] == "accepted" and len(ack["taskId"]) == 36
@@ -184,10 +208,22 @@ async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_sho
 
         messages = await listener.wait(lambda m: len(m) == 2)
         assert messages == [
-            {"channel": f"agent:events:{chat_agent}", "type": "inject_system_message", "agentId": chat_agent,
-             "chatId": "abc", "text": "[出行助手] 已查到 6 个车次…", "mode": "delay"},
-            {"channel": f"agent:events:{chat_agent}", "type": "inject_system_message", "agentId": chat_agent,
-             "chatId": "abc", "text": "[出行助手] 已订好备选，最优 G1234。", "mode": "auto"},
+            {
+                "channel": f"agent:events:{chat_agent}",
+                "type": "inject_system_message",
+                "agentId": chat_agent,
+                "chatId": "abc",
+                "text": "[出行助手] 已查到 6 个车次…",
+                "mode": "delay",
+            },
+            {
+                "channel": f"agent:events:{chat_agent}",
+                "type": "inject_system_message",
+                "agentId": chat_agent,
+                "chatId": "abc",
+                "text": "[出行助手] 已订好备选，最优 G1234。",
+                "mode": "auto",
+            },
         ]
         await broker.injects.flushed()
         stats = (await http.get("/a2a/stats")).json()
@@ -200,8 +236,10 @@ async def test_a_dispatched_task_streams_back_as_injects_exactly_as_the_seed_sho
 
 async def test_many_tasks_share_one_socket_and_several_lines_share_one_frame(tmp_path: Path, redis_url: str) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         acks = [await dispatch(http, f"task {i}", agent_id=chat_agent, chat_id=f"chat-{i}") for i in range(3)]
         requests = [await agent.next_request("message/stream") for _ in acks]
@@ -212,11 +250,17 @@ async def test_many_tasks_share_one_socket_and_several_lines_share_one_frame(tmp
         for i in (2, 0, 1):
             rid = by_text[f"task {i}"]
             frame += [{"jsonrpc": "2.0", "id": rid, "result": artifact_update(f"r{i}", f"result {i}")}]
-        frame.append({"jsonrpc": "2.0", "id": by_text["task 1"],
-                      "result": artifact_update("r1", " (more)", append=True)})
+        frame.append(
+            {"jsonrpc": "2.0", "id": by_text["task 1"], "result": artifact_update("r1", " (more)", append=True)}
+        )
         for i in range(3):
-            frame.append({"jsonrpc": "2.0", "id": by_text[f"task {i}"],
-                          "result": status_update(f"r{i}", "completed", final=True)})
+            frame.append(
+                {
+                    "jsonrpc": "2.0",
+                    "id": by_text[f"task {i}"],
+                    "result": status_update(f"r{i}", "completed", final=True),
+                }
+            )
         await agent.send(*frame)
         messages = await listener.wait(lambda m: sum(x["mode"] == "auto" for x in m) == 3)
         assert sorted((m["chatId"], m["text"], m["mode"]) for m in messages) == [
@@ -233,8 +277,10 @@ async def test_many_tasks_share_one_socket_and_several_lines_share_one_frame(tmp
 
 async def test_progress_is_throttled_per_task_leading_edge_and_results_never(tmp_path: Path, redis_url: str) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}, inject_min_interval=400) as (host, _, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}, inject_min_interval=400) as (host, _, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         await dispatch(http, "one", agent_id=chat_agent, chat_id="one")
         first = await agent.next_request("message/stream")
@@ -254,8 +300,11 @@ async def test_progress_is_throttled_per_task_leading_edge_and_results_never(tmp
         await asyncio.sleep(0.1)
         per_chat = {c: [(m["text"], m["mode"]) for m in listener.messages if m["chatId"] == c] for c in ("one", "two")}
         assert per_chat == {  # in order within a task (tasks are independent of each other)
-            "one": [("[出行助手] one step 0", "delay"), ("[出行助手] one step 5", "delay"),
-                    ("[出行助手] one done", "auto")],
+            "one": [
+                ("[出行助手] one step 0", "delay"),
+                ("[出行助手] one step 5", "delay"),
+                ("[出行助手] one done", "auto"),
+            ],
             "two": [("[出行助手] two step 0", "delay"), ("[出行助手] The task failed: no seats", "auto")],
         }
         assert len(messages) == 5
@@ -264,12 +313,13 @@ async def test_progress_is_throttled_per_task_leading_edge_and_results_never(tmp
         await agent.close()
 
 
-async def test_artifact_updates_are_progress_injects_of_their_own_and_throttled(tmp_path: Path,
-                                                                               redis_url: str) -> None:
+async def test_artifact_updates_are_progress_injects_of_their_own_and_throttled(tmp_path: Path, redis_url: str) -> None:
     """Seed 003 injects the text of every event: an artifact-update is a `delay` too, under the same throttle."""
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}, inject_min_interval=400) as (host, _, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}, inject_min_interval=400) as (host, _, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         await dispatch(http, "查车次", agent_id=chat_agent, chat_id="c1")
         rid = (await agent.next_request("message/stream"))["id"]
@@ -282,16 +332,20 @@ async def test_artifact_updates_are_progress_injects_of_their_own_and_throttled(
         await agent.result(rid, status_update("t1", "completed", final=True))
         messages = await listener.wait(lambda m: len(m) == 3)
         assert [(m["text"], m["mode"]) for m in messages] == [
-            ("[出行助手] G1234 08:00", "delay"), ("[出行助手]  ¥553", "delay"),
-            ("[出行助手] G1234 08:00 二等座 ¥553", "auto")]  # the result is the whole artifact
+            ("[出行助手] G1234 08:00", "delay"),
+            ("[出行助手]  ¥553", "delay"),
+            ("[出行助手] G1234 08:00 二等座 ¥553", "auto"),
+        ]  # the result is the whole artifact
         assert (await http.get("/a2a/stats")).json()["injects"]["throttled"] == 1
         await agent.close()
 
 
 async def test_an_idle_task_times_out_is_canceled_at_the_agent_and_reported(tmp_path: Path, redis_url: str) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}, task_idle_timeout=300) as (host, _, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}, task_idle_timeout=300) as (host, _, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         await dispatch(http, "slow", agent_id=chat_agent)
         request = await agent.next_request("message/stream")
@@ -314,8 +368,10 @@ async def test_an_idle_task_times_out_is_canceled_at_the_agent_and_reported(tmp_
 
 async def test_cancel_by_chat_id_cancels_that_chats_tasks_at_the_agent(tmp_path: Path, redis_url: str) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}) as (host, _, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}) as (host, _, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         await dispatch(http, "a1", agent_id=chat_agent, chat_id="A")
         a1 = await agent.next_request("message/stream")
@@ -348,8 +404,10 @@ async def test_cancel_by_chat_id_cancels_that_chats_tasks_at_the_agent(tmp_path:
 
 async def test_an_agent_that_disconnects_fails_its_tasks_with_auto_injects(tmp_path: Path, redis_url: str) -> None:
     chat_agent = chat_agent_id()
-    async with running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http), \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        running(tmp_path, redis={"url": redis_url}) as (host, services, broker, http),
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         await dispatch(http, "x", agent_id=chat_agent, chat_id="x")
         await dispatch(http, "y", agent_id=chat_agent, chat_id="y")
@@ -369,8 +427,11 @@ async def test_a_peer_that_stops_answering_pings_is_dropped(tmp_path: Path, redi
     chat_agent = chat_agent_id()
     services = Services.build(make_settings(tmp_path, redis={"url": redis_url}))
     services.prepare()
-    async with serve_app(broker_app(services), ws_ping_interval=0.2, ws_ping_timeout=0.2) as host, \
-            httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http, RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        serve_app(broker_app(services), ws_ping_interval=0.2, ws_ping_timeout=0.2) as host,
+        httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http,
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=services.broker)
         await dispatch(http, "x", agent_id=chat_agent)
         await agent.next_request("message/stream")
@@ -388,12 +449,18 @@ async def test_v1_agents_stream_response_shape_and_method_names_are_accepted(tmp
         agent = await FakeAgent.connect(host, card=None, a2a_id="modern")
         first = await agent.next_request()
         assert first["method"] == "agent/authenticatedExtendedCard" and first["id"] == 1
-        await agent.send({"jsonrpc": "2.0", "id": first["id"],
-                          "error": {"code": -32601, "message": "Method not found"}})
+        await agent.send(
+            {"jsonrpc": "2.0", "id": first["id"], "error": {"code": -32601, "message": "Method not found"}}
+        )
         second = await agent.next_request()
         assert second["method"] == "GetExtendedAgentCard"
-        await agent.result(second["id"], {**travel_card("Modern"), "supportedInterfaces": [
-            {"url": "ws://agent", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]})
+        await agent.result(
+            second["id"],
+            {
+                **travel_card("Modern"),
+                "supportedInterfaces": [{"url": "ws://agent", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            },
+        )
         await wait_for(lambda: broker.connection("modern") is not None)
 
         async with broker.injects.bus.subscribe() as injects:
@@ -403,12 +470,38 @@ async def test_v1_agents_stream_response_shape_and_method_names_are_accepted(tmp
             assert request["params"]["message"]["role"] == "ROLE_USER"
             assert request["params"]["message"]["parts"] == [{"text": "hello"}]
             rid = request["id"]
-            await agent.result(rid, {"task": {"id": "T", "contextId": "C", "status": {"state": "TASK_STATE_SUBMITTED"},
-                                              "history": [{"role": "ROLE_USER", "parts": [{"text": "hello"}]}]}})
-            await agent.result(rid, {"statusUpdate": {"taskId": "T", "status": {
-                "state": "TASK_STATE_WORKING", "message": {"role": "ROLE_AGENT", "parts": [{"text": "tick 0"}]}}}})
-            await agent.result(rid, {"artifactUpdate": {"taskId": "T", "artifact": {
-                "artifactId": "A", "parts": [{"text": "done after 1 tick"}]}}})
+            await agent.result(
+                rid,
+                {
+                    "task": {
+                        "id": "T",
+                        "contextId": "C",
+                        "status": {"state": "TASK_STATE_SUBMITTED"},
+                        "history": [{"role": "ROLE_USER", "parts": [{"text": "hello"}]}],
+                    }
+                },
+            )
+            await agent.result(
+                rid,
+                {
+                    "statusUpdate": {
+                        "taskId": "T",
+                        "status": {
+                            "state": "TASK_STATE_WORKING",
+                            "message": {"role": "ROLE_AGENT", "parts": [{"text": "tick 0"}]},
+                        },
+                    }
+                },
+            )
+            await agent.result(
+                rid,
+                {
+                    "artifactUpdate": {
+                        "taskId": "T",
+                        "artifact": {"artifactId": "A", "parts": [{"text": "done after 1 tick"}]},
+                    }
+                },
+            )
             await agent.result(rid, {"statusUpdate": {"taskId": "T", "status": {"state": "TASK_STATE_COMPLETED"}}})
             got = [await asyncio.wait_for(injects.get(), 5) for _ in range(2)]
         assert [(i.text, i.mode) for i in got] == [("[Modern] tick 0", "delay"), ("[Modern] done after 1 tick", "auto")]
@@ -437,23 +530,34 @@ async def test_a_v03_agent_that_only_knows_v1_stream_names_is_retried_with_them(
 async def test_bad_lines_get_clear_errors_and_disturb_nothing_else(tmp_path: Path) -> None:
     async with running(tmp_path, broker_max_line_bytes=2048) as (host, services, broker, http):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
-        bystander = await FakeAgent.connect(host, card=travel_card("Bystander"), a2a_id="bystander",
-                                            wait_registered=broker)
+        bystander = await FakeAgent.connect(
+            host, card=travel_card("Bystander"), a2a_id="bystander", wait_registered=broker
+        )
         async with broker.injects.bus.subscribe() as injects:
             await dispatch(http, "keep going")
             request = await agent.next_request("message/stream")
             rid = request["id"]
-            await agent.ws.send('{"jsonrpc": "2.0", "id": 5, "result": \n[1, 2]\n\n["an array"]\n'
-                                '{"id": 3, "result": {}}')
+            await agent.ws.send(
+                '{"jsonrpc": "2.0", "id": 5, "result": \n[1, 2]\n\n["an array"]\n{"id": 3, "result": {}}'
+            )
             await agent.ws.send("x" * 5000)
-            await agent.send({"jsonrpc": "2.0", "id": 77, "method": "tasks/get", "params": {}},
-                             {"jsonrpc": "2.0", "id": 424242, "result": status_update("zz", "working", "who?")},
-                             {"jsonrpc": "2.0", "id": rid, "error": "not an object"},
-                             {"jsonrpc": "2.0", "id": rid, "result": {"kind": "nonsense"}})
+            await agent.send(
+                {"jsonrpc": "2.0", "id": 77, "method": "tasks/get", "params": {}},
+                {"jsonrpc": "2.0", "id": 424242, "result": status_update("zz", "working", "who?")},
+                {"jsonrpc": "2.0", "id": rid, "error": "not an object"},
+                {"jsonrpc": "2.0", "id": rid, "result": {"kind": "nonsense"}},
+            )
             await wait_for(lambda: len(agent.errors) >= 7)
             codes = [(e["id"], e["error"]["code"]) for e in agent.errors]
-            assert codes == [(None, -32700), (None, -32600), (None, -32600), (3, -32600), (None, -32600),
-                             (77, -32601), (rid, -32600)]
+            assert codes == [
+                (None, -32700),
+                (None, -32600),
+                (None, -32600),
+                (3, -32600),
+                (None, -32600),
+                (77, -32601),
+                (rid, -32600),
+            ]
             assert "not valid JSON" in agent.errors[0]["error"]["message"]
             assert "line too long: 5000 bytes, the limit is 2048" in agent.errors[4]["error"]["message"]
             assert "serves no methods" in agent.errors[5]["error"]["message"]
@@ -489,8 +593,9 @@ async def test_bad_dispatch_bodies_are_422_with_the_field_names(tmp_path: Path) 
         unknown = await http.post("/a2a/tasks/cancel", json={"chat": "x"})
         assert unknown.status_code == 422
         assert {e["loc"][1] for e in unknown.json()["detail"]} == {"chat", "chatId"}
-        assert (await http.post("/a2a/tasks/dispatch", content=b"not json",
-                                headers={"content-type": "application/json"})).status_code == 422
+        assert (
+            await http.post("/a2a/tasks/dispatch", content=b"not json", headers={"content-type": "application/json"})
+        ).status_code == 422
         assert broker.stats()["tasks"]["dispatched"] == 0
 
 
@@ -526,8 +631,9 @@ async def test_a_chat_mention_delegates_to_the_connected_ws_agent(tmp_path: Path
         async with services.db.session() as s:
             general = await agents_store.get_agent_by_slug(s, "general-assistant")
             chat = await sessions_store.create_session(s, user_id=services.auth.local_user_id, agent_id=general.id)
-        turn = await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
-                                              text="@travel 明天去上海的高铁")
+        turn = await services.chat.start_turn(
+            session_id=chat.id, user_id=services.auth.local_user_id, text="@travel 明天去上海的高铁"
+        )
         request = await agent.next_request("message/stream", timeout=30)  # the first turn imports LiteLLM
         assert request["params"]["message"]["parts"][0]["text"] == "明天去上海的高铁"
         rid = request["id"]
@@ -541,8 +647,11 @@ async def test_a_chat_mention_delegates_to_the_connected_ws_agent(tmp_path: Path
         assert started["calleeAgentSlug"] == "travel" and started["calleeAgentName"] == "出行助手"
         [output] = [e.data for e in events if e.type == "tool-output-available"]
         assert output["isError"] is False and output["output"]["output"] == "G1234 08:00"
-        deltas = [e.data["delta"] async for e in services.hub.subscribe(task_stream_key(started["taskId"]))
-                  if e.type == "text-delta"]
+        deltas = [
+            e.data["delta"]
+            async for e in services.hub.subscribe(task_stream_key(started["taskId"]))
+            if e.type == "text-delta"
+        ]
         assert deltas == ["G1234 ", "08:00"]  # what the side panel shows
         await agent.close()
 

@@ -1,5 +1,6 @@
 """Who may dial in on /a2a: JWT ES256 with real keys made here, the IP blacklist, and the
-hot-reloaded config file that changes both while the server runs."""
+hot-reloaded config file that changes both while the server runs.
+"""
 
 from __future__ import annotations
 
@@ -24,10 +25,14 @@ from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for
 def es256_keys() -> tuple[str, str]:
     """A fresh P-256 key pair as PEM (private, public)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     return private, public
 
 
@@ -63,11 +68,14 @@ async def test_jwt_mode_accepts_only_valid_unexpired_es256_tokens(tmp_path: Path
         cases = {
             # Expired for longer than the clock leeway (auth.leeway_s, 30 s).
             "expired": (jwt.encode({"a2a_id": "t", "exp": now - 60}, private, algorithm="ES256"), "expired"),
-            "wrong key": (jwt.encode({"a2a_id": "t", "exp": now + 60}, wrong_key, algorithm="ES256"),
-                          "does not match any configured public key"),
+            "wrong key": (
+                jwt.encode({"a2a_id": "t", "exp": now + 60}, wrong_key, algorithm="ES256"),
+                "does not match any configured public key",
+            ),
             "HS256": (
                 jwt.encode({"a2a_id": "t", "exp": now + 60}, "a-shared-secret-that-is-long-enough", algorithm="HS256"),
-                "only ES256"),
+                "only ES256",
+            ),
             "none": (jwt.encode({"a2a_id": "t", "exp": now + 60}, None, algorithm="none"), "only ES256"),
             "no expiry": (jwt.encode({"a2a_id": "t"}, private, algorithm="ES256"), "expiry"),
             "no a2a_id": (jwt.encode({"exp": now + 60}, private, algorithm="ES256"), "a2a_id claim is required"),
@@ -94,8 +102,9 @@ async def test_blacklisted_ips_are_refused_before_the_upgrade(tmp_path: Path) ->
         await agent.close()
 
 
-async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Path, monkeypatch,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+async def test_config_edits_reload_live_and_bad_edits_are_rejected(
+    tmp_path: Path, monkeypatch, caplog: pytest.LogCaptureFixture
+) -> None:
     config = tmp_path / "server.json"
     config.write_text(json.dumps({"_comment": "test", "port": 3100, "inject_min_interval": 1000}))
     monkeypatch.setenv("CONFIG_FILE", str(config))
@@ -111,16 +120,23 @@ async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Pat
     async with serve_app(broker_app(services)) as host:
         assert broker.reloader.watching
         _, public = es256_keys()
-        await edit(json.dumps({"port": 3100, "inject_min_interval": 250, "blacklist_ip": ["127.0.0.1"],
-                               "task_idle_timeout": 5000}),
-                   lambda: broker.reloader.reloads == 1)
+        await edit(
+            json.dumps(
+                {"port": 3100, "inject_min_interval": 250, "blacklist_ip": ["127.0.0.1"], "task_idle_timeout": 5000}
+            ),
+            lambda: broker.reloader.reloads == 1,
+        )
         assert (services.settings.inject_min_interval, services.settings.task_idle_timeout) == (250, 5000)
         status, _ = await refused(host, "a2a_id=travel")
         assert status == 403  # the blacklist applies to the next connection
 
-        for bad in ['{"port": 3100, "blacklist_ip": [', '{"inject_min_interval": "soon"}', '[1, 2]',
-                    json.dumps({"blacklist_ip": ["127.0.0.1", "10.0.0.0/33"]}),
-                    json.dumps({"auth": {"mode": "jwt", "public_keys": ["not a key"]}})]:
+        for bad in [
+            '{"port": 3100, "blacklist_ip": [',
+            '{"inject_min_interval": "soon"}',
+            "[1, 2]",
+            json.dumps({"blacklist_ip": ["127.0.0.1", "10.0.0.0/33"]}),
+            json.dumps({"auth": {"mode": "jwt", "public_keys": ["not a key"]}}),
+        ]:
             before = broker.reloader.rejected
             await edit(bad, lambda b=before: broker.reloader.rejected == b + 1)
             if "10.0.0.0/33" in bad:  # an entry that is not an address would have matched nobody, silently
@@ -133,9 +149,17 @@ async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Pat
         assert health["watching"] and health["lastError"]
 
         # Port and Redis are read at start only: changing them is logged, not applied.
-        await edit(json.dumps({"port": 4100, "redis": {"url": "redis://elsewhere:6379/0"}, "inject_min_interval": 250,
-                               "auth": {"mode": "jwt", "public_keys": [public]}}),
-                   lambda: broker.reloader.reloads == 2)
+        await edit(
+            json.dumps(
+                {
+                    "port": 4100,
+                    "redis": {"url": "redis://elsewhere:6379/0"},
+                    "inject_min_interval": 250,
+                    "auth": {"mode": "jwt", "public_keys": [public]},
+                }
+            ),
+            lambda: broker.reloader.reloads == 2,
+        )
         assert services.settings.port == 3100 and services.settings.redis.url is None
         assert "port, redis changed; restart the app" in caplog.text
         assert services.settings.auth.mode == "jwt" and services.settings.blacklist_ip == []
@@ -145,27 +169,33 @@ async def test_config_edits_reload_live_and_bad_edits_are_rejected(tmp_path: Pat
     await asyncio.sleep(0)
 
 
-@pytest.mark.parametrize(("claims", "words"), [
-    ({"aud": "another-broker"}, "not for this broker"),
-    ({}, "must carry the claim 'aud'"),
-    ({"aud": "this-broker", "iat": -3600, "exp": 86_400}, "valid for 90000 s"),  # a day and an hour
-    ({"aud": "this-broker", "exp": 2 * 86_400}, "at most 86400 s"),  # no iat: counted from now
-    ({"aud": "this-broker", "exp": -40}, "expired"),  # past the 30 s leeway
-])
+@pytest.mark.parametrize(
+    ("claims", "words"),
+    [
+        ({"aud": "another-broker"}, "not for this broker"),
+        ({}, "must carry the claim 'aud'"),
+        ({"aud": "this-broker", "iat": -3600, "exp": 86_400}, "valid for 90000 s"),  # a day and an hour
+        ({"aud": "this-broker", "exp": 2 * 86_400}, "at most 86400 s"),  # no iat: counted from now
+        ({"aud": "this-broker", "exp": -40}, "expired"),  # past the 30 s leeway
+    ],
+)
 async def test_jwt_audience_lifetime_and_leeway(tmp_path: Path, claims: dict, words: str) -> None:
     private, public = es256_keys()
-    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public],
-                                                            "audience": "this-broker"}))
+    services = Services.build(
+        make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public], "audience": "this-broker"})
+    )
     services.prepare()
     now = int(time.time())
     timed = {k: now + v if k in {"exp", "iat"} else v for k, v in {"exp": 60, **claims}.items()}
     async with serve_app(broker_app(services)) as host:
-        status, reason = await refused(host, "token=" + jwt.encode({"a2a_id": "t", **timed}, private,
-                                                                   algorithm="ES256"))
+        status, reason = await refused(
+            host, "token=" + jwt.encode({"a2a_id": "t", **timed}, private, algorithm="ES256")
+        )
         assert status == 401 and words in reason, reason
         # Within the leeway (a clock 20 s behind) and the lifetime, with the right audience: accepted.
-        fine = jwt.encode({"a2a_id": "clock", "aud": "this-broker", "exp": now - 20, "iat": now - 80}, private,
-                          algorithm="ES256")
+        fine = jwt.encode(
+            {"a2a_id": "clock", "aud": "this-broker", "exp": now - 20, "iat": now - 80}, private, algorithm="ES256"
+        )
         agent = await FakeAgent.connect(host, token=fine, wait_registered=None)
         await wait_for(lambda: services.broker.connection("clock") is not None)
         await agent.close()
@@ -174,25 +204,31 @@ async def test_jwt_audience_lifetime_and_leeway(tmp_path: Path, claims: dict, wo
 HOUR = 3600
 
 
-@pytest.mark.parametrize(("claims", "status", "words"), [
-    ({"exp": "+60"}, 401, "'exp' claim must be a JSON number"),  # a numeric string: PyJWT's int() takes it
-    ({"iat": "+0"}, 401, "'iat' claim must be a JSON number"),
-    ({"nbf": "+0"}, 401, "'nbf' claim must be a JSON number"),
-    ({"iat": True}, 401, "'iat' claim must be a JSON number"),
-    ({"exp": 10**400}, 401, "valid for more than 1e+12 s"),  # too large for float arithmetic
-    ({"exp": 1e308}, 401, "valid for more than 1e+12 s"),
-    ({"exp": [60]}, 401, "(exp) must be an integer"),
-    ({"aud": 5}, 401, "not for this broker"),
-    ({"aud": [5, "this-broker"]}, 401, "not for this broker"),
-    ({"sub": 5}, 401, "Subject must be a string"),
-    ({"a2a_id": 5}, 400, "a2a_id claim must be a string"),
-], ids=lambda v: str(v)[:30])
-async def test_a_claim_of_the_wrong_type_is_refused_like_any_bad_token(tmp_path: Path, caplog, claims: dict,
-                                                                       status: int, words: str) -> None:
+@pytest.mark.parametrize(
+    ("claims", "status", "words"),
+    [
+        ({"exp": "+60"}, 401, "'exp' claim must be a JSON number"),  # a numeric string: PyJWT's int() takes it
+        ({"iat": "+0"}, 401, "'iat' claim must be a JSON number"),
+        ({"nbf": "+0"}, 401, "'nbf' claim must be a JSON number"),
+        ({"iat": True}, 401, "'iat' claim must be a JSON number"),
+        ({"exp": 10**400}, 401, "valid for more than 1e+12 s"),  # too large for float arithmetic
+        ({"exp": 1e308}, 401, "valid for more than 1e+12 s"),
+        ({"exp": [60]}, 401, "(exp) must be an integer"),
+        ({"aud": 5}, 401, "not for this broker"),
+        ({"aud": [5, "this-broker"]}, 401, "not for this broker"),
+        ({"sub": 5}, 401, "Subject must be a string"),
+        ({"a2a_id": 5}, 400, "a2a_id claim must be a string"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+async def test_a_claim_of_the_wrong_type_is_refused_like_any_bad_token(
+    tmp_path: Path, caplog, claims: dict, status: int, words: str
+) -> None:
     """RFC 7519 dates are JSON numbers and `aud`/`sub` strings; anything else is refused before the upgrade."""
     private, public = es256_keys()
-    services = Services.build(make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public],
-                                                            "audience": "this-broker"}))
+    services = Services.build(
+        make_settings(tmp_path, auth={"mode": "jwt", "public_keys": [public], "audience": "this-broker"})
+    )
     services.prepare()
     now = int(time.time())
     timed = {k: str(now + int(v)) if isinstance(v, str) else v for k, v in claims.items()}
@@ -213,5 +249,4 @@ async def test_a_token_holding_a_5000_digit_number_is_refused_in_our_words(tmp_p
     token = jwt.api_jws.encode(payload, private, algorithm="ES256")  # jwt.encode cannot write such a number
     async with serve_app(broker_app(services)) as host:
         status, reason = await refused(host, "token=" + token)
-    assert (status, reason) == (401, "the token is invalid: Invalid payload string: a number has more than "
-                                     "4300 digits")
+    assert (status, reason) == (401, "the token is invalid: Invalid payload string: a number has more than 4300 digits")

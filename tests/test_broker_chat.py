@@ -65,8 +65,9 @@ async def turn_events(services: Services, turn) -> list:
 
 
 @asynccontextmanager
-async def chat_with_travel(tmp_path: Path, **overrides
-                           ) -> AsyncIterator[tuple[Services, FakeAgent, AgentSession, httpx.AsyncClient]]:
+async def chat_with_travel(
+    tmp_path: Path, **overrides
+) -> AsyncIterator[tuple[Services, FakeAgent, AgentSession, httpx.AsyncClient]]:
     async with running(tmp_path, with_api=True, **overrides) as (host, services, broker, http):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
         try:
@@ -75,16 +76,20 @@ async def chat_with_travel(tmp_path: Path, **overrides
             await agent.close()
 
 
-async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp_path: Path,
-                                                                             redis_url: str) -> None:  # noqa: F811
+async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp_path: Path, redis_url: str) -> None:  # noqa: F811
     async with chat_with_travel(tmp_path, redis={"url": redis_url}, inject_min_interval=0) as (
-            services, agent, chat, http):
+        services,
+        agent,
+        chat,
+        http,
+    ):
         user_id = services.auth.local_user_id
         async with services.db.session() as s:
             general = await agents_store.get_agent_by_slug(s, "general-assistant")
         async with RedisListener(redis_url, general.id) as listener:
-            turn = await services.chat.start_turn(session_id=chat.id, user_id=user_id,
-                                                  text="/background @travel 明天去上海的高铁")
+            turn = await services.chat.start_turn(
+                session_id=chat.id, user_id=user_id, text="/background @travel 明天去上海的高铁"
+            )
             events = await turn_events(services, turn)
             # The tool call returns at once: the turn is over before the agent has said anything.
             [call] = [e.data for e in events if e.type == "tool-input-available"]
@@ -108,7 +113,8 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
             await wait_for(lambda: services.inbox.delivered == 1)
             notes = [m for m in await saved(services, chat.id) if m.role == "system"]
             assert [(m.content, m.inject_mode, m.a2a_task_id) for m in notes] == [
-                ("[出行助手] 已查到 6 个车次…", "delay", task_id)]
+                ("[出行助手] 已查到 6 个车次…", "delay", task_id)
+            ]
             assert not services.chat.is_running(chat.id) and services.inbox.announced == 0
 
             await agent.result(rid, artifact_update("t1", "已订好备选，最优 G1234。"))
@@ -118,24 +124,35 @@ async def test_a_background_dispatch_comes_back_as_notes_and_an_announcement(tmp
             await services.chat.wait(chat.id, timeout=10)
             rows = await saved(services, chat.id)
             assert [(m.role, m.inject_mode) for m in rows] == [
-                ("user", None), ("assistant", None), ("assistant", None),  # the call, then the answer to it
-                ("system", "delay"), ("system", "delay"), ("system", "auto"), ("assistant", None)]
+                ("user", None),
+                ("assistant", None),
+                ("assistant", None),  # the call, then the answer to it
+                ("system", "delay"),
+                ("system", "delay"),
+                ("system", "auto"),
+                ("assistant", None),
+            ]
             assert rows[4].content == rows[5].content == "[出行助手] 已订好备选，最优 G1234。"  # artifact, then result
             assert rows[-1].content == "来自 **出行助手** 的结果：\n\n> 已订好备选，最优 G1234。"
             api = (await http.get(f"/api/sessions/{chat.id}/messages")).json()
             assert [(m["role"], m["injectMode"], m["a2aTaskId"]) for m in api[3:6]] == [
-                ("system", "delay", task_id), ("system", "delay", task_id), ("system", "auto", task_id)]
+                ("system", "delay", task_id),
+                ("system", "delay", task_id),
+                ("system", "auto", task_id),
+            ]
 
             # The same injects went to Redis, as for any chat system.
             messages = await listener.wait(lambda m: sum(x["chatId"] == chat.id for x in m) == 3)
             assert [(m["agentId"], m["text"], m["mode"]) for m in messages if m["chatId"] == chat.id] == [
                 (general.id, "[出行助手] 已查到 6 个车次…", "delay"),
                 (general.id, "[出行助手] 已订好备选，最优 G1234。", "delay"),  # the artifact-update (seed 003)
-                (general.id, "[出行助手] 已订好备选，最优 G1234。", "auto")]
+                (general.id, "[出行助手] 已订好备选，最优 G1234。", "auto"),
+            ]
 
         # It is a delegation like any other: the side panel's stream and the saved task.
-        deltas = [e.data["delta"] async for e in services.hub.subscribe(task_stream_key(task_id))
-                  if e.type == "text-delta"]
+        deltas = [
+            e.data["delta"] async for e in services.hub.subscribe(task_stream_key(task_id)) if e.type == "text-delta"
+        ]
         assert deltas == ["已查到 6 个车次…\n\n", "已订好备选，最优 G1234。"]  # progress is a paragraph of its own
         async with services.db.session() as s:
             task = await s.get(A2ATaskSession, task_id)
@@ -190,15 +207,21 @@ async def test_dispatch_tools_follow_bindings_and_refuse_what_they_cannot_do(tmp
         async with services.db.session() as s:
             general = await agents_store.get_agent_by_slug(s, "general-assistant")
         glob = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
-        by_id = await FakeAgent.connect(host, card=travel_card("Mine"), a2a_id="mine", agent_id=str(general.id),
-                                        wait_registered=broker)
-        by_slug = await FakeAgent.connect(host, card=travel_card("Slug"), a2a_id="slugged",
-                                          agent_id="general-assistant", wait_registered=broker)
-        other = await FakeAgent.connect(host, card=travel_card("Other"), a2a_id="other", agent_id="999",
-                                        wait_registered=broker)
+        by_id = await FakeAgent.connect(
+            host, card=travel_card("Mine"), a2a_id="mine", agent_id=str(general.id), wait_registered=broker
+        )
+        by_slug = await FakeAgent.connect(
+            host, card=travel_card("Slug"), a2a_id="slugged", agent_id="general-assistant", wait_registered=broker
+        )
+        other = await FakeAgent.connect(
+            host, card=travel_card("Other"), a2a_id="other", agent_id="999", wait_registered=broker
+        )
         family = next(f for f in services.tools._families.values() if isinstance(f, BrokerDispatchTools))
         assert [t.name for t in family.tools_for(general.id, "general-assistant")] == [
-            "a2a_mine", "a2a_slugged", "a2a_travel"]
+            "a2a_mine",
+            "a2a_slugged",
+            "a2a_travel",
+        ]
         async with services.db.session() as s:
             rows = await agents_store.agent_tool_rows(s, general.id)
         bound = services.tools.bind(rows, agent_id=general.id, agent_slug="general-assistant")
@@ -208,12 +231,17 @@ async def test_dispatch_tools_follow_bindings_and_refuse_what_they_cannot_do(tmp
         # The coding assistant has no a2a-dispatch tool: none are offered to it.
         async with services.db.session() as s:
             coder = await agents_store.get_agent_by_slug(s, "coding-assistant")
-            assert services.tools.bind(await agents_store.agent_tool_rows(s, coder.id), agent_id=coder.id,
-                                       agent_slug=coder.slug) == {}
+            assert (
+                services.tools.bind(
+                    await agents_store.agent_tool_rows(s, coder.id), agent_id=coder.id, agent_slug=coder.slug
+                )
+                == {}
+            )
 
         chat = await new_chat(services)
-        ctx = ToolContext(user_id=services.auth.local_user_id, agent_id=general.id, agent_slug="general-assistant",
-                          session_id=chat.id)
+        ctx = ToolContext(
+            user_id=services.auth.local_user_id, agent_id=general.id, agent_slug="general-assistant", session_id=chat.id
+        )
         tool = bound["a2a_travel"].tool
         bad = await tool.execute({"task": "  "}, {}, ctx)
         assert not bad.success and "'task' must be a non-empty string" in bad.error
@@ -232,9 +260,14 @@ async def test_dispatch_tools_follow_bindings_and_refuse_what_they_cannot_do(tmp
 @pytest.mark.parametrize("final", ["canceled", "timeout"])
 async def test_a_task_that_does_not_complete_is_announced_and_recorded_as_such(tmp_path: Path, final: str) -> None:
     async with chat_with_travel(tmp_path, task_idle_timeout=1000 if final == "timeout" else 120_000) as (
-            services, agent, chat, http):
-        await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
-                                       text="/background @travel go")
+        services,
+        agent,
+        chat,
+        http,
+    ):
+        await services.chat.start_turn(
+            session_id=chat.id, user_id=services.auth.local_user_id, text="/background @travel go"
+        )
         request = await agent.next_request("message/stream", timeout=30)
         await agent.result(request["id"], task_event("t4", "working"))
         await services.chat.wait(chat.id, timeout=30)
@@ -257,8 +290,9 @@ async def test_an_agent_bound_to_another_chat_agent_cannot_be_delegated_to(tmp_p
     async with running(tmp_path) as (host, services, broker, http):
         other = await FakeAgent.connect(host, a2a_id="travel", agent_id="999", wait_registered=broker)
         chat = await new_chat(services)
-        turn = await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
-                                              text="@travel 明天去上海的高铁")
+        turn = await services.chat.start_turn(
+            session_id=chat.id, user_id=services.auth.local_user_id, text="@travel 明天去上海的高铁"
+        )
         events = await turn_events(services, turn)
         [output] = [e.data for e in events if e.type == "tool-output-available"]
         assert output["isError"] is True and "bound to another agent" in output["output"]["error"]
@@ -267,7 +301,8 @@ async def test_an_agent_bound_to_another_chat_agent_cannot_be_delegated_to(tmp_p
 
 
 async def test_a_real_provider_gets_the_broker_tools_and_the_result_to_announce(
-        tmp_path: Path, openai_server: OpenAIServer) -> None:  # noqa: F811
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:  # noqa: F811
     """Through LiteLLM to an OpenAI-compatible server: the broker tool goes out, the result comes back to announce.
 
     The `a2a_<id>` definition is sent with the request, the call dispatches, and the announcement turn
@@ -278,10 +313,16 @@ async def test_a_real_provider_gets_the_broker_tools_and_the_result_to_announce(
         text("The travel agent is on it."),
         text("Your train: ", "G1234."),
     )
-    async with chat_with_travel(tmp_path, default_model="openai/test-model", llm_api_base=openai_server.api_base,
-                                llm_api_key="sk-test", llm_timeout_s=5) as (services, agent, chat, http):
-        await services.chat.start_turn(session_id=chat.id, user_id=services.auth.local_user_id,
-                                       text="find me a train, take your time")
+    async with chat_with_travel(
+        tmp_path,
+        default_model="openai/test-model",
+        llm_api_base=openai_server.api_base,
+        llm_api_key="sk-test",
+        llm_timeout_s=5,
+    ) as (services, agent, chat, http):
+        await services.chat.start_turn(
+            session_id=chat.id, user_id=services.auth.local_user_id, text="find me a train, take your time"
+        )
         request = await agent.next_request("message/stream", timeout=30)
         assert request["params"]["message"]["parts"][0]["text"] == "trains to Shanghai"
         await agent.result(request["id"], status_update("t5", "completed", "G1234 at 08:00", final=True))
@@ -291,11 +332,15 @@ async def test_a_real_provider_gets_the_broker_tools_and_the_result_to_announce(
     first, second, third = openai_server.requests
     [definition] = [t["function"] for t in first.body["tools"] if t["function"]["name"] == "a2a_travel"]
     assert definition["parameters"] == {
-        "type": "object", "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
-        "required": ["task"]}
+        "type": "object",
+        "properties": {"task": {"type": "string", "description": "The complete task for 出行助手"}},
+        "required": ["task"],
+    }
     assert "[出行助手]" in definition["description"] and "background" in definition["description"]
     assert sorted(first.tool_names) == ["a2a_travel", "agent_invoke"]
     assert json.loads(second.messages[-1]["content"])["background"] is True
-    assert third.messages[-1] == {"role": "system",
-                                  "content": "Background task result (tell the user now): [出行助手] G1234 at 08:00"}
+    assert third.messages[-1] == {
+        "role": "system",
+        "content": "Background task result (tell the user now): [出行助手] G1234 at 08:00",
+    }
     assert rows[-1].role == "assistant" and rows[-1].content == "Your train: G1234."

@@ -21,8 +21,9 @@ from ui.broker_page import age
 
 
 @pytest.fixture
-async def user(isolated_env: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-               ) -> AsyncIterator[User]:
+async def user(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> AsyncIterator[User]:
     monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))
     async with simulated_app_user(request) as simulated:
         yield simulated
@@ -44,19 +45,39 @@ async def test_the_broker_page_shows_agents_and_tasks_live(user: User) -> None:
     async def send(_line: str) -> None:
         return None
 
-    conn = AgentConnection(Identity("travel", agent_id="123"), send=send, settings=broker.settings,
-                           remote_addr="127.0.0.1:5000")
+    conn = AgentConnection(
+        Identity("travel", agent_id="123"), send=send, settings=broker.settings, remote_addr="127.0.0.1:5000"
+    )
     conn.set_card(wire.parse_card(travel_card()))
     conn.connected_at = time.time() - 75
     broker._connections["travel"] = conn  # as `serve` does once the card is in
     viewer = user_owner(app.state.services.auth.local_user_id)  # single-user mode: the `local` user
-    task = BrokerTask(id="task-1", agent=conn, chat_agent_id=123, chat_id="abc", text="帮我查明天到上海的高铁",
-                      owner=viewer, state="working", last_text="已查到 6 个车次…", events=3, injects=1, throttled=1)
+    task = BrokerTask(
+        id="task-1",
+        agent=conn,
+        chat_agent_id=123,
+        chat_id="abc",
+        text="帮我查明天到上海的高铁",
+        owner=viewer,
+        state="working",
+        last_text="已查到 6 个车次…",
+        events=3,
+        injects=1,
+        throttled=1,
+    )
     broker._tasks[task.id] = task
     # Another owner's task (a chat system with the dispatch token): its text and chat id are not shown.
-    other = BrokerTask(id="task-2", agent=conn, chat_agent_id=456, chat_id="their-chat", text="a private request",
-                       owner=DISPATCH_TOKEN_OWNER, state="working", last_text="their progress",
-                       created_at=time.time() + 1)
+    other = BrokerTask(
+        id="task-2",
+        agent=conn,
+        chat_agent_id=456,
+        chat_id="their-chat",
+        text="a private request",
+        owner=DISPATCH_TOKEN_OWNER,
+        state="working",
+        last_text="their progress",
+        created_at=time.time() + 1,
+    )
     broker._tasks[other.id] = other
 
     for _ in range(40):  # the page's timer refreshes once a second

@@ -1,5 +1,6 @@
 """The agent-side pipe with the example stdio agent, as real processes against a live broker:
-registration, a streamed task, cancel, reconnect after the broker drops it, stop on SIGTERM."""
+registration, a streamed task, cancel, reconnect after the broker drops it, stop on SIGTERM.
+"""
 
 from __future__ import annotations
 
@@ -32,12 +33,28 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
     services = Services.build(make_settings(tmp_path))
     services.prepare()
     broker = services.broker
-    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http:
+    async with (
+        serve_app(broker_app(services)) as host,
+        httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http,
+    ):
         env = {**os.environ, "ECHO_DELAY": "0.02", "PYTHONUNBUFFERED": "1"}
         pipe = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "core.pipe", "--backoff-initial", "0.1", "--backoff-max", "0.2",
-            f"ws://{host}/a2a?a2a_id=echo&agent_id=42", "--", sys.executable, str(ROOT / "examples" / "echo_agent.py"),
-            cwd=ROOT, env=env, stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "core.pipe",
+            "--backoff-initial",
+            "0.1",
+            "--backoff-max",
+            "0.2",
+            f"ws://{host}/a2a?a2a_id=echo&agent_id=42",
+            "--",
+            sys.executable,
+            str(ROOT / "examples" / "echo_agent.py"),
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             await wait_for(lambda: broker.connection("echo") is not None, timeout=15)
             first = broker.connection("echo")
@@ -45,8 +62,12 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
             assert first.card()["skills"] == [{"id": "echo", "name": "Echo", "description": "Repeat the text back"}]
 
             async with broker.injects.bus.subscribe() as injects:
-                ack = (await http.post("/a2a/tasks/dispatch", json={
-                    "task": "hello from the pipe", "targetAgent": "echo", "agentId": 42, "chatId": "c1"})).json()
+                ack = (
+                    await http.post(
+                        "/a2a/tasks/dispatch",
+                        json={"task": "hello from the pipe", "targetAgent": "echo", "agentId": 42, "chatId": "c1"},
+                    )
+                ).json()
                 assert ack["status"] == "accepted"
                 progress = await asyncio.wait_for(injects.get(), 10)
                 assert (progress.text, progress.mode) == ("[Echo] Echoing 4 words…", "delay")
@@ -54,8 +75,10 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
                 assert done.text == "[Echo] hello from the pipe"
 
                 long_task = " ".join(["word"] * 500)  # 10 s at 0.02 s a word: canceled long before
-                await http.post("/a2a/tasks/dispatch", json={
-                    "task": long_task, "targetAgent": "echo", "agentId": 42, "chatId": "c2"})
+                await http.post(
+                    "/a2a/tasks/dispatch",
+                    json={"task": long_task, "targetAgent": "echo", "agentId": 42, "chatId": "c2"},
+                )
                 await wait_for(lambda: any(t.events >= 3 for t in broker.running_tasks()))
                 assert (await http.post("/a2a/tasks/cancel", json={"chatId": "c2"})).json() == {"canceled": 1}
                 canceled = await next_auto(injects, "c2")
@@ -66,15 +89,22 @@ async def test_the_pipe_bridges_the_example_agent_and_reconnects(tmp_path: Path)
             assert await broker.disconnect("echo", "restarting", code=1012)
             await wait_for(lambda: (c := broker.connection("echo")) is not None and c is not first, timeout=15)
             async with broker.injects.bus.subscribe() as injects:
-                await http.post("/a2a/tasks/dispatch", json={
-                    "task": "again", "targetAgent": "echo", "agentId": 42, "chatId": "c3"})
+                await http.post(
+                    "/a2a/tasks/dispatch", json={"task": "again", "targetAgent": "echo", "agentId": 42, "chatId": "c3"}
+                )
                 assert (await next_auto(injects, "c3")).text == "[Echo] again"
 
                 # `/disconnect`: the agent vanishes mid-stream (docs/TESTING.md); its task fails, the pipe returns.
                 second = broker.connection("echo")
-                await http.post("/a2a/tasks/dispatch", json={
-                    "task": "/disconnect one two three four five", "targetAgent": "echo", "agentId": 42,
-                    "chatId": "c4"})
+                await http.post(
+                    "/a2a/tasks/dispatch",
+                    json={
+                        "task": "/disconnect one two three four five",
+                        "targetAgent": "echo",
+                        "agentId": 42,
+                        "chatId": "c4",
+                    },
+                )
                 assert (await next_auto(injects, "c4")).text == "[Echo] The task failed: the agent disconnected."
             await wait_for(lambda: (c := broker.connection("echo")) is not None and c is not second, timeout=15)
         finally:

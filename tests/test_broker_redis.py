@@ -1,5 +1,6 @@
 """The return path when Redis goes away and comes back: injects wait in the outbox, results first,
-none lost; health says so meanwhile. Redis is real; a TCP proxy in front of it is what goes down."""
+none lost; health says so meanwhile. Redis is real; a TCP proxy in front of it is what goes down.
+"""
 
 from __future__ import annotations
 
@@ -33,13 +34,18 @@ async def test_redis_down_and_back_loses_no_result(tmp_path: Path, redis_url: st
     services = Services.build(make_settings(tmp_path, redis={"url": proxied}))
     services.prepare()
     broker = services.broker
-    async with serve_app(broker_app(services)) as host, httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http, \
-            RedisListener(redis_url, chat_agent) as listener:
+    async with (
+        serve_app(broker_app(services)) as host,
+        httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS) as http,
+        RedisListener(redis_url, chat_agent) as listener,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=broker)
 
         async def dispatch(chat_id: str) -> int:
-            await http.post("/a2a/tasks/dispatch", json={"task": chat_id, "targetAgent": "travel",
-                                                         "agentId": chat_agent, "chatId": chat_id})
+            await http.post(
+                "/a2a/tasks/dispatch",
+                json={"task": chat_id, "targetAgent": "travel", "agentId": chat_agent, "chatId": chat_id},
+            )
             return (await agent.next_request("message/stream"))["id"]
 
         before = await dispatch("before")

@@ -23,14 +23,28 @@ from tests.utils.broker import FakeAgent, RedisListener
 
 async def add(store: BrokerStore, *, session_id: str | None = None, chat_agent_id: object = 123) -> str:
     task_id = uuid.uuid4().hex
-    await store.add_task(task_id=task_id, owner="user:1", target_agent="travel", agent_name="出行助手",
-                         chat_agent_id=chat_agent_id, chat_id="chat-1", session_id=session_id, task="go")
+    await store.add_task(
+        task_id=task_id,
+        owner="user:1",
+        target_agent="travel",
+        agent_name="出行助手",
+        chat_agent_id=chat_agent_id,
+        chat_id="chat-1",
+        session_id=session_id,
+        task="go",
+    )
     return task_id
 
 
 def result(task_id: str, chat_agent_id: object = 123, session_id: str | None = None) -> Inject:
-    return Inject(agent_id=chat_agent_id, chat_id="chat-1", text="[出行助手] done", mode=AUTO, task_id=task_id,
-                  session_id=session_id)
+    return Inject(
+        agent_id=chat_agent_id,
+        chat_id="chat-1",
+        text="[出行助手] done",
+        mode=AUTO,
+        task_id=task_id,
+        session_id=session_id,
+    )
 
 
 async def rows(services: Services, model: type) -> list:
@@ -39,7 +53,8 @@ async def rows(services: Services, model: type) -> list:
 
 
 async def test_a_result_is_saved_with_the_tasks_end_and_marked_sent_once_redis_has_it(
-        services: Services, redis_url: str) -> None:  # noqa: F811
+    services: Services, redis_url: str
+) -> None:  # noqa: F811
     store = BrokerStore(services.db, "main")
     chat_agent = f"store-{uuid.uuid4().hex[:8]}"
     task_id = await add(store, chat_agent_id=chat_agent)
@@ -77,13 +92,16 @@ async def test_a_start_ends_only_this_instances_running_tasks_each_with_its_resu
     assert tasks[other_task].finished_at is None  # another process's task: it may still be running there
     pending = await mine.pending(redis=True)
     assert [(p.inject.task_id, p.inject.text, p.inject.agent_id, p.to_redis) for p in pending] == [
-        (finished_task, "[出行助手] done", 123, True), (running_task, f"[出行助手] {INTERRUPTED}", 7, True)]
+        (finished_task, "[出行助手] done", 123, True),
+        (running_task, f"[出行助手] {INTERRUPTED}", 7, True),
+    ]
     assert await other.pending(redis=True) == []
     assert await mine.interrupt_running(sent=False) == 0  # a second start ends nothing twice
 
 
 async def test_results_go_nowhere_twice_without_redis_but_the_apps_chat_gets_each_until_its_note_is_saved(
-        services: Services) -> None:
+    services: Services,
+) -> None:
     store = BrokerStore(services.db, "main")
     chat = await services.workspace.create(services.auth.local_user_id, "general-assistant")
     outside, own = await add(store), await add(store, session_id=chat.id)
@@ -92,8 +110,7 @@ async def test_results_go_nowhere_twice_without_redis_but_the_apps_chat_gets_eac
 
     [pending] = await store.pending(redis=False)
     assert (pending.inject.task_id, pending.inject.session_id, pending.to_redis) == (own, chat.id, False)
-    await services.chat.save_notes(chat.id, [{"content": "[出行助手] done", "inject_mode": AUTO,
-                                              "a2a_task_id": own}])
+    await services.chat.save_notes(chat.id, [{"content": "[出行助手] done", "inject_mode": AUTO, "a2a_task_id": own}])
     assert await store.pending(redis=False) == []
 
 
@@ -126,8 +143,9 @@ async def test_a_dispatch_the_database_cannot_save_is_refused_and_nothing_starts
             await s.exec(text("DROP TABLE broker_outbox"))
             await s.exec(text("DROP TABLE broker_tasks"))
             await s.commit()
-        response = await http.post("/a2a/tasks/dispatch", json={"task": "x", "targetAgent": "travel",
-                                                                 "agentId": 123, "chatId": "abc"})
+        response = await http.post(
+            "/a2a/tasks/dispatch", json={"task": "x", "targetAgent": "travel", "agentId": 123, "chatId": "abc"}
+        )
         assert response.status_code == 503
         assert "could not save the task" in response.json()["detail"] and "Try again" in response.json()["detail"]
         assert broker.running_tasks() == [] and agent.requests.empty()

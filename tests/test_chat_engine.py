@@ -87,8 +87,9 @@ async def test_appending_an_answer_bumps_the_session_time_without_reading_the_se
     event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
     try:
         async with services.db.session() as s:
-            [row] = await sessions_store.append_messages(s, session_id=chat, messages=[
-                {"role": "assistant", "content": "hello"}])
+            [row] = await sessions_store.append_messages(
+                s, session_id=chat, messages=[{"role": "assistant", "content": "hello"}]
+            )
             await s.commit()
     finally:
         event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
@@ -97,7 +98,11 @@ async def test_appending_an_answer_bumps_the_session_time_without_reading_the_se
     async with services.db.session() as s:
         after = await sessions_store.get_session(s, chat)
     assert after.updated_at > before and after.title == "New chat"
-    assert [(m.sort_order, m.content) for m in await saved(services, chat)] == [(row.sort_order, "hello")] == [(1, "hello")]
+    assert (
+        [(m.sort_order, m.content) for m in await saved(services, chat)]
+        == [(row.sort_order, "hello")]
+        == [(1, "hello")]
+    )
 
 
 async def test_a_model_failure_keeps_the_partial_answer_and_the_question(services: Services) -> None:
@@ -118,8 +123,7 @@ async def test_stop_cancels_the_turn_and_saves_what_was_said(tmp_path, database_
     services.prepare()
     try:
         chat = await new_chat(services)
-        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
-                                              text="/lorem 2000")
+        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 2000")
         events = []
         async for event in services.hub.subscribe(turn.stream_key, after=turn.after_event_id):
             events.append(event)
@@ -160,9 +164,13 @@ async def test_one_turn_at_a_time_per_session(tmp_path, database_url: str) -> No
 
 async def test_simultaneous_starts_claim_the_turn_before_saving_anything(services: Services) -> None:
     chat = await new_chat(services)
-    results = await asyncio.gather(*(
-        services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=f"message {i}")
-        for i in range(10)), return_exceptions=True)
+    results = await asyncio.gather(
+        *(
+            services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=f"message {i}")
+            for i in range(10)
+        ),
+        return_exceptions=True,
+    )
     started = [r for r in results if not isinstance(r, BaseException)]
     assert len(started) == 1 and all(isinstance(r, TurnInProgress) for r in results if r not in started)
     await services.chat.wait(chat, timeout=10)
@@ -211,8 +219,7 @@ async def test_a_session_of_someone_else_is_not_found(services: Services) -> Non
 
 
 async def test_turn_timeout_fails_the_turn_with_a_reason(tmp_path, database_url: str) -> None:
-    settings: Settings = make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20,
-                                       turn_timeout_s=0.3)
+    settings: Settings = make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20, turn_timeout_s=0.3)
     services = Services.build(settings)
     services.prepare()
     try:
@@ -241,13 +248,15 @@ async def test_shutdown_saves_running_turns(tmp_path, database_url: str) -> None
 async def drafts_of(services: Services, session_id: str) -> list[AgentMessage]:
     """The session's rows still `streaming` (which `list_messages` leaves out)."""
     async with services.db.session() as s:
-        query = select(AgentMessage).where(AgentMessage.session_id == session_id,
-                                           AgentMessage.status == sessions_store.STREAMING)
+        query = select(AgentMessage).where(
+            AgentMessage.session_id == session_id, AgentMessage.status == sessions_store.STREAMING
+        )
         return list((await s.exec(query)).all())
 
 
 async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
-        tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     litellm_module()  # imported once per process (seconds): not inside the measured stream
     services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
     services.prepare()
@@ -262,8 +271,7 @@ async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
     try:
         chat = await new_chat(services)
         started = time.monotonic()
-        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
-                                              text="/lorem 3000")
+        turn = await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 3000")
         [draft] = await drafts_of(services, chat)  # saved with the question, empty until the first flush
         assert draft.role == "assistant" and draft.content == "" and draft.model_id == "local/demo"
         streamed, canceled, first_delta = [], False, None
@@ -292,7 +300,8 @@ async def test_a_running_turn_saves_its_text_about_once_a_second_not_per_chunk(
 
 
 async def test_the_drafts_of_turns_running_together_are_written_together(
-        tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Eight turns streaming at once: their drafts go in shared transactions, each still about once a second."""
     litellm_module()
     services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
@@ -329,9 +338,14 @@ async def test_a_draft_left_by_a_crash_is_kept_as_interrupted_at_the_next_start(
     crashed.prepare()
     chat = await new_chat(crashed)
     async with crashed.db.session() as s:  # what a kill -9 leaves: the question and the draft saved so far
-        await sessions_store.add_messages(s, session_id=chat, messages=[
-            {"role": "user", "content": "/lorem 3000"},
-            {"role": "assistant", "content": "lorem ipsum dolor", "status": sessions_store.STREAMING}])
+        await sessions_store.add_messages(
+            s,
+            session_id=chat,
+            messages=[
+                {"role": "user", "content": "/lorem 3000"},
+                {"role": "assistant", "content": "lorem ipsum dolor", "status": sessions_store.STREAMING},
+            ],
+        )
     await crashed.db.close()
 
     restarted = Services.build(settings)
@@ -354,8 +368,11 @@ async def test_list_sessions_hides_delegated_task_sessions(services: Services) -
     shown_task = await new_chat(services, "coding-assistant")
     async with services.db.session() as s:
         s.add(A2ATaskSession(session_id=hidden, callee_agent_slug="coding-assistant", state="completed"))
-        s.add(A2ATaskSession(session_id=shown_task, callee_agent_slug="coding-assistant", state="completed",
-                             visible_in_sidebar=1))
+        s.add(
+            A2ATaskSession(
+                session_id=shown_task, callee_agent_slug="coding-assistant", state="completed", visible_in_sidebar=1
+            )
+        )
         await s.commit()
         listed = [row.id for row in await sessions_store.list_sessions(s, user_id=services.auth.local_user_id)]
     assert hidden not in listed
@@ -411,8 +428,9 @@ async def test_an_announcement_is_a_turn_about_the_notes_the_history_ends_with(s
     await run_turn(services, chat, "hello")
     watched = []
     unwatch = services.chat.watch(chat, watched.append)
-    [note] = await services.chat.save_notes(chat, [
-        {"content": "[Weather] Sunny, 22 °C.", "inject_mode": "auto", "a2a_task_id": "t1"}])
+    [note] = await services.chat.save_notes(
+        chat, [{"content": "[Weather] Sunny, 22 °C.", "inject_mode": "auto", "a2a_task_id": "t1"}]
+    )
     assert (note.role, note.source, note.inject_mode) == ("system", "user", "auto")
     turn = await services.chat.start_announcement(chat)
     with pytest.raises(TurnInProgress):

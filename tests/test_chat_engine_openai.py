@@ -50,11 +50,13 @@ class EchoTool:
     tool_type: str = ECHO_TYPE
     name: str = "echo"
     description: str = "Echo a text back, with a prefix."
-    parameters: dict[str, Any] = field(default_factory=lambda: {
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "What to echo."}},
-        "required": ["text"],
-    })
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {
+            "type": "object",
+            "properties": {"text": {"type": "string", "description": "What to echo."}},
+            "required": ["text"],
+        }
+    )
     calls: list[tuple[Any, dict[str, Any], ToolContext]] = field(default_factory=list)
 
     async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -75,8 +77,12 @@ def _litellm_imported() -> None:
 def settings(tmp_path: Path, database_url: str, openai_server: OpenAIServer) -> Settings:  # noqa: F811
     """Overrides conftest's: the default model and the API base point at the scripted server."""
     return make_settings(
-        tmp_path, database_url=database_url, default_model=MODEL, llm_api_base=openai_server.api_base,
-        llm_api_key="sk-test", llm_timeout_s=5,
+        tmp_path,
+        database_url=database_url,
+        default_model=MODEL,
+        llm_api_base=openai_server.api_base,
+        llm_api_key="sk-test",
+        llm_timeout_s=5,
     )
 
 
@@ -104,7 +110,11 @@ async def chat(services: Services, echo_tool: EchoTool) -> Chat:
     assert user_id is not None
     async with services.db.session() as s:
         agent = await agents_store.create_agent(
-            s, slug="echo-agent", name="Echo Agent", model=MODEL, system_prompt=SYSTEM_PROMPT,
+            s,
+            slug="echo-agent",
+            name="Echo Agent",
+            model=MODEL,
+            system_prompt=SYSTEM_PROMPT,
             tools={ECHO_TYPE: {"prefix": ">> "}},
         )
         row = await sessions_store.create_session(s, user_id=user_id, agent_id=agent.id)
@@ -160,22 +170,39 @@ async def running_services(settings: Settings) -> AsyncIterator[Services]:
 
 
 async def test_turn_with_tool_call_streams_events_in_order(
-    services: Services, chat: Chat, openai_server: OpenAIServer, echo_tool: EchoTool,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,
+    echo_tool: EchoTool,  # noqa: F811
 ) -> None:
     openai_server.script(
-        tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Let me ", "echo that."],
-                  fragments=4, usage=(20, 6)),
+        tool_call(
+            "echo",
+            {"text": "hello"},
+            id="call_echo_1",
+            text_chunks=["Let me ", "echo that."],
+            fragments=4,
+            usage=(20, 6),
+        ),
         text("The tool ", "said: ", ">> hello", usage=(40, 5)),
     )
 
     events = await run_turn(services, chat, "please echo hello")
 
     assert event_types(events) == [
-        "start", "text-delta", "tool-input-available", "tool-output-available", "text-delta", "finish",
+        "start",
+        "text-delta",
+        "tool-input-available",
+        "tool-output-available",
+        "text-delta",
+        "finish",
     ]
     by_type = {e.type: e.data for e in events}
-    assert by_type["tool-input-available"] == {"toolCallId": "call_echo_1", "toolName": "echo",
-                                               "input": {"text": "hello"}}
+    assert by_type["tool-input-available"] == {
+        "toolCallId": "call_echo_1",
+        "toolName": "echo",
+        "input": {"text": "hello"},
+    }
     output = by_type["tool-output-available"]
     assert output["toolCallId"] == "call_echo_1"
     assert output["isError"] is False
@@ -190,11 +217,17 @@ async def test_turn_with_tool_call_streams_events_in_order(
     assert arguments == {"text": "hello"}
     assert config == {"prefix": ">> "}
     assert (ctx.session_id, ctx.user_id, ctx.agent_id, ctx.tool_call_id) == (
-        chat.session_id, chat.user_id, chat.agent_id, "call_echo_1")
+        chat.session_id,
+        chat.user_id,
+        chat.agent_id,
+        "call_echo_1",
+    )
 
 
 async def test_turn_sends_tool_call_and_tool_output_back_to_the_model(
-    services: Services, chat: Chat, openai_server: OpenAIServer,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Echoing."]),
@@ -227,19 +260,23 @@ async def test_turn_sends_tool_call_and_tool_output_back_to_the_model(
 
 
 async def test_turn_saves_user_message_tool_step_and_final_text(
-    services: Services, chat: Chat, openai_server: OpenAIServer,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     openai_server.script(
-        tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Let me ", "echo that."],
-                  usage=(20, 6)),
+        tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Let me ", "echo that."], usage=(20, 6)),
         text("The tool said: ", ">> hello", usage=(40, 5)),
     )
 
     await run_turn(services, chat, "please echo hello")
 
     rows = await saved_messages(services, chat)
-    assert [(r.role, r.status) for r in rows] == [("user", "complete"), ("assistant", "complete"),
-                                                  ("assistant", "complete")]
+    assert [(r.role, r.status) for r in rows] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+        ("assistant", "complete"),
+    ]
     user, step, final = rows
     assert user.content == "please echo hello"
     assert step.content == "Let me echo that."
@@ -260,7 +297,10 @@ async def test_turn_saves_user_message_tool_step_and_final_text(
 
 
 async def test_parallel_tool_calls_are_all_answered(
-    services: Services, chat: Chat, openai_server: OpenAIServer, echo_tool: EchoTool,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,
+    echo_tool: EchoTool,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_calls(call("echo", {"text": "one"}, id="call_a"), call("echo", {"text": "two"}, id="call_b")),
@@ -275,14 +315,17 @@ async def test_parallel_tool_calls_are_all_answered(
     assert outputs == {"call_a": {"ok": True, "output": ">> one"}, "call_b": {"ok": True, "output": ">> two"}}
     second = openai_server.requests[1]
     assert [(m["tool_call_id"], json.loads(m["content"])["output"]) for m in tool_messages(second.messages)] == [
-        ("call_a", ">> one"), ("call_b", ">> two"),
+        ("call_a", ">> one"),
+        ("call_b", ">> two"),
     ]
     assert events[-1].type == "finish"
     assert sorted(a["text"] for a, _, _ in echo_tool.calls) == ["one", "two"]
 
 
 async def test_history_with_tool_step_is_replayed_on_the_next_turn(
-    services: Services, chat: Chat, openai_server: OpenAIServer,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Echoing."]),
@@ -307,7 +350,10 @@ async def test_history_with_tool_step_is_replayed_on_the_next_turn(
 
 
 async def test_malformed_tool_arguments_go_back_to_the_model_as_a_tool_error(
-    services: Services, chat: Chat, openai_server: OpenAIServer, echo_tool: EchoTool,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,
+    echo_tool: EchoTool,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_call("echo", '{"text": "unterminated', id="call_bad"),
@@ -317,7 +363,11 @@ async def test_malformed_tool_arguments_go_back_to_the_model_as_a_tool_error(
     events = await run_turn(services, chat, "echo something")
 
     assert event_types(events) == [
-        "start", "tool-input-available", "tool-output-available", "text-delta", "finish",
+        "start",
+        "tool-input-available",
+        "tool-output-available",
+        "text-delta",
+        "finish",
     ]
     output = next(e.data for e in events if e.type == "tool-output-available")
     assert output["isError"] is True
@@ -340,7 +390,10 @@ async def test_malformed_tool_arguments_go_back_to_the_model_as_a_tool_error(
 
 
 async def test_unknown_tool_name_goes_back_to_the_model_as_a_tool_error(
-    services: Services, chat: Chat, openai_server: OpenAIServer, echo_tool: EchoTool,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,
+    echo_tool: EchoTool,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_call("shell_exec", {"cmd": "rm -rf /"}, id="call_unknown"),
@@ -350,7 +403,11 @@ async def test_unknown_tool_name_goes_back_to_the_model_as_a_tool_error(
     events = await run_turn(services, chat, "do something dangerous")
 
     assert event_types(events) == [
-        "start", "tool-input-available", "tool-output-available", "text-delta", "finish",
+        "start",
+        "tool-input-available",
+        "tool-output-available",
+        "text-delta",
+        "finish",
     ]
     output = next(e.data for e in events if e.type == "tool-output-available")
     assert output["isError"] is True
@@ -370,7 +427,9 @@ async def test_unknown_tool_name_goes_back_to_the_model_as_a_tool_error(
 
 
 async def test_model_error_mid_stream_saves_partial_text_with_error_status(
-    services: Services, chat: Chat, openai_server: OpenAIServer,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     openai_server.script(broken(["Partial ", "answer"]))
 
@@ -394,7 +453,9 @@ async def test_model_error_mid_stream_saves_partial_text_with_error_status(
 
 
 async def test_model_error_after_a_tool_step_keeps_the_step(
-    services: Services, chat: Chat, openai_server: OpenAIServer,  # noqa: F811
+    services: Services,
+    chat: Chat,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     openai_server.script(
         tool_call("echo", {"text": "hello"}, id="call_echo_1", text_chunks=["Echoing."]),
@@ -404,27 +465,39 @@ async def test_model_error_after_a_tool_step_keeps_the_step(
     events = await run_turn(services, chat, "please echo hello")
 
     assert event_types(events) == [
-        "start", "text-delta", "tool-input-available", "tool-output-available", "text-delta", "error", "finish",
+        "start",
+        "text-delta",
+        "tool-input-available",
+        "tool-output-available",
+        "text-delta",
+        "error",
+        "finish",
     ]
     rows = await saved_messages(services, chat)
-    assert [(r.role, r.status) for r in rows] == [("user", "complete"), ("assistant", "complete"),
-                                                  ("assistant", "error")]
+    assert [(r.role, r.status) for r in rows] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+        ("assistant", "error"),
+    ]
     assert rows[1].tool_results[0]["output"] == {"ok": True, "output": ">> hello"}
     assert rows[2].content == "The tool said"
 
 
 async def test_model_stall_fails_the_turn_with_a_timeout(
-    tmp_path: Path, openai_server: OpenAIServer,  # noqa: F811
+    tmp_path: Path,
+    openai_server: OpenAIServer,  # noqa: F811
 ) -> None:
     # SQLite only: the database plays no part in how a read timeout is handled.
-    settings = make_settings(tmp_path, default_model=MODEL, llm_api_base=openai_server.api_base,
-                             llm_api_key="sk-test", llm_timeout_s=0.5)
+    settings = make_settings(
+        tmp_path, default_model=MODEL, llm_api_base=openai_server.api_base, llm_api_key="sk-test", llm_timeout_s=0.5
+    )
     async with running_services(settings) as services:
         echo = EchoTool()
         services.tools.register(echo)
         async with services.db.session() as s:
-            agent = await agents_store.create_agent(s, slug="echo-agent", name="Echo", model=MODEL,
-                                                    tools={ECHO_TYPE: {}})
+            agent = await agents_store.create_agent(
+                s, slug="echo-agent", name="Echo", model=MODEL, tools={ECHO_TYPE: {}}
+            )
             row = await sessions_store.create_session(s, user_id=services.auth.local_user_id, agent_id=agent.id)
         chat = Chat(session_id=row.id, user_id=services.auth.local_user_id, agent_id=agent.id)
         openai_server.script(stall(["Thinking"], seconds=10))
@@ -435,5 +508,6 @@ async def test_model_stall_fails_the_turn_with_a_timeout(
         assert "LLM_TIMEOUT_S" in next(e.data["errorText"] for e in events if e.type == "error")
         rows = await saved_messages(services, chat)
         assert [(r.role, r.status, r.content) for r in rows] == [
-            ("user", "complete", "hello?"), ("assistant", "error", "Thinking"),
+            ("user", "complete", "hello?"),
+            ("assistant", "error", "Thinking"),
         ]

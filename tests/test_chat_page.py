@@ -86,8 +86,9 @@ def _create_accounts(pairs: list[tuple[str, str]]) -> None:
 
 
 @pytest.fixture
-async def user(app_env: dict[str, Any], caplog: pytest.LogCaptureFixture,
-               request: pytest.FixtureRequest) -> AsyncIterator[User]:
+async def user(
+    app_env: dict[str, Any], caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
+) -> AsyncIterator[User]:
     """NiceGUI's `user` fixture, but only once `app_env` has prepared the environment."""
     async with simulated_app_user(request, caplog) as simulated:
         yield simulated
@@ -124,8 +125,9 @@ def element(user: User, marker: str) -> ui.element:
 
 def bubbles(user: User, testid: str) -> list[ui.chat_message]:
     with user:
-        return [e for e in ElementFilter(kind=ui.chat_message, local_scope=False)
-                if e.props.get("data-testid") == testid]
+        return [
+            e for e in ElementFilter(kind=ui.chat_message, local_scope=False) if e.props.get("data-testid") == testid
+        ]
 
 
 def text_of(bubble: ui.element) -> str:
@@ -135,8 +137,14 @@ def text_of(bubble: ui.element) -> str:
 
 def user_texts(user: User) -> list[str]:
     """The user's messages as shown: plain text (labels) and fenced code (markdown), in order."""
-    return ["\n".join(e.content if isinstance(e, ui.markdown) else e.text for e in b.descendants()
-                      if isinstance(e, ui.markdown | ui.label)) for b in bubbles(user, "user-message")]
+    return [
+        "\n".join(
+            e.content if isinstance(e, ui.markdown) else e.text
+            for e in b.descendants()
+            if isinstance(e, ui.markdown | ui.label)
+        )
+        for b in bubbles(user, "user-message")
+    ]
 
 
 def assistant_texts(user: User) -> list[str]:
@@ -155,8 +163,11 @@ def session_titles(user: User) -> list[tuple[str, str]]:
 
 def current_session_id(user: User) -> str | None:
     """The id of the chat the page shows (from the session list's active item)."""
-    items = [c for c in element(user, "session-list").default_slot.children
-             if isinstance(c, ui.item) and c.props.get("active")]
+    items = [
+        c
+        for c in element(user, "session-list").default_slot.children
+        if isinstance(c, ui.item) and c.props.get("active")
+    ]
     return items[0].props["data-session-id"] if items else None
 
 
@@ -164,9 +175,14 @@ async def wait_for_answer(user: User, count: int = 1, timeout: float = 30.0) -> 
     """Wait until `count` answers are on the page and the page shows no turn running."""
     send_btn, stop_btn = element(user, "send-btn"), element(user, "stop-btn")
     await wait_until(
-        lambda: len(bubbles(user, "assistant-message")) >= count and send_btn.enabled and not stop_btn.visible
-        and not any(services().chat.is_running(sid) for sid, _ in session_titles(user)),
-        timeout=timeout, what=f"{count} finished answer(s)",
+        lambda: (
+            len(bubbles(user, "assistant-message")) >= count
+            and send_btn.enabled
+            and not stop_btn.visible
+            and not any(services().chat.is_running(sid) for sid, _ in session_titles(user))
+        ),
+        timeout=timeout,
+        what=f"{count} finished answer(s)",
     )
 
 
@@ -204,8 +220,11 @@ async def test_the_page_has_every_test_id_and_the_docs(user: User) -> None:
     await user.should_see("No chats yet")
     picker = element(user, "agent-picker")
     assert picker.value == "general-assistant"
-    assert picker.options == {"coding-assistant": "Coding Assistant", "general-assistant": "General Assistant",
-                              "planner": "Planner"}
+    assert picker.options == {
+        "coding-assistant": "Coding Assistant",
+        "general-assistant": "General Assistant",
+        "planner": "Planner",
+    }
 
     # The OpenAPI docs, through the simulation's ASGI transport (test_app_cli.py checks a live server).
     docs = await user.http_client.get("/docs")
@@ -335,10 +354,19 @@ async def test_an_answer_cut_off_by_a_crash_shows_what_it_said_as_interrupted(us
     agent = await services().workspace.default_agent()
     chat = await services().workspace.create(services().auth.local_user_id, agent.slug)
     async with services().db.session() as s:  # what the start after a kill -9 leaves (test_chat_engine.py)
-        await sessions_store.add_messages(s, session_id=chat.id, messages=[
-            {"role": "user", "content": "/lorem 3000"},
-            {"role": "assistant", "content": "lorem ipsum dolor", "status": "interrupted",
-             "error": sessions_store.INTERRUPTED_ERROR}])
+        await sessions_store.add_messages(
+            s,
+            session_id=chat.id,
+            messages=[
+                {"role": "user", "content": "/lorem 3000"},
+                {
+                    "role": "assistant",
+                    "content": "lorem ipsum dolor",
+                    "status": "interrupted",
+                    "error": sessions_store.INTERRUPTED_ERROR,
+                },
+            ],
+        )
     await user.open(f"/chat/{chat.id}")
     await user.should_see("Interrupted by a server restart.")
     assert assistant_texts(user) == ["lorem ipsum dolor"]
@@ -356,8 +384,10 @@ async def test_a_page_opened_during_an_answer_replays_it_and_follows_it_live(use
     await user.open(f"/chat/{sid}")  # a reload, or a second tab
     # The page answers as soon as its ui.timer waits for the socket, before build() has reattached
     # to the turn; the reattachment follows over the socket (as it would in a browser).
-    await wait_until(lambda: assistant_texts(user) or not services().chat.is_running(sid),
-                     what="the reopened page to replay the turn")
+    await wait_until(
+        lambda: assistant_texts(user) or not services().chat.is_running(sid),
+        what="the reopened page to replay the turn",
+    )
     partial = None
     if services().chat.is_running(sid):
         assert element(user, "stop-btn").visible and element(user, "send-btn").enabled is False
@@ -546,14 +576,17 @@ async def test_another_users_delegated_task_page_looks_exactly_like_an_unknown_o
 async def test_a_send_over_the_users_running_turns_limit_says_why_and_keeps_the_text(user: User) -> None:
     await log_in(user, *ALICE)
     await send(user, "/hang")
-    await wait_until(lambda: current_session_id(user) is not None
-                     and services().chat.is_running(current_session_id(user)), what="the first answer to run")
+    await wait_until(
+        lambda: current_session_id(user) is not None and services().chat.is_running(current_session_id(user)),
+        what="the first answer to run",
+    )
     running = current_session_id(user)
     try:
         await user.open("/")  # a new chat: its first message is one answer too many
         await send(user, "one more question")
-        await user.should_see("You already have 1 answer being written, the most one account may have at once.",
-                              retries=30)
+        await user.should_see(
+            "You already have 1 answer being written, the most one account may have at once.", retries=30
+        )
         assert element(user, "msg-input").value == "one more question"  # kept for later
     finally:
         await services().chat.cancel(running)
@@ -591,9 +624,13 @@ async def navigation_after_login(browser: User, monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
 async def test_after_login_the_browser_goes_where_it_asked_but_stays_on_this_site(
-        user: User, monkeypatch: pytest.MonkeyPatch) -> None:
-    for redirect_to, expected in [("/chat/as_x?y=1", "/chat/as_x?y=1"), ("//evil.example/x", "/"),
-                                  ("https://evil.example/x", "/")]:
+    user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for redirect_to, expected in [
+        ("/chat/as_x?y=1", "/chat/as_x?y=1"),
+        ("//evil.example/x", "/"),
+        ("https://evil.example/x", "/"),
+    ]:
         browser = new_browser()
         async with browser.http_client:
             assert await navigation_after_login(browser, monkeypatch, redirect_to) == [expected], redirect_to
@@ -604,15 +641,17 @@ async def test_after_login_the_browser_goes_where_it_asked_but_stays_on_this_sit
     async with browser.http_client:
         await log_in(browser, *ALICE)
         for redirect_to in ["/\\evil.example/x", "/\t/evil.example/x", "//evil.example/x", "https://evil.example/"]:
-            response = await browser.http_client.get(f"/login?redirect_to={quote(redirect_to, safe='')}",
-                                                     follow_redirects=False)
+            response = await browser.http_client.get(
+                f"/login?redirect_to={quote(redirect_to, safe='')}", follow_redirects=False
+            )
             assert response.status_code in {302, 303, 307}
             assert lands_on_this_site(response.headers["location"]), response.headers["location"]
 
 
 @pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
 async def test_after_login_a_backslash_or_tab_target_does_not_leave_this_site(
-        user: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sent_to = {}
     for redirect_to in ["/\\evil.example/x", "/\t/evil.example/x"]:
         browser = new_browser()

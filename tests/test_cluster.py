@@ -59,8 +59,9 @@ def fresh_start(backends: ClusterBackends, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def replicas(backends: ClusterBackends, fresh_start: list[str],
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Replica]]:
+def replicas(
+    backends: ClusterBackends, fresh_start: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Replica]]:
     base = tmp_path_factory.mktemp("cluster")
     add_account(backends, base / "cli")
     with start_replicas(backends, base, CLUSTER_LEASE_S=str(LEASE_S), DEMO_MODEL_DELAY_MS="5") as started:
@@ -71,7 +72,8 @@ def replicas(backends: ClusterBackends, fresh_start: list[str],
 
 def warm_up(replica: Replica) -> None:
     """One short turn: the first model call imports LiteLLM, which holds a fresh replica's event loop for
-    seconds (longer than this module's short lease), so it is paid before the tests."""
+    seconds (longer than this module's short lease), so it is paid before the tests.
+    """
     with httpx.Client(base_url=replica.url, auth=ADMIN, timeout=60) as client:
         session_id = client.post("/api/sessions", json={"agentId": AGENT}).json()["id"]
         assert client.post(f"/api/sessions/{session_id}/messages", json={"content": "/slow 2 10"}).status_code == 202
@@ -91,8 +93,9 @@ async def send(client: httpx.AsyncClient, session_id: str, text: str) -> httpx.R
     return await client.post(f"/api/sessions/{session_id}/messages", json={"content": text})
 
 
-async def read_sse(client: httpx.AsyncClient, path: str, *, last_event_id: int | None = None,
-                   stop_after: int | None = None) -> list[tuple[int, dict]]:
+async def read_sse(
+    client: httpx.AsyncClient, path: str, *, last_event_id: int | None = None, stop_after: int | None = None
+) -> list[tuple[int, dict]]:
     """(id, data) of each event until `finish` (or after `stop_after` events: the cut)."""
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     events: list[tuple[int, dict]] = []
@@ -134,20 +137,36 @@ def test_cluster_mode_without_postgres_redis_or_secret_refuses_with_the_reasons(
         assert app.process.wait(timeout=60) != 0
     output = app.output
     assert "Refusing to start in cluster mode" in output, output
-    for setting in ("DATABASE_URL must point at PostgreSQL", "REDIS_URL", "STORAGE_SECRET", "REPLICA_URL",
-                    "INTERNAL_TOKEN", "INSTANCE_ID"):
+    for setting in (
+        "DATABASE_URL must point at PostgreSQL",
+        "REDIS_URL",
+        "STORAGE_SECRET",
+        "REPLICA_URL",
+        "INTERNAL_TOKEN",
+        "INSTANCE_ID",
+    ):
         assert setting in output, (setting, output)
 
 
 def test_migrate_as_a_one_shot_step_run_twice_at_once_on_a_fresh_database(
-        postgres_server_url: str, backends: ClusterBackends, tmp_path: Path) -> None:
+    postgres_server_url: str, backends: ClusterBackends, tmp_path: Path
+) -> None:
     from tests.conftest import create_postgres_database, drop_postgres_database
 
     url = create_postgres_database(postgres_server_url, prefix="a2a_cluster_migrate")
     try:
         env = child_env(tmp_path / "data", DATABASE_URL=url)
-        runs = [subprocess.Popen([sys.executable, "app.py", "migrate"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "app.py", "migrate"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         outputs = [run.communicate(timeout=120)[0] for run in runs]
         assert [run.returncode for run in runs] == [0, 0], outputs
         assert all("the database is at the newest schema" in out for out in outputs), outputs
@@ -165,8 +184,7 @@ def test_migrate_as_a_one_shot_step_run_twice_at_once_on_a_fresh_database(
 # -- turns across replicas ------------------------------------------------------------------------------
 
 
-async def test_a_turn_on_a_is_read_on_b_and_resumed_on_a_with_nothing_lost_or_repeated(
-        replicas: list[Replica]) -> None:
+async def test_a_turn_on_a_is_read_on_b_and_resumed_on_a_with_nothing_lost_or_repeated(replicas: list[Replica]) -> None:
     a, b = replicas
     command = "/slow 60 20"
     async with a.client() as on_a, b.client() as on_b:
@@ -215,14 +233,19 @@ async def test_one_users_running_turns_are_limited_across_replicas(replicas: lis
         clients = [on_a, on_b] * 12
         chats = [await new_chat(client) for client in clients]
         try:
-            sent = await asyncio.gather(*(send(client, sid, "/hang") for client, sid in zip(clients, chats, strict=True)))
+            sent = await asyncio.gather(
+                *(send(client, sid, "/hang") for client, sid in zip(clients, chats, strict=True))
+            )
             codes = [r.status_code for r in sent]
             assert codes.count(202) == 20 and codes.count(429) == 4, codes
             refused = next(r for r in sent if r.status_code == 429)
             assert refused.json()["code"] == "too_many_running_turns" and refused.headers["Retry-After"] == "10"
             # A stop on either replica frees a place on the other.
-            running_on_a = next(sid for client, sid, r in zip(clients, chats, sent, strict=True)
-                                if client is on_a and r.status_code == 202)
+            running_on_a = next(
+                sid
+                for client, sid, r in zip(clients, chats, sent, strict=True)
+                if client is on_a and r.status_code == 202
+            )
             assert (await on_b.post(f"/api/sessions/{running_on_a}/stop")).json() == {"stopped": True}
             free = [sid for sid, r in zip(chats, sent, strict=True) if r.status_code == 429]
             assert (await send(on_b, free[0], "/hang")).status_code == 202
@@ -263,9 +286,11 @@ async def _api_key(client: httpx.AsyncClient) -> str:
 
 async def _rpc(replica: Replica, key: str, method: str, params: dict) -> dict:
     async with httpx.AsyncClient(base_url=replica.url, timeout=30) as client:  # the key, not the admin's login
-        response = await client.post(f"/a2a/agents/{AGENT}", headers={"Authorization": f"Bearer {key}",
-                                                                        "A2A-Version": "1.0"},
-                                     json={"jsonrpc": "2.0", "id": "1", "method": method, "params": params})
+        response = await client.post(
+            f"/a2a/agents/{AGENT}",
+            headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"},
+            json={"jsonrpc": "2.0", "id": "1", "method": method, "params": params},
+        )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -275,14 +300,16 @@ async def test_subscribe_and_cancel_on_b_for_a_task_running_on_a(replicas: list[
     async with a.client() as on_a, httpx.AsyncClient(base_url=b.url, timeout=30) as on_b:
         key = await _api_key(on_a)
         message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "/slow 30 30"}]}
-        started = await _rpc(a, key, "SendMessage", {"message": message,
-                                                       "configuration": {"returnImmediately": True}})
+        started = await _rpc(a, key, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
         task_id = started["result"]["task"]["id"]
         texts: list[str] = []
         final = None
-        async with on_b.stream("POST", f"/a2a/agents/{AGENT}", headers={
-                "Authorization": f"Bearer {key}", "A2A-Version": "1.0", "Accept": "text/event-stream"},
-                json={"jsonrpc": "2.0", "id": "2", "method": "SubscribeToTask", "params": {"id": task_id}}) as sub:
+        async with on_b.stream(
+            "POST",
+            f"/a2a/agents/{AGENT}",
+            headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0", "Accept": "text/event-stream"},
+            json={"jsonrpc": "2.0", "id": "2", "method": "SubscribeToTask", "params": {"id": task_id}},
+        ) as sub:
             assert sub.status_code == 200
             async for line in sub.aiter_lines():
                 if not line.startswith("data:"):
@@ -294,16 +321,14 @@ async def test_subscribe_and_cancel_on_b_for_a_task_running_on_a(replicas: list[
                     continue
                 for part in (update["status"].get("message") or {}).get("parts", []):
                     texts.append(part.get("text", ""))
-                if update["status"]["state"] in {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED",
-                                                 "TASK_STATE_CANCELED"}:
+                if update["status"]["state"] in {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED"}:
                     final = update["status"]["state"]
                     break
         assert final == "TASK_STATE_COMPLETED"
         assert words("/slow 30 30") in "".join(texts) or "".join(texts) == words("/slow 30 30")
 
         message = {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "/slow 400 50"}]}
-        started = await _rpc(a, key, "SendMessage", {"message": message,
-                                                       "configuration": {"returnImmediately": True}})
+        started = await _rpc(a, key, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
         task_id = started["result"]["task"]["id"]
         await asyncio.sleep(0.5)
         canceled = await _rpc(b, key, "CancelTask", {"id": task_id})
@@ -319,8 +344,10 @@ async def test_wrong_passwords_are_counted_across_the_replicas(
     # A guesser spreading its attempts over the replicas gets LOGIN_MAX_FAILURES (10) in all, not 10 per replica.
     # From 127.0.0.2 and at an account of its own: this module's address (127.0.0.1) and admin keep their budgets.
     add_account(backends, tmp_path / "cli", "target", "target-password")
-    clients = [httpx.AsyncClient(base_url=r.url, timeout=30,
-                                 transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")) for r in replicas]
+    clients = [
+        httpx.AsyncClient(base_url=r.url, timeout=30, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2"))
+        for r in replicas
+    ]
     try:
         for i in range(10):
             guess = await clients[i % 2].get("/api/sessions", auth=("target", f"guess-{i}"))
@@ -334,7 +361,8 @@ async def test_wrong_passwords_are_counted_across_the_replicas(
 
 
 def test_a_replica_with_the_instance_id_of_a_running_one_refuses_to_start(
-        replicas: list[Replica], backends: ClusterBackends, tmp_path: Path) -> None:
+    replicas: list[Replica], backends: ClusterBackends, tmp_path: Path
+) -> None:
     taken = replicas[1].instance_id
     with app_process(tmp_path / "data", **backends.env(INSTANCE_ID=taken, REPLICA_URL="http://127.0.0.1:1")) as app:
         assert app.process.wait(timeout=60) != 0
@@ -350,8 +378,9 @@ async def test_a_turn_of_a_killed_replica_is_ended_by_the_other_within_the_lease
         session_id = await new_chat(on_a)
         turn = await send(on_a, session_id, "/slow 400 50")
         assert turn.status_code == 202
-        seen = await read_sse(on_b, f"/api/sessions/{session_id}/stream",
-                              last_event_id=turn.json()["afterEventId"], stop_after=10)
+        seen = await read_sse(
+            on_b, f"/api/sessions/{session_id}/stream", last_event_id=turn.json()["afterEventId"], stop_after=10
+        )
         a.app.process.send_signal(signal.SIGKILL)
         a.app.process.wait(timeout=10)
         killed = time.monotonic()

@@ -47,9 +47,10 @@ ECHO_NAME = "Cluster Echo"
 def replicas(tmp_path_factory: pytest.TempPathFactory, postgres_server_url: str) -> Iterator[Replicas]:
     """Replicas A and B, module-scoped (starting two apps is the slow part)."""
     try:
-        with cluster_backends(postgres_server_url) as backends, two_replicas(
-                backends, tmp_path_factory.mktemp("replicas"),
-                OUTBOUND_ALLOW_HOSTS="127.0.0.1") as started:  # the HTTP A2A agent runs on this machine
+        with (
+            cluster_backends(postgres_server_url) as backends,
+            two_replicas(backends, tmp_path_factory.mktemp("replicas"), OUTBOUND_ALLOW_HOSTS="127.0.0.1") as started,
+        ):  # the HTTP A2A agent runs on this machine
             yield started
     except ConnectionError as exc:
         unavailable(str(exc))
@@ -100,15 +101,25 @@ async def test_dispatch_via_b_runs_on_a_and_injects_the_result(replicas: Replica
     chat_agent = chat_agent_number()
     text = f"hello across replicas {secrets.token_hex(3)}"
     async with RedisListener(replicas.redis_url, chat_agent) as redis, httpx.AsyncClient(timeout=15) as http:
-        ack = (await http.post(f"{replicas.b.base_url}/a2a/tasks/dispatch", headers=DISPATCH_HEADERS, json={
-            "task": text, "targetAgent": echo_id, "agentId": chat_agent, "chatId": "cluster-chat-1"})).json()
+        ack = (
+            await http.post(
+                f"{replicas.b.base_url}/a2a/tasks/dispatch",
+                headers=DISPATCH_HEADERS,
+                json={"task": text, "targetAgent": echo_id, "agentId": chat_agent, "chatId": "cluster-chat-1"},
+            )
+        ).json()
         assert ack["status"] == "accepted" and ack["taskId"]
         messages = await redis.wait(lambda ms: any(m["mode"] == "auto" for m in ms), timeout=30)
     results = [m for m in messages if m["mode"] == "auto"]
     assert len(results) == 1
-    assert results[0] == {"channel": f"agent:events:{chat_agent}", "type": "inject_system_message",
-                          "agentId": chat_agent, "chatId": "cluster-chat-1", "text": f"[{ECHO_NAME}] {text}",
-                          "mode": "auto"}
+    assert results[0] == {
+        "channel": f"agent:events:{chat_agent}",
+        "type": "inject_system_message",
+        "agentId": chat_agent,
+        "chatId": "cluster-chat-1",
+        "text": f"[{ECHO_NAME}] {text}",
+        "mode": "auto",
+    }
     assert any(m["mode"] == "delay" for m in messages)  # progress came through too
     async with httpx.AsyncClient(timeout=10) as http:
         forwarded = (await http.get(f"{replicas.b.base_url}/a2a/stats")).json()["cluster"]["forwarded"]
@@ -120,16 +131,27 @@ async def test_cancel_via_b_stops_the_task_on_a(replicas: Replicas, echo_id: str
     chat_agent = chat_agent_number()
     long_text = " ".join(f"word{i}" for i in range(200))  # 200 words at 0.2 s: 40 s unless canceled
     async with RedisListener(replicas.redis_url, chat_agent) as redis, httpx.AsyncClient(timeout=30) as http:
-        ack = (await http.post(f"{replicas.b.base_url}/a2a/tasks/dispatch", headers=DISPATCH_HEADERS, json={
-            "task": long_text, "targetAgent": echo_id, "agentId": chat_agent, "chatId": "cluster-chat-2"})).json()
+        ack = (
+            await http.post(
+                f"{replicas.b.base_url}/a2a/tasks/dispatch",
+                headers=DISPATCH_HEADERS,
+                json={"task": long_text, "targetAgent": echo_id, "agentId": chat_agent, "chatId": "cluster-chat-2"},
+            )
+        ).json()
         assert ack["status"] == "accepted"
         await redis.wait(lambda ms: any(m["mode"] == "delay" for m in ms), timeout=20)  # it runs on A
-        canceled = (await http.post(f"{replicas.b.base_url}/a2a/tasks/cancel", headers=DISPATCH_HEADERS,
-                                    json={"chatId": "cluster-chat-2"})).json()
+        canceled = (
+            await http.post(
+                f"{replicas.b.base_url}/a2a/tasks/cancel", headers=DISPATCH_HEADERS, json={"chatId": "cluster-chat-2"}
+            )
+        ).json()
         assert canceled == {"canceled": 1}
         messages = await redis.wait(lambda ms: any(m["mode"] == "auto" for m in ms), timeout=20)
-        again = (await http.post(f"{replicas.b.base_url}/a2a/tasks/cancel", headers=DISPATCH_HEADERS,
-                                 json={"chatId": "cluster-chat-2"})).json()
+        again = (
+            await http.post(
+                f"{replicas.b.base_url}/a2a/tasks/cancel", headers=DISPATCH_HEADERS, json={"chatId": "cluster-chat-2"}
+            )
+        ).json()
     assert [m["text"] for m in messages if m["mode"] == "auto"] == [f"[{ECHO_NAME}] The task was canceled."]
     assert again == {"canceled": 0}  # nothing runs any more, anywhere
 
@@ -150,14 +172,24 @@ async def test_a_duplicate_id_on_b_is_refused_with_4409(replicas: Replicas, echo
 async def test_the_internal_routes_take_only_the_internal_token(replicas: Replicas, echo_id: str) -> None:
     """`/a2a/internal/*`: no token or another token 401, an oversized body 413, an unknown field 422."""
     url = f"{replicas.a.base_url}/a2a/internal/dispatch"
-    body = {"task": "x", "targetAgent": echo_id, "agentId": 1, "chatId": "c", "owner": "open", "taskId": "t-1",
-            "origin": "elsewhere"}
+    body = {
+        "task": "x",
+        "targetAgent": echo_id,
+        "agentId": 1,
+        "chatId": "c",
+        "owner": "open",
+        "taskId": "t-1",
+        "origin": "elsewhere",
+    }
     async with httpx.AsyncClient(timeout=10) as http:
         none = await http.post(url, json=body)
         dispatch_token = await http.post(url, json=body, headers=DISPATCH_HEADERS)
         auth = {"Authorization": f"Bearer {replicas.internal_token}"}
-        too_big = await http.post(url, content=json.dumps({**body, "task": "x" * 300_000}),
-                                  headers={**auth, "content-type": "application/json"})
+        too_big = await http.post(
+            url,
+            content=json.dumps({**body, "task": "x" * 300_000}),
+            headers={**auth, "content-type": "application/json"},
+        )
         unknown_field = await http.post(url, json={**body, "extra": 1}, headers=auth)
     assert none.status_code == 401 and dispatch_token.status_code == 401
     assert "INTERNAL_TOKEN" in none.json()["detail"]
@@ -168,23 +200,24 @@ async def test_the_internal_routes_take_only_the_internal_token(replicas: Replic
 # -- item 6: the app's own chat on B uses the agent on A in the background ---------------------------
 
 
-async def test_background_dispatch_from_a_chat_on_b_reports_back_exactly_once(replicas: Replicas,
-                                                                             echo_id: str) -> None:
+async def test_background_dispatch_from_a_chat_on_b_reports_back_exactly_once(replicas: Replicas, echo_id: str) -> None:
     """`/background @echo …` on B, echo on A: its notes and one announcement land in the chat once each."""
     words = [f"w{i}-{secrets.token_hex(2)}" for i in range(5)]
     base = f"{replicas.b.base_url}/api"
     async with httpx.AsyncClient(timeout=20, auth=replicas.auth) as http:
         session = (await http.post(f"{base}/sessions", json={"agentId": "general-assistant"})).json()
         sid = session["id"]
-        sent = await http.post(f"{base}/sessions/{sid}/messages",
-                               json={"content": f"/background @{echo_id} {' '.join(words)}"})
+        sent = await http.post(
+            f"{base}/sessions/{sid}/messages", json={"content": f"/background @{echo_id} {' '.join(words)}"}
+        )
         assert sent.status_code == 202, sent.text
 
         async def announced() -> bool:
             messages = (await http.get(f"{base}/sessions/{sid}/messages")).json()
             autos = [i for i, m in enumerate(messages) if m["injectMode"] == "auto"]
-            return bool(autos) and any(m["role"] == "assistant" and m["status"] != "streaming"
-                                       for m in messages[autos[0] + 1:])
+            return bool(autos) and any(
+                m["role"] == "assistant" and m["status"] != "streaming" for m in messages[autos[0] + 1 :]
+            )
 
         await wait_until(announced, timeout=60)
         await asyncio.sleep(3)  # anything delivered twice would be there by now
@@ -199,7 +232,7 @@ async def test_background_dispatch_from_a_chat_on_b_reports_back_exactly_once(re
     assert len({m["a2aTaskId"] for m in notes}) == 1
     roles = [m["role"] for m in messages]
     assert roles[:2] == ["user", "assistant"] and roles[-2:] == ["system", "assistant"], roles
-    announcements = [m for m in messages[messages.index(autos[0]) + 1:] if m["role"] == "assistant"]
+    announcements = [m for m in messages[messages.index(autos[0]) + 1 :] if m["role"] == "assistant"]
     assert len(announcements) == 1 and " ".join(words) in announcements[0]["content"]
     # The side panel's task (recorded on B, run on A) followed the agent to its end.
     task = next(t for t in tasks if t["id"] == autos[0]["a2aTaskId"])
@@ -214,11 +247,13 @@ async def test_registry_changes_on_a_reach_b(replicas: Replicas, echo_id: str) -
     agent_id = f"http-echo-{secrets.token_hex(3)}"
     with echo_server() as card_url:
         async with httpx.AsyncClient(timeout=30, auth=replicas.auth) as http:
-            taken = await http.post(f"{replicas.b.base_url}/api/a2a/remote-agents",
-                                    json={"cardUrl": card_url, "id": echo_id})
+            taken = await http.post(
+                f"{replicas.b.base_url}/api/a2a/remote-agents", json={"cardUrl": card_url, "id": echo_id}
+            )
             assert taken.status_code == 409 and "connected to the broker" in taken.json()["detail"], taken.text
-            registered = await http.post(f"{replicas.a.base_url}/api/a2a/remote-agents",
-                                         json={"cardUrl": card_url, "id": agent_id})
+            registered = await http.post(
+                f"{replicas.a.base_url}/api/a2a/remote-agents", json={"cardUrl": card_url, "id": agent_id}
+            )
             assert registered.status_code == 201, registered.text
 
             async def online_on_b() -> bool:
@@ -247,8 +282,9 @@ async def test_registry_changes_on_a_reach_b(replicas: Replicas, echo_id: str) -
 # -- start-up recovery in cluster mode (no replicas needed) ----------------------------------------
 
 
-async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only(postgres_url: str,
-                                                                                  tmp_path: Path) -> None:
+async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only(
+    postgres_url: str, tmp_path: Path
+) -> None:
     """At start a replica ends its own cut-off tasks and a dead replica's, never a live one's.
 
     A second process with a live replica's INSTANCE_ID is refused.
@@ -259,9 +295,17 @@ async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only
     prefix = f"a2a-test-{secrets.token_hex(4)}:"
 
     def settings_of(instance: str) -> Settings:
-        return make_settings(tmp_path / instance, database_url=postgres_url, cluster=True, instance_id=instance,
-                             redis={"url": redis_url, "key_prefix": prefix}, cluster_lease_s=1.0,
-                             replica_url=f"http://127.0.0.1:{free_port()}", internal_token="t", storage_secret="s")
+        return make_settings(
+            tmp_path / instance,
+            database_url=postgres_url,
+            cluster=True,
+            instance_id=instance,
+            redis={"url": redis_url, "key_prefix": prefix},
+            cluster_lease_s=1.0,
+            replica_url=f"http://127.0.0.1:{free_port()}",
+            internal_token="t",
+            storage_secret="s",
+        )
 
     db = Database(postgres_url)
     db.migrate()
@@ -269,8 +313,15 @@ async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only
     try:
         for instance in ("me", "live", "dead"):
             await BrokerStore(db, instance).add_task(
-                task_id=f"task-{instance}", owner="open", target_agent="echo", agent_name="Echo", chat_agent_id=7,
-                chat_id=f"chat-{instance}", session_id=None, task=f"work of {instance}")
+                task_id=f"task-{instance}",
+                owner="open",
+                target_agent="echo",
+                agent_name="Echo",
+                chat_agent_id=7,
+                chat_id=f"chat-{instance}",
+                session_id=None,
+                task=f"work of {instance}",
+            )
         await live.claim_replica()  # "live" runs; "dead" left its tasks and is gone
 
         ended = await Broker(settings_of("me"), AgentRegistry(db)).recover()
@@ -299,7 +350,8 @@ async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only
 
 
 async def test_a_gone_replicas_tasks_end_once_when_the_reaper_and_a_starting_replica_adopt_them_at_once(
-        postgres_url: str) -> None:
+    postgres_url: str,
+) -> None:
     """The reaper of one replica and the start of another adopt a dead replica's tasks together: each ends once.
 
     The reaper ends only the dead replica's tasks, never its own running ones.
@@ -311,11 +363,19 @@ async def test_a_gone_replicas_tasks_end_once_when_the_reaper_and_a_starting_rep
         dead_tasks = [f"task-dead-{n}" for n in range(20)]
         for task_id, instance in [(t, "dead") for t in dead_tasks] + [("task-reaper", "reaper")]:
             await BrokerStore(db, instance).add_task(
-                task_id=task_id, owner="open", target_agent="echo", agent_name="Echo", chat_agent_id=7,
-                chat_id="chat", session_id=None, task="work")
+                task_id=task_id,
+                owner="open",
+                target_agent="echo",
+                agent_name="Echo",
+                chat_agent_id=7,
+                chat_id="chat",
+                session_id=None,
+                task="work",
+            )
         reaped, started = await asyncio.gather(
             BrokerStore(reaper_db, "reaper").adopt_running({"dead"}, sent=False),
-            BrokerStore(starting_db, "starting").interrupt_running(sent=False, adopt={"dead"}))
+            BrokerStore(starting_db, "starting").interrupt_running(sent=False, adopt={"dead"}),
+        )
         async with db.session() as s:
             rows = {r.id: r for r in (await s.exec(select(BrokerTaskRecord))).all()}
             results = (await s.exec(select(BrokerOutboxInject))).all()
@@ -334,8 +394,9 @@ async def test_a_gone_replicas_tasks_end_once_when_the_reaper_and_a_starting_rep
 REAPED_LEASE_S = 4.0  # short, as in tests/test_cluster.py: a replica killed is noticed within about this
 
 
-async def test_a_killed_replicas_tasks_are_ended_by_the_reaper_of_a_live_one(postgres_server_url: str,
-                                                                             tmp_path: Path) -> None:
+async def test_a_killed_replicas_tasks_are_ended_by_the_reaper_of_a_live_one(
+    postgres_server_url: str, tmp_path: Path
+) -> None:
     """A kill -9 of A, nothing restarted: B's reaper ends A's task with one result; B's own task runs on.
 
     A pair of its own (this test kills A) with a short lease.
@@ -344,16 +405,30 @@ async def test_a_killed_replicas_tasks_are_ended_by_the_reaper_of_a_live_one(pos
     long_text = " ".join(f"word{i}" for i in range(300))  # 300 words at 0.2 s: a minute unless ended
     agent_a, agent_b = f"echo-a-{secrets.token_hex(3)}", f"echo-b-{secrets.token_hex(3)}"
     try:
-        with cluster_backends(postgres_server_url) as backends, two_replicas(
-                backends, tmp_path, CLUSTER_LEASE_S=str(REAPED_LEASE_S)) as pair, \
-                echo_agent(pair.a.base_url, agent_a, delay_s=0.2), echo_agent(pair.b.base_url, agent_b, delay_s=0.2):
-            async with RedisListener(pair.redis_url, doomed_chat, survivor_chat) as redis, \
-                    httpx.AsyncClient(timeout=15) as http:
+        with (
+            cluster_backends(postgres_server_url) as backends,
+            two_replicas(backends, tmp_path, CLUSTER_LEASE_S=str(REAPED_LEASE_S)) as pair,
+            echo_agent(pair.a.base_url, agent_a, delay_s=0.2),
+            echo_agent(pair.b.base_url, agent_b, delay_s=0.2),
+        ):
+            async with (
+                RedisListener(pair.redis_url, doomed_chat, survivor_chat) as redis,
+                httpx.AsyncClient(timeout=15) as http,
+            ):
                 task_ids = {}
                 for chat_agent, target in ((doomed_chat, agent_a), (survivor_chat, agent_b)):
-                    ack = (await http.post(f"{pair.b.base_url}/a2a/tasks/dispatch", headers=DISPATCH_HEADERS, json={
-                        "task": long_text, "targetAgent": target, "agentId": chat_agent,
-                        "chatId": f"chat-{chat_agent}"})).json()
+                    ack = (
+                        await http.post(
+                            f"{pair.b.base_url}/a2a/tasks/dispatch",
+                            headers=DISPATCH_HEADERS,
+                            json={
+                                "task": long_text,
+                                "targetAgent": target,
+                                "agentId": chat_agent,
+                                "chatId": f"chat-{chat_agent}",
+                            },
+                        )
+                    ).json()
                     assert ack["status"] == "accepted", ack
                     task_ids[chat_agent] = ack["taskId"]
 
@@ -392,8 +467,7 @@ async def test_a_killed_replicas_tasks_are_ended_by_the_reaper_of_a_live_one(pos
 # -- the inbox stream: one reader, another takes over, each result once ---------------------------
 
 
-async def test_the_inbox_stream_has_one_reader_that_another_replica_replaces(postgres_url: str,
-                                                                             tmp_path: Path) -> None:
+async def test_the_inbox_stream_has_one_reader_that_another_replica_replaces(postgres_url: str, tmp_path: Path) -> None:
     """Results published on any replica reach the chat once, through whichever replica holds the lock.
 
     Two replicas' services in this process: one reads the inbox stream; a result sent twice is saved and
@@ -410,10 +484,18 @@ async def test_the_inbox_stream_has_one_reader_that_another_replica_replaces(pos
     await db.close()
     replicas = []
     for instance in ("inbox-a", "inbox-b"):
-        services = Services.build(make_settings(
-            tmp_path / instance, database_url=postgres_url, cluster=True, instance_id=instance,
-            redis={"url": redis_url, "key_prefix": prefix}, replica_url=f"http://127.0.0.1:{free_port()}",
-            internal_token="t", storage_secret="s"))
+        services = Services.build(
+            make_settings(
+                tmp_path / instance,
+                database_url=postgres_url,
+                cluster=True,
+                instance_id=instance,
+                redis={"url": redis_url, "key_prefix": prefix},
+                replica_url=f"http://127.0.0.1:{free_port()}",
+                internal_token="t",
+                storage_secret="s",
+            )
+        )
         services.prepare()
         await services.start()
         replicas.append(services)
@@ -424,8 +506,14 @@ async def test_the_inbox_stream_has_one_reader_that_another_replica_replaces(pos
             sid = (await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id)).id
 
         def result(task_id: str) -> Inject:
-            return Inject(agent_id=agent.id, chat_id=sid, text=f"[Echo] result of {task_id}", mode=AUTO,
-                          task_id=task_id, session_id=sid)
+            return Inject(
+                agent_id=agent.id,
+                chat_id=sid,
+                text=f"[Echo] result of {task_id}",
+                mode=AUTO,
+                task_id=task_id,
+                session_id=sid,
+            )
 
         async def notes_and_announcements() -> tuple[list[str], int]:
             async with a.db.session() as s:

@@ -48,8 +48,9 @@ async def messages_of(services: Services, session_id: str) -> list[AgentMessage]
 async def set_invoke_config(services: Services, slug: str, **config) -> None:
     async with services.db.session() as s:
         agent = await agents_store.get_agent_by_slug(s, slug)
-        row = (await s.exec(select(AgentTool).where(AgentTool.agent_id == agent.id,
-                                                    AgentTool.tool_type == AGENT_INVOKE))).one()
+        row = (
+            await s.exec(select(AgentTool).where(AgentTool.agent_id == agent.id, AgentTool.tool_type == AGENT_INVOKE))
+        ).one()
         row.config = {**row.config, **config}
         s.add(row)
         await s.commit()
@@ -114,7 +115,8 @@ async def external_task_watched(services: Services, event_name: str, listener) -
     event.listen(services.db.engine.sync_engine, event_name, listener)
     try:
         started = await services.delegation.start_external_task(
-            "coding-assistant", "write hello", user_id=services.auth.local_user_id)
+            "coding-assistant", "write hello", user_id=services.auth.local_user_id
+        )
         await services.delegation.wait_external_task(started.id, timeout=10)
     finally:
         event.remove(services.db.engine.sync_engine, event_name, listener)
@@ -160,7 +162,11 @@ async def test_a_tasks_records_do_not_read_back_the_session_they_write(services:
     [task] = await all_tasks(services)
     # What the A2A server answers with at once (the first Task of a stream): the row as the task started.
     assert (started.id, started.state, started.session_id, started.input) == (
-        task.id, "submitted", task.session_id, "write hello")
+        task.id,
+        "submitted",
+        task.session_id,
+        "write hello",
+    )
     user, answer = await messages_of(services, task.session_id)
     assert (user.sort_order, answer.sort_order) == (1, 2)
     async with services.db.session() as s:
@@ -236,8 +242,16 @@ async def invoke(services: Services, arguments, *, chain=("general-assistant",),
         emitted.append((kind, data))
 
     chat = await chat_with(services)
-    ctx = ToolContext(user_id=services.auth.local_user_id, agent_id=general.id, agent_slug="general-assistant",
-                      session_id=chat, recursion_depth=depth, tool_call_id="call_1", chain=chain, emit=emit)
+    ctx = ToolContext(
+        user_id=services.auth.local_user_id,
+        agent_id=general.id,
+        agent_slug="general-assistant",
+        session_id=chat,
+        recursion_depth=depth,
+        tool_call_id="call_1",
+        chain=chain,
+        emit=emit,
+    )
     result = await services.delegation.invoke(arguments, {**DEFAULT_AGENT_INVOKE_CONFIG, **config}, ctx)
     return result, emitted
 
@@ -247,11 +261,15 @@ async def invoke(services: Services, arguments, *, chain=("general-assistant",),
     [
         ("{oops", {}, 0, ("general-assistant",), "Invalid agent_invoke call"),
         ({"agentSlug": "nobody", "input": "hi"}, {}, 0, ("general-assistant",), "There is no agent 'nobody'"),
-        ({"agentSlug": "coding-assistant", "input": "hi"}, {"maxRecursionDepth": 2}, 2, ("a", "b", "c"),
-         "limit is 2"),
+        ({"agentSlug": "coding-assistant", "input": "hi"}, {"maxRecursionDepth": 2}, 2, ("a", "b", "c"), "limit is 2"),
         ({"agentSlug": "general-assistant", "input": "hi"}, {}, 0, ("general-assistant",), "would loop"),
-        ({"agentSlug": "coding-assistant", "input": "hi"}, {"allowedAgents": ["planner"]}, 0, ("general-assistant",),
-         "not one of the agents this agent may call (planner)"),
+        (
+            {"agentSlug": "coding-assistant", "input": "hi"},
+            {"allowedAgents": ["planner"]},
+            0,
+            ("general-assistant",),
+            "not one of the agents this agent may call (planner)",
+        ),
     ],
     ids=["not-json", "unknown-callee", "too-deep", "cycle", "not-allowed"],
 )
@@ -268,7 +286,7 @@ async def test_unknown_callee_error_lists_the_agents_one_may_call(services: Serv
 
 
 async def test_a_callee_that_calls_back_up_the_chain_is_refused(services: Services) -> None:
-    """general → planner → general would be a cycle: planner's call is refused, the outer task completes."""
+    """General → planner → general would be a cycle: planner's call is refused, the outer task completes."""
     chat = await chat_with(services)
     await run_turn(services, chat, "@planner ask @@general-assistant to help")
     [task] = await all_tasks(services)  # no second task was created
@@ -337,8 +355,9 @@ async def test_a_callee_past_its_timeout_is_stopped_and_the_task_fails(slow_serv
 async def test_stopping_the_caller_cancels_the_delegations_down_the_chain(slow_services: Services) -> None:
     services = slow_services
     chat = await chat_with(services)
-    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
-                                   text="@planner go @@coding-assistant /lorem 2000")
+    await services.chat.start_turn(
+        session_id=chat, user_id=services.auth.local_user_id, text="@planner go @@coding-assistant /lorem 2000"
+    )
     for _ in range(500):  # until the grandchild streams
         tasks = await all_tasks(services)
         if len(tasks) == 2 and tasks[1].state == "working":
@@ -362,9 +381,7 @@ async def test_stopping_the_caller_cancels_the_delegations_down_the_chain(slow_s
 
 
 def test_double_at_passes_a_mention_on_to_the_callee() -> None:
-    assert find_mentions("@planner ask @@coding-assistant for code") == [
-        ("planner", "ask @coding-assistant for code")
-    ]
+    assert find_mentions("@planner ask @@coding-assistant for code") == [("planner", "ask @coding-assistant for code")]
 
 
 # -- remote callees through the registry ------------------------------------------------------
@@ -401,10 +418,15 @@ class ScriptedRemoteAgent:
 async def test_a_remote_agent_in_the_registry_is_delegated_to_like_a_local_one(services: Services) -> None:
     from core.delegation.registry import RemoteEvent
 
-    remote = ScriptedRemoteAgent("weather", [
-        RemoteEvent(state="working"), RemoteEvent(text="Sunny, "), RemoteEvent(text="22 °C."),
-        RemoteEvent(state="completed", final=True),
-    ])
+    remote = ScriptedRemoteAgent(
+        "weather",
+        [
+            RemoteEvent(state="working"),
+            RemoteEvent(text="Sunny, "),
+            RemoteEvent(text="22 °C."),
+            RemoteEvent(state="completed", final=True),
+        ],
+    )
     await services.registry.claim(remote)
     chat = await chat_with(services)
     events = await run_turn(services, chat, "@weather in Paris?")
@@ -488,9 +510,18 @@ async def test_tasks_cut_off_by_a_stop_are_failed_at_the_next_start(settings) ->
     chat = await chat_with(first)
     async with first.db.session() as s:
         hidden = await sessions_store.create_session(s, user_id=first.auth.local_user_id, agent_id=1)
-        s.add(A2ATaskSession(id="cutoff", session_id=hidden.id, callee_agent_slug="coding-assistant",
-                             caller_user_id=first.auth.local_user_id, caller_session_id=chat, state="working",
-                             created_at=utcnow(), updated_at=utcnow()))
+        s.add(
+            A2ATaskSession(
+                id="cutoff",
+                session_id=hidden.id,
+                callee_agent_slug="coding-assistant",
+                caller_user_id=first.auth.local_user_id,
+                caller_session_id=chat,
+                state="working",
+                created_at=utcnow(),
+                updated_at=utcnow(),
+            )
+        )
         await s.commit()
     await first.db.close()
 

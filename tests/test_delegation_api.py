@@ -57,8 +57,9 @@ async def test_the_owner_reads_the_task_stream_and_can_resume_it(two_users_api) 
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
 
         middle = ids[len(ids) // 2]
-        _, rest = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}",
-                                      headers={"Last-Event-ID": str(middle)})
+        _, rest = await stream_events(
+            alice, f"/api/agents/a2a/stream?taskId={task_id}", headers={"Last-Event-ID": str(middle)}
+        )
         assert [int(e["id"]) for e in rest] == [i for i in ids if i > middle]
         _, by_query = await stream_events(alice, f"/api/agents/a2a/stream?taskId={task_id}&lastEventId={middle}")
         assert [int(e["id"]) for e in by_query] == [i for i in ids if i > middle]
@@ -66,8 +67,10 @@ async def test_the_owner_reads_the_task_stream_and_can_resume_it(two_users_api) 
 
 async def test_another_users_task_looks_exactly_like_an_unknown_one(two_users_api) -> None:
     url, _ = two_users_api
-    async with (httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice,
-                httpx.AsyncClient(base_url=url, auth=BOB, timeout=10) as bob):
+    async with (
+        httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice,
+        httpx.AsyncClient(base_url=url, auth=BOB, timeout=10) as bob,
+    ):
         _, task_id = await delegate(alice, "@coding-assistant secret plans")
         unknown_id = "0123456789abcdef0123456789abcdef"
         for path in ["/api/agents/a2a/stream?taskId={}", "/api/tasks/{}"]:
@@ -129,15 +132,22 @@ async def test_a_running_task_streams_live_to_a_late_subscriber(two_users_api) -
 async def test_agents_can_be_added_over_the_api_and_delegate_at_once(two_users_api) -> None:
     url, _ = two_users_api
     async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=10) as alice:
-        created = await alice.post("/api/agents", json={
-            "id": "architect", "name": "Architect", "systemPrompt": "You design.", "canDelegate": True,
-            "delegation": {"maxRecursionDepth": 2},
-        })
+        created = await alice.post(
+            "/api/agents",
+            json={
+                "id": "architect",
+                "name": "Architect",
+                "systemPrompt": "You design.",
+                "canDelegate": True,
+                "delegation": {"maxRecursionDepth": 2},
+            },
+        )
         assert created.status_code == 201 and created.json()["model"] == "local/demo"
         again = await alice.post("/api/agents", json={"id": "architect", "name": "Architect"})
         assert again.status_code == 409 and "already exists" in again.json()["detail"]
-        misspelt = await alice.post("/api/agents", json={
-            "id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"maxDepth": 2}})
+        misspelt = await alice.post(
+            "/api/agents", json={"id": "critic", "name": "Critic", "canDelegate": True, "delegation": {"maxDepth": 2}}
+        )
         assert misspelt.status_code == 422
         assert misspelt.json()["detail"][0]["loc"] == ["body", "delegation", "maxDepth"]
         bad = await alice.post("/api/agents", json={"id": "Not Valid!", "name": "x"})
@@ -188,13 +198,18 @@ async def test_the_task_stream_speaks_seed_000_and_seed_002_on_the_wire(two_user
 
         frames = [f for f in raw.decode().split("\n\n") if f.strip()]
         states = [json.loads(f.split("data: ", 1)[1]) for f in frames if "\nevent: state\n" in f"\n{f}"]
-        assert [(s["from"], s["to"]) for s in states] == [(None, "submitted"), ("submitted", "working"),
-                                                          ("working", "completed")]
+        assert [(s["from"], s["to"]) for s in states] == [
+            (None, "submitted"),
+            ("submitted", "working"),
+            ("working", "completed"),
+        ]
         assert all(list(s) == ["taskId", "from", "to", "timestamp"] and s["taskId"] == task_id for s in states)
         assert all(s["timestamp"].endswith("Z") for s in states)
         delta = next(f for f in frames if '"type":"text-delta"' in f)
-        assert re.fullmatch(r'id: \d+\ndata: \{"type":"text-delta","textDelta":"[^"]*"\}', delta.split("\n", 1)[1]
-                            if delta.startswith("retry:") else delta)
+        assert re.fullmatch(
+            r'id: \d+\ndata: \{"type":"text-delta","textDelta":"[^"]*"\}',
+            delta.split("\n", 1)[1] if delta.startswith("retry:") else delta,
+        )
         assert frames[-1].split("\n")[1].startswith('data: {"type":"done","state":"completed"')
 
         _, failed_id = await delegate(alice, "@coding-assistant /error")

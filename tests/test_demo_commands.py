@@ -25,8 +25,13 @@ def user(text: str) -> list[dict]:
 
 
 def test_the_same_command_plans_the_same_reply() -> None:
-    for text in ("/slow 5 20", "/fail 3", "/hang", "/timeout 300 @coding-assistant /hang",
-                 "/parallel 3 @coding-assistant write tests"):
+    for text in (
+        "/slow 5 20",
+        "/fail 3",
+        "/hang",
+        "/timeout 300 @coding-assistant /hang",
+        "/parallel 3 @coding-assistant write tests",
+    ):
         assert plan_reply(user(text), INVOKE) == plan_reply(user(text), INVOKE)
 
 
@@ -68,8 +73,7 @@ async def test_a_failure_after_n_words_keeps_them_and_says_why(services: Service
 
 async def test_a_callee_that_hangs_runs_until_stop_and_ends_canceled(services: Services) -> None:
     chat = await chat_with(services)
-    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id,
-                                   text="@coding-assistant /hang")
+    await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="@coding-assistant /hang")
     for _ in range(500):
         tasks = await all_tasks(services)
         if tasks and (info := services.hub.get(task_stream_key(tasks[0].id))) is not None and info.last_id > 3:

@@ -47,20 +47,29 @@ def test_the_first_demo_turn_streams_while_litellm_is_still_being_imported() -> 
 
 def events_of(items: list) -> list:
     """Comparable events: the text deltas, then the result's fields."""
-    return [(type(e).__name__, e.text if isinstance(e, TextDelta) else
-             (e.text, [(c.id, c.name, c.arguments) for c in e.tool_calls], e.usage, e.finish_reason, e.model))
-            for e in items]
+    return [
+        (
+            type(e).__name__,
+            e.text
+            if isinstance(e, TextDelta)
+            else (e.text, [(c.id, c.name, c.arguments) for c in e.tool_calls], e.usage, e.finish_reason, e.model),
+        )
+        for e in items
+    ]
 
 
-@pytest.mark.parametrize(("text", "tools"), [
-    ("hello there", None),
-    ("please write some code", None),
-    ("/lorem 40", None),
-    ("@coding-assistant write a parser @planner plan it", INVOKE),
-    ("/parallel 3 @coding-assistant write tests", INVOKE),
-    ("/background @planner plan the release", BROKER),
-    ("你好，世界", None),
-])
+@pytest.mark.parametrize(
+    ("text", "tools"),
+    [
+        ("hello there", None),
+        ("please write some code", None),
+        ("/lorem 40", None),
+        ("@coding-assistant write a parser @planner plan it", INVOKE),
+        ("/parallel 3 @coding-assistant write tests", INVOKE),
+        ("/background @planner plan the release", BROKER),
+        ("你好，世界", None),
+    ],
+)
 async def test_the_demo_model_says_the_same_with_and_without_litellm(text: str, tools: list | None) -> None:
     litellm_module()
     messages = [{"role": "system", "content": "You write Python code."}, {"role": "user", "content": text}]
@@ -74,8 +83,10 @@ async def test_a_demo_failure_reads_the_same_with_and_without_litellm() -> None:
     litellm_module()
     messages = [{"role": "user", "content": "/fail 3"}]
     errors, texts = [], []
-    for stream in (LLMGateway(demo_delay_s=0).stream("local/demo", messages),
-                   llm._demo_without_litellm("local/demo", messages, None, 0)):
+    for stream in (
+        LLMGateway(demo_delay_s=0).stream("local/demo", messages),
+        llm._demo_without_litellm("local/demo", messages, None, 0),
+    ):
         seen = []
         with pytest.raises(LLMError) as failed:
             async for event in stream:

@@ -31,18 +31,39 @@ from tests.test_broker import chat_agent_id, redis_url  # noqa: F401 (the Redis 
 from tests.utils.broker import DISPATCH_HEADERS, FakeAgent, RedisListener, broker_app, serve_app, task_event
 
 
-@pytest.mark.parametrize(("header", "language"), [
-    ("zh-CN", "zh_CN"), ("zh-CN,zh;q=0.9,en;q=0.8", "zh_CN"), ("zh", "zh_CN"), ("zh-Hans-CN", "zh_CN"),
-    ("en-US,en;q=0.9", "en"), ("fr-FR, en;q=0.5, zh-CN;q=0.7", "zh_CN"), ("de, *;q=0.1", "en"),
-    ("zh-CN;q=0, en", "en"), ("zh-TW", None), ("fr", None), ("", None), (None, None), ("zh-CN;q=abc", None),
-])
+@pytest.mark.parametrize(
+    ("header", "language"),
+    [
+        ("zh-CN", "zh_CN"),
+        ("zh-CN,zh;q=0.9,en;q=0.8", "zh_CN"),
+        ("zh", "zh_CN"),
+        ("zh-Hans-CN", "zh_CN"),
+        ("en-US,en;q=0.9", "en"),
+        ("fr-FR, en;q=0.5, zh-CN;q=0.7", "zh_CN"),
+        ("de, *;q=0.1", "en"),
+        ("zh-CN;q=0, en", "en"),
+        ("zh-TW", None),
+        ("fr", None),
+        ("", None),
+        (None, None),
+        ("zh-CN;q=abc", None),
+    ],
+)
 def test_accept_language_picks_the_best_catalog(header: str | None, language: str | None) -> None:
     assert negotiate(header) == language
 
 
 def test_language_tags_are_normalized() -> None:
     assert [normalize(t) for t in ("zh-CN", "zh_CN", "zh_CN.UTF-8", "en-GB", "EN", "zh-Hant", "ja", "")] == [
-        "zh_CN", "zh_CN", "zh_CN", "en", "en", None, None, None]
+        "zh_CN",
+        "zh_CN",
+        "zh_CN",
+        "en",
+        "en",
+        None,
+        None,
+        None,
+    ]
 
 
 def test_english_is_the_default_and_a_block_changes_the_language() -> None:
@@ -73,9 +94,14 @@ def test_dates_are_written_in_the_readers_locale_and_time_zone() -> None:
 
 def test_task_state_labels_use_the_seeds_words_in_chinese_and_the_state_in_english() -> None:
     cases = [
-        dict(state="submitted"), dict(state="working", has_text=False), dict(state="working", has_text=True),
-        dict(state="completed"), dict(state="failed"), dict(state="failed", reason=TIMED_OUT),
-        dict(state="failed", reason=CONNECTION_LOST), dict(state="canceled"),
+        dict(state="submitted"),
+        dict(state="working", has_text=False),
+        dict(state="working", has_text=True),
+        dict(state="completed"),
+        dict(state="failed"),
+        dict(state="failed", reason=TIMED_OUT),
+        dict(state="failed", reason=CONNECTION_LOST),
+        dict(state="canceled"),
     ]
     english = [state_label(**c) for c in cases]
     assert english == ["submitted", "working", "working", "completed", "failed", "failed", "failed", "canceled"]
@@ -130,16 +156,19 @@ def test_api_errors_come_in_the_callers_language_with_the_same_code(chat_app) ->
     assert english.json() == {"detail": "There is no such chat session.", "code": "session_not_found"}
     assert chinese.json() == {"detail": "没有这个对话会话。", "code": "session_not_found"}
     # A language without a catalog gets English.
-    assert http.get("/api/sessions/as_nope", headers={"Accept-Language": "fr"}).json()["detail"] == \
-        "There is no such chat session."
+    assert (
+        http.get("/api/sessions/as_nope", headers={"Accept-Language": "fr"}).json()["detail"]
+        == "There is no such chat session."
+    )
 
     unknown_agent = http.post("/api/sessions", json={"agentId": "nobody"}, headers={"Accept-Language": "zh-CN"})
     assert unknown_agent.status_code == 404
     assert unknown_agent.json() == {"detail": "没有智能体 'nobody'。", "code": "agent_not_found"}
 
     session = chat_app.new_session("general-assistant")
-    empty = http.post(f"/api/sessions/{session}/messages", json={"content": "   "},
-                      headers={"Accept-Language": "zh-CN"})
+    empty = http.post(
+        f"/api/sessions/{session}/messages", json={"content": "   "}, headers={"Accept-Language": "zh-CN"}
+    )
     assert empty.status_code == 422
     assert empty.json() == {"detail": "消息为空；请先输入内容。", "code": "invalid_message"}
 
@@ -162,11 +191,17 @@ async def test_a_broker_timeout_note_is_in_the_dispatchers_language(tmp_path, re
     app = broker_app(services)
     install_error_handlers(app)  # as app.py: the request's language comes from Accept-Language
     chat_agent = chat_agent_id()
-    async with serve_app(app) as host, RedisListener(redis_url, chat_agent) as listener, \
-            httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS, timeout=10) as http:
+    async with (
+        serve_app(app) as host,
+        RedisListener(redis_url, chat_agent) as listener,
+        httpx.AsyncClient(base_url=f"http://{host}", headers=DISPATCH_HEADERS, timeout=10) as http,
+    ):
         agent = await FakeAgent.connect(host, a2a_id="travel", wait_registered=services.broker)
-        response = await http.post("/a2a/tasks/dispatch", headers={"Accept-Language": "zh-CN"}, json={
-            "task": "查车次", "targetAgent": "travel", "agentId": chat_agent, "chatId": "abc"})
+        response = await http.post(
+            "/a2a/tasks/dispatch",
+            headers={"Accept-Language": "zh-CN"},
+            json={"task": "查车次", "targetAgent": "travel", "agentId": chat_agent, "chatId": "abc"},
+        )
         assert response.status_code == 200, response.text
         request = await agent.next_request("message/stream")
         await agent.result(request["id"], task_event("t-slow", "working"))
@@ -181,13 +216,15 @@ async def test_a_broker_timeout_note_is_in_the_dispatchers_language(tmp_path, re
 # -- the start-up line ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("lang", "expected"), [
-    ("zh_CN.UTF-8", "模式：单用户模式（本地，无需登录） · 数据库：SQLite"),
-    ("en_US.UTF-8", "mode: single-user (local, no login) · database: SQLite"),
-    ("C.UTF-8", "mode: single-user (local, no login) · database: SQLite"),
-])
-def test_the_start_up_line_follows_the_shells_language(tmp_path, monkeypatch, capsys, lang: str,
-                                                       expected: str) -> None:
+@pytest.mark.parametrize(
+    ("lang", "expected"),
+    [
+        ("zh_CN.UTF-8", "模式：单用户模式（本地，无需登录） · 数据库：SQLite"),
+        ("en_US.UTF-8", "mode: single-user (local, no login) · database: SQLite"),
+        ("C.UTF-8", "mode: single-user (local, no login) · database: SQLite"),
+    ],
+)
+def test_the_start_up_line_follows_the_shells_language(tmp_path, monkeypatch, capsys, lang: str, expected: str) -> None:
     from app import print_start_up_line
 
     services = Services.build(make_settings(tmp_path))

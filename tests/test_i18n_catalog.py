@@ -52,7 +52,8 @@ def project_copy(tmp_path: Path) -> tuple[Path, Path, Path]:
     shutil.copytree(LOCALE_DIR, locale)
     # The copied catalogs hold every real text; the project copy marks just one of them and one new text.
     (source / "core" / "page.py").write_text(
-        'from core.i18n import _\n\nLABELS = [_("Save"), _("A text nobody has translated yet")]\n')
+        'from core.i18n import _\n\nLABELS = [_("Save"), _("A text nobody has translated yet")]\n'
+    )
     mapping = tmp_path / "babel.cfg"
     mapping.write_text("[python: core/**.py]\n")
     return source, locale, mapping
@@ -81,7 +82,8 @@ def test_the_check_fails_on_an_untranslated_chinese_entry(project_copy) -> None:
     _edit_catalog(locale, "en", "A text nobody has translated yet")
     _edit_catalog(locale, "zh_CN", "A text nobody has translated yet")
     assert i18n_script.problems(source, locale, mapping) == [
-        "zh_CN: 'A text nobody has translated yet' has no translation"]
+        "zh_CN: 'A text nobody has translated yet' has no translation"
+    ]
 
 
 def test_the_check_fails_on_a_fuzzy_entry(project_copy) -> None:
@@ -89,6 +91,7 @@ def test_the_check_fails_on_a_fuzzy_entry(project_copy) -> None:
     _edit_catalog(locale, "en", "A text nobody has translated yet")
     _edit_catalog(locale, "zh_CN", "A text nobody has translated yet", string="一段文字", fuzzy=True)
     assert i18n_script.problems(source, locale, mapping) == [
-        "zh_CN: 'A text nobody has translated yet' is fuzzy (check the translation and remove the fuzzy flag)"]
+        "zh_CN: 'A text nobody has translated yet' is fuzzy (check the translation and remove the fuzzy flag)"
+    ]
     _edit_catalog(locale, "zh_CN", "A text nobody has translated yet", string="一段还没人翻译的文字")
     assert i18n_script.problems(source, locale, mapping) == []

@@ -148,8 +148,7 @@ async def test_demo_mention_with_agent_invoke_makes_one_tool_call(demo: LLMGatew
 
 async def test_demo_two_mentions_make_two_calls_in_one_step(demo: LLMGateway) -> None:
     _, results = await collect(
-        demo.stream(DEMO, user("@coding-assistant write a haiku @general-assistant say hi"),
-                    tools=[AGENT_INVOKE_TOOL])
+        demo.stream(DEMO, user("@coding-assistant write a haiku @general-assistant say hi"), tools=[AGENT_INVOKE_TOOL])
     )
 
     result = only_result(results)
@@ -173,13 +172,28 @@ async def test_demo_mention_without_tool_offered_makes_no_call(demo: LLMGateway)
 async def test_demo_tool_result_reply_quotes_callee_output(demo: LLMGateway) -> None:
     messages = [
         {"role": "user", "content": "@coding-assistant write a haiku"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "agent_invoke",
-                          "arguments": json.dumps({"agentSlug": "coding-assistant", "input": "write a haiku"})}},
-        ]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "agent_invoke",
-         "content": json.dumps({"ok": True, "output": "Autumn moon rises\nover quiet code", "agentSlug": "coding-assistant"})},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "agent_invoke",
+                        "arguments": json.dumps({"agentSlug": "coding-assistant", "input": "write a haiku"}),
+                    },
+                },
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "name": "agent_invoke",
+            "content": json.dumps(
+                {"ok": True, "output": "Autumn moon rises\nover quiet code", "agentSlug": "coding-assistant"}
+            ),
+        },
     ]
 
     _, results = await collect(demo.stream(DEMO, messages, tools=[AGENT_INVOKE_TOOL]))
@@ -280,7 +294,7 @@ async def test_real_text_deltas_arrive_through_litellm(openai_server: OpenAIServ
 
 
 async def test_real_fragmented_tool_call_is_rebuilt(openai_server: OpenAIServer, real: LLMGateway) -> None:  # noqa: F811
-    arguments = {"text": "hi there, \"quoted\" and ünïcode", "times": 3}
+    arguments = {"text": 'hi there, "quoted" and ünïcode', "times": 3}
     openai_server.script(
         tool_call("echo", arguments, id="call_abc123", text_chunks=["Let me ", "echo that."], fragments=5)
     )
@@ -296,10 +310,12 @@ async def test_real_fragmented_tool_call_is_rebuilt(openai_server: OpenAIServer,
 
 
 async def test_real_two_parallel_tool_calls(openai_server: OpenAIServer, real: LLMGateway) -> None:  # noqa: F811
-    openai_server.script(tool_calls(
-        call("echo", {"text": "first"}, id="call_0"),
-        call("agent_invoke", {"agentSlug": "coding-assistant", "input": "second"}, id="call_1", fragments=4),
-    ))
+    openai_server.script(
+        tool_calls(
+            call("echo", {"text": "first"}, id="call_0"),
+            call("agent_invoke", {"agentSlug": "coding-assistant", "input": "second"}, id="call_1", fragments=4),
+        )
+    )
 
     _, results = await collect(real.stream(REAL, user("both"), tools=[ECHO_TOOL, AGENT_INVOKE_TOOL]))
 
@@ -323,7 +339,8 @@ async def test_real_usage_comes_from_the_usage_chunk(openai_server: OpenAIServer
 
 
 async def test_real_request_carries_key_model_messages_and_tools(
-    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+    openai_server: OpenAIServer,
+    real: LLMGateway,  # noqa: F811
 ) -> None:
     openai_server.script(text("ok"))
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
@@ -404,9 +421,16 @@ async def test_server_streams_sse_with_usage_and_done(openai_server: OpenAIServe
     openai_server.script(tool_call("echo", {"text": "x"}, id="call_x", text_chunks=["a"], fragments=3, usage=(3, 4)))
 
     async with httpx.AsyncClient() as client:
-        async with client.stream("POST", f"{openai_server.api_base}/chat/completions", json={
-            "model": "m", "messages": [], "stream": True, "stream_options": {"include_usage": True},
-        }) as response:
+        async with client.stream(
+            "POST",
+            f"{openai_server.api_base}/chat/completions",
+            json={
+                "model": "m",
+                "messages": [],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             lines = [line async for line in response.aiter_lines() if line]
@@ -414,8 +438,11 @@ async def test_server_streams_sse_with_usage_and_done(openai_server: OpenAIServe
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
     assert all(c["object"] == "chat.completion.chunk" and c["model"] == "m" for c in chunks)
-    fragments = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if c["choices"]
-                 and c["choices"][0]["delta"].get("tool_calls")]
+    fragments = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for c in chunks
+        if c["choices"] and c["choices"][0]["delta"].get("tool_calls")
+    ]
     assert len(fragments) == 3
     assert fragments[0]["id"] == "call_x" and fragments[0]["function"]["name"] == "echo"
     assert all("id" not in f and "name" not in f["function"] for f in fragments[1:])
@@ -446,7 +473,8 @@ async def test_server_answers_without_streaming_and_when_exhausted(openai_server
 
 
 async def test_real_no_usage_from_the_provider_is_counted_like_before(
-    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+    openai_server: OpenAIServer,
+    real: LLMGateway,  # noqa: F811
 ) -> None:
     """A server that ignores include_usage: LiteLLM's own count, as stream_chunk_builder gave before."""
     openai_server.script(text("one", " two", " three", usage=None))
@@ -457,31 +485,48 @@ async def test_real_no_usage_from_the_provider_is_counted_like_before(
     litellm = litellm_module()
     usage = only_result(results).usage
     assert usage.input_tokens == litellm.token_counter(model="test-model", messages=messages) > 0
-    assert usage.output_tokens == litellm.token_counter(model="test-model", text="one two three",
-                                                        count_response_tokens=True) > 0
+    assert (
+        usage.output_tokens
+        == litellm.token_counter(model="test-model", text="one two three", count_response_tokens=True)
+        > 0
+    )
 
 
 async def test_real_tool_call_split_over_many_chunks_with_usage_from_the_last_one(
-    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+    openai_server: OpenAIServer,
+    real: LLMGateway,  # noqa: F811
 ) -> None:
     arguments = {"agentSlug": "coding-assistant", "input": "a longer task " * 8}
-    openai_server.script(tool_calls(
-        call("agent_invoke", arguments, id="call_a", fragments=12),
-        call("echo", {"text": "two"}, id="call_b", fragments=6),
-        text_chunks=["Asking", " both."], usage=(101, 37)))
+    openai_server.script(
+        tool_calls(
+            call("agent_invoke", arguments, id="call_a", fragments=12),
+            call("echo", {"text": "two"}, id="call_b", fragments=6),
+            text_chunks=["Asking", " both."],
+            usage=(101, 37),
+        )
+    )
 
     deltas, results = await collect(real.stream(REAL, user("both"), tools=[ECHO_TOOL, AGENT_INVOKE_TOOL]))
 
     result = only_result(results)
     assert "".join(d.text for d in deltas) == result.text == "Asking both."
-    assert result.tool_calls == [ToolCall("call_a", "agent_invoke", json.dumps(arguments)),
-                                 ToolCall("call_b", "echo", json.dumps({"text": "two"}))]
+    assert result.tool_calls == [
+        ToolCall("call_a", "agent_invoke", json.dumps(arguments)),
+        ToolCall("call_b", "echo", json.dumps({"text": "two"})),
+    ]
     assert (result.usage.input_tokens, result.usage.output_tokens) == (101, 37)
     assert result.finish_reason == "tool_calls"
 
 
-def _stream_chunk(litellm: Any, *, content: str | None = None, tool_calls: list[dict] | None = None,
-                  finish_reason: str | None = None, usage: dict | None = None, choices: bool = True) -> Any:
+def _stream_chunk(
+    litellm: Any,
+    *,
+    content: str | None = None,
+    tool_calls: list[dict] | None = None,
+    finish_reason: str | None = None,
+    usage: dict | None = None,
+    choices: bool = True,
+) -> Any:
     """A real LiteLLM `ModelResponseStream`, as `CustomStreamWrapper` yields them."""
     from litellm.types.utils import ModelResponseStream
 
@@ -489,8 +534,13 @@ def _stream_chunk(litellm: Any, *, content: str | None = None, tool_calls: list[
     if tool_calls is not None:
         delta["tool_calls"] = tool_calls
     choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-    body: dict[str, Any] = {"id": "chatcmpl-1", "model": "m", "object": "chat.completion.chunk", "created": 1,
-                            "choices": [choice] if choices else []}
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "model": "m",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "choices": [choice] if choices else [],
+    }
     if usage is not None:
         body["usage"] = usage
     return ModelResponseStream(**body)
@@ -511,10 +561,14 @@ def _as_the_builder_did(litellm: Any, chunks: list[Any]) -> ModelResult:
     message = full.choices[0].message
     return ModelResult(
         text=message.content or "",
-        tool_calls=[ToolCall(tc.id or f"call_{i}", tc.function.name or "", tc.function.arguments or "")
-                    for i, tc in enumerate(message.tool_calls or [])],
+        tool_calls=[
+            ToolCall(tc.id or f"call_{i}", tc.function.name or "", tc.function.arguments or "")
+            for i, tc in enumerate(message.tool_calls or [])
+        ],
         usage=Usage(full.usage.prompt_tokens or 0, full.usage.completion_tokens or 0),
-        finish_reason=full.choices[0].finish_reason or "stop", model="m")
+        finish_reason=full.choices[0].finish_reason or "stop",
+        model="m",
+    )
 
 
 def _interleaved_calls_stream(litellm: Any) -> list[Any]:
@@ -522,12 +576,25 @@ def _interleaved_calls_stream(litellm: Any) -> list[Any]:
     return [
         _stream_chunk(litellm, content="Two "),
         _stream_chunk(litellm, content="calls."),
-        _stream_chunk(litellm, tool_calls=[{"index": 0, "id": "call_x", "type": "function",
-                                            "function": {"name": "echo", "arguments": '{"te'}}]),
+        _stream_chunk(
+            litellm,
+            tool_calls=[
+                {"index": 0, "id": "call_x", "type": "function", "function": {"name": "echo", "arguments": '{"te'}}
+            ],
+        ),
         _stream_chunk(litellm, tool_calls=[{"index": 1, "type": "function", "function": {"arguments": '{"agentS'}}]),
         _stream_chunk(litellm, tool_calls=[{"index": 0, "type": "function", "function": {"arguments": 'xt": "a"}'}}]),
-        _stream_chunk(litellm, tool_calls=[{"index": 1, "id": "call_y", "type": "function",
-                                            "function": {"name": "agent_invoke", "arguments": 'lug": "b"}'}}]),
+        _stream_chunk(
+            litellm,
+            tool_calls=[
+                {
+                    "index": 1,
+                    "id": "call_y",
+                    "type": "function",
+                    "function": {"name": "agent_invoke", "arguments": 'lug": "b"}'},
+                }
+            ],
+        ),
         _stream_chunk(litellm, finish_reason="tool_calls"),
         _stream_chunk(litellm, choices=False, usage={"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}),
     ]
@@ -540,8 +607,10 @@ def test_assembly_matches_the_builder_for_interleaved_tool_call_fragments() -> N
     result = _assemble(chunks)
 
     assert result.text == "Two calls."
-    assert result.tool_calls == [ToolCall("call_x", "echo", '{"text": "a"}'),
-                                 ToolCall("call_y", "agent_invoke", '{"agentSlug": "b"}')]
+    assert result.tool_calls == [
+        ToolCall("call_x", "echo", '{"text": "a"}'),
+        ToolCall("call_y", "agent_invoke", '{"agentSlug": "b"}'),
+    ]
     assert (result.usage.input_tokens, result.usage.output_tokens) == (9, 4)
     assert result.finish_reason == "tool_calls"
     assert result == _as_the_builder_did(litellm, chunks)
@@ -550,9 +619,10 @@ def test_assembly_matches_the_builder_for_interleaved_tool_call_fragments() -> N
 def test_assembly_matches_the_builder_for_plain_text() -> None:
     litellm = litellm_module()
     chunks = [_stream_chunk(litellm, content=piece) for piece in ("Hel", "lo", " ", "wörld")]
-    chunks += [_stream_chunk(litellm, finish_reason="length"),
-               _stream_chunk(litellm, choices=False, usage={"prompt_tokens": 3, "completion_tokens": 4,
-                                                            "total_tokens": 7})]
+    chunks += [
+        _stream_chunk(litellm, finish_reason="length"),
+        _stream_chunk(litellm, choices=False, usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}),
+    ]
 
     result = _assemble(chunks)
 
@@ -562,9 +632,12 @@ def test_assembly_matches_the_builder_for_plain_text() -> None:
 
 def test_assembly_without_any_usage_chunk_counts_zero_and_keeps_an_id_less_call() -> None:
     litellm = litellm_module()
-    chunks = [_stream_chunk(litellm, tool_calls=[{"index": 0, "type": "function",
-                                                  "function": {"name": "echo", "arguments": "{}"}}]),
-              _stream_chunk(litellm, finish_reason="tool_calls")]
+    chunks = [
+        _stream_chunk(
+            litellm, tool_calls=[{"index": 0, "type": "function", "function": {"name": "echo", "arguments": "{}"}}]
+        ),
+        _stream_chunk(litellm, finish_reason="tool_calls"),
+    ]
 
     result = _assemble(chunks)
 
@@ -595,14 +668,16 @@ def test_compacting_kept_chunks_leaves_the_builders_result_unchanged() -> None:
     before = litellm.stream_chunk_builder(whole, messages=[{"role": "user", "content": "hi"}])
     after = litellm.stream_chunk_builder(folded, messages=[{"role": "user", "content": "hi"}])
     assert after.choices[0].message.content == before.choices[0].message.content == "".join(words)
-    assert [(c.id, c.function.name, c.function.arguments) for c in after.choices[0].message.tool_calls] == \
-        [(c.id, c.function.name, c.function.arguments) for c in before.choices[0].message.tool_calls]
+    assert [(c.id, c.function.name, c.function.arguments) for c in after.choices[0].message.tool_calls] == [
+        (c.id, c.function.name, c.function.arguments) for c in before.choices[0].message.tool_calls
+    ]
     assert after.usage.completion_tokens == before.usage.completion_tokens > 0
     assert after.usage.prompt_tokens == before.usage.prompt_tokens
 
 
 async def test_real_long_reply_without_usage_is_counted_over_all_its_text(
-    openai_server: OpenAIServer, real: LLMGateway,  # noqa: F811
+    openai_server: OpenAIServer,
+    real: LLMGateway,  # noqa: F811
 ) -> None:
     """Many more chunks than the gateway lets LiteLLM keep: the estimate still covers every word."""
     pieces = [f" word{i}" for i in range(120)]
@@ -613,8 +688,9 @@ async def test_real_long_reply_without_usage_is_counted_over_all_its_text(
     litellm = litellm_module()
     result = only_result(results)
     assert result.text == "".join(pieces) == "".join(d.text for d in deltas)
-    assert result.usage.output_tokens == litellm.token_counter(model="test-model", text="".join(pieces),
-                                                               count_response_tokens=True)
+    assert result.usage.output_tokens == litellm.token_counter(
+        model="test-model", text="".join(pieces), count_response_tokens=True
+    )
 
 
 async def _arrival_times(delay_s: float, tokens: int, *, hold_after: int, hold_s: float) -> list[float]:

@@ -51,11 +51,13 @@ async def prefix() -> AsyncIterator[str]:
         delete_prefix(url, value)
 
 
-def replica(db: Database, prefix: str, *, max_failures: int = 3, window_s: float = 300.0,
-            url: str | None = None) -> accounts.PasswordLogin:
+def replica(
+    db: Database, prefix: str, *, max_failures: int = 3, window_s: float = 300.0, url: str | None = None
+) -> accounts.PasswordLogin:
     """One replica's `PasswordLogin`, counting in Redis under `prefix`."""
-    failures = accounts.RedisLoginFailures.from_url(url or redis_test_url(), prefix=prefix,
-                                                    max_failures=max_failures, window_s=window_s)
+    failures = accounts.RedisLoginFailures.from_url(
+        url or redis_test_url(), prefix=prefix, max_failures=max_failures, window_s=window_s
+    )
     return accounts.PasswordLogin(db.read, max_failures=max_failures, window_s=window_s, failures=failures)
 
 
@@ -98,8 +100,10 @@ async def test_parallel_guesses_spread_over_two_replicas_get_the_limit_once(
 ) -> None:
     a, b = replica(db, prefix, max_failures=5), replica(db, prefix, max_failures=5)
     try:
-        outcomes = await asyncio.gather(*((a if i % 2 else b).authenticate("alice", f"guess-{i}", address=f"10.0.1.{i}")
-                                          for i in range(20)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *((a if i % 2 else b).authenticate("alice", f"guess-{i}", address=f"10.0.1.{i}") for i in range(20)),
+            return_exceptions=True,
+        )
         assert sum(o is None for o in outcomes) == 5  # 5 in all, not 5 per replica
         assert sum(isinstance(o, accounts.TooManyFailedLogins) for o in outcomes) == 15
         assert len(verifications) == 5

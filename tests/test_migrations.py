@@ -41,13 +41,24 @@ def test_upgrade_creates_the_seed_000_schema(fresh_database: str) -> None:
             schema.get_table_names()
         )
         message_columns = {c["name"]: c for c in schema.get_columns("agent_messages")}
-        for name in ("source", "a2a_task_id", "caller_agent_id", "caller_session_id", "model_id",
-                     "input_tokens", "output_tokens", "sort_order", "tool_calls", "tool_results"):
+        for name in (
+            "source",
+            "a2a_task_id",
+            "caller_agent_id",
+            "caller_session_id",
+            "model_id",
+            "input_tokens",
+            "output_tokens",
+            "sort_order",
+            "tool_calls",
+            "tool_results",
+        ):
             assert name in message_columns
         assert "user" in str(message_columns["source"]["default"])
         assert "idx_agent_messages_source" in {i["name"] for i in schema.get_indexes("agent_messages")}
-        caller_fk = next(fk for fk in schema.get_foreign_keys("agent_messages")
-                         if fk["constrained_columns"] == ["caller_agent_id"])
+        caller_fk = next(
+            fk for fk in schema.get_foreign_keys("agent_messages") if fk["constrained_columns"] == ["caller_agent_id"]
+        )
         assert caller_fk["referred_table"] == "agents"
         assert caller_fk["options"].get("ondelete", "").upper() == "SET NULL"
         task_columns = {c["name"]: c for c in schema.get_columns("a2a_task_sessions")}
@@ -111,13 +122,25 @@ def test_an_existing_general_assistant_gets_the_dispatch_tool(fresh_database: st
     try:
         command.upgrade(alembic_config(fresh_database), "0003")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO agents (slug, name, description, system_prompt, model, created_at, "
-                              "updated_at) VALUES ('general-assistant', 'General', '', '', 'local/demo', "
-                              "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+            conn.execute(
+                text(
+                    "INSERT INTO agents (slug, name, description, system_prompt, model, created_at, "
+                    "updated_at) VALUES ('general-assistant', 'General', '', '', 'local/demo', "
+                    "CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                )
+            )
         command.upgrade(alembic_config(fresh_database), "head")
         with engine.connect() as conn:
-            tools = conn.execute(text("SELECT t.tool_type FROM agent_tools t JOIN agents a ON a.id = t.agent_id "
-                                      "WHERE a.slug = 'general-assistant'")).scalars().all()
+            tools = (
+                conn.execute(
+                    text(
+                        "SELECT t.tool_type FROM agent_tools t JOIN agents a ON a.id = t.agent_id "
+                        "WHERE a.slug = 'general-assistant'"
+                    )
+                )
+                .scalars()
+                .all()
+            )
         assert tools == ["a2a-dispatch"]
         command.downgrade(alembic_config(fresh_database), "0003")
         with engine.connect() as conn:

@@ -15,17 +15,26 @@ AGENT_BASE = "http://models.example/v1"
 GLOBAL_BASE = "http://gateway.example/v1"
 
 
-def route(provider: str | None, *, agent_base: str | None = None, agent_key: str | None = None,
-          global_base: str | None = GLOBAL_BASE, global_key: str | None = "sk-global") -> ModelRoute:
-    return model_route(provider=provider, agent_base=agent_base, agent_key=agent_key, global_base=global_base,
-                       global_key=global_key)
+def route(
+    provider: str | None,
+    *,
+    agent_base: str | None = None,
+    agent_key: str | None = None,
+    global_base: str | None = GLOBAL_BASE,
+    global_key: str | None = "sk-global",
+) -> ModelRoute:
+    return model_route(
+        provider=provider, agent_base=agent_base, agent_key=agent_key, global_base=global_base, global_key=global_key
+    )
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "ollama", "hosted_vllm", "groq"])
 def test_an_agents_own_base_gets_its_own_key_or_the_placeholder_never_a_global_or_environment_one(
-        provider: str) -> None:
-    assert route(provider, agent_base=AGENT_BASE, agent_key="sk-agent") == \
-        ModelRoute(AGENT_BASE, "sk-agent", None, "agent")
+    provider: str,
+) -> None:
+    assert route(provider, agent_base=AGENT_BASE, agent_key="sk-agent") == ModelRoute(
+        AGENT_BASE, "sk-agent", None, "agent"
+    )
     # No key of its own: the placeholder, so that LiteLLM does not fall back to OPENAI_API_KEY & co.
     assert route(provider, agent_base=AGENT_BASE) == ModelRoute(AGENT_BASE, NO_KEY, None, "agent")
     assert route(provider, agent_base=AGENT_BASE, agent_key="") == ModelRoute(AGENT_BASE, NO_KEY, None, "agent")
@@ -33,8 +42,9 @@ def test_an_agents_own_base_gets_its_own_key_or_the_placeholder_never_a_global_o
 
 def test_a_model_litellm_does_not_know_goes_to_the_agents_base_as_openai_compatible() -> None:
     assert route(None, agent_base=AGENT_BASE) == ModelRoute(AGENT_BASE, NO_KEY, "openai", "agent")
-    assert route(None, agent_base=AGENT_BASE, agent_key="sk-agent") == ModelRoute(AGENT_BASE, "sk-agent", "openai",
-                                                                                  "agent")
+    assert route(None, agent_base=AGENT_BASE, agent_key="sk-agent") == ModelRoute(
+        AGENT_BASE, "sk-agent", "openai", "agent"
+    )
 
 
 @pytest.mark.parametrize("provider", ["bedrock", "vertex_ai", "sagemaker", "azure", "watsonx", "gemini"])
@@ -72,6 +82,13 @@ def test_same_base_ignores_only_what_does_not_change_the_endpoint() -> None:
     assert same_base("http://Models.Example:80/v1/", "http://models.example/v1")
     assert same_base("https://models.example:443/v1", "HTTPS://models.example/v1/")
     assert same_base(None, "") and same_base(" ", None)
-    for other in ("https://models.example/v1", "http://models.example:8080/v1", "http://models.example/v2",
-                  "http://evil.example/v1", "http://models.example.evil/v1", "http://user@models.example/v1", None):
+    for other in (
+        "https://models.example/v1",
+        "http://models.example:8080/v1",
+        "http://models.example/v2",
+        "http://evil.example/v1",
+        "http://models.example.evil/v1",
+        "http://user@models.example/v1",
+        None,
+    ):
         assert not same_base("http://models.example/v1", other), other

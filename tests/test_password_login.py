@@ -123,8 +123,9 @@ async def test_a_success_clears_the_account_but_not_the_address(db: Database) ->
 
 async def test_parallel_guesses_are_throttled_like_sequential_ones(db: Database, verifications: list[str]) -> None:
     login = accounts.PasswordLogin(db.read, max_failures=5, window_s=300, clock=FakeClock())
-    outcomes = await asyncio.gather(*(login.authenticate("alice", f"guess-{i}", address="10.0.0.7")
-                                      for i in range(20)), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(login.authenticate("alice", f"guess-{i}", address="10.0.0.7") for i in range(20)), return_exceptions=True
+    )
     assert sum(o is None for o in outcomes) == 5
     assert sum(isinstance(o, accounts.TooManyFailedLogins) for o in outcomes) == 15
     assert len(verifications) == 5
@@ -132,8 +133,9 @@ async def test_parallel_guesses_are_throttled_like_sequential_ones(db: Database,
 
 async def test_the_same_credentials_in_parallel_share_one_check(db: Database, verifications: list[str]) -> None:
     login = accounts.PasswordLogin(db.read, max_failures=2, window_s=300, clock=FakeClock())
-    users = await asyncio.gather(*(login.authenticate("alice", "alice-password", address="10.0.0.8")
-                                   for _ in range(50)))
+    users = await asyncio.gather(
+        *(login.authenticate("alice", "alice-password", address="10.0.0.8") for _ in range(50))
+    )
     assert {u.username for u in users} == {"alice"} and len(verifications) == 1
 
 

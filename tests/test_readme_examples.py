@@ -176,8 +176,14 @@ def start_pipe(app: AppProcess, words: list[str], tmp_path: Path) -> subprocess.
     port = app.base_url.rsplit(":", 1)[1]
     command = [sys.executable if w == ".venv/bin/python" else w.replace(f":{README_PORT}/", f":{port}/") for w in words]
     with (tmp_path / "pipe.log").open("wb") as log:
-        return subprocess.Popen(command, cwd=ROOT, env=child_env(tmp_path / "pipe-data"), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=child_env(tmp_path / "pipe-data"),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_for_broker_agent(app: AppProcess, a2a_id: str, timeout_s: float = 15.0) -> None:

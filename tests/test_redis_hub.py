@@ -29,10 +29,12 @@ async def hubs() -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
     if (reason := redis_reachable(url)) is not None:
         unavailable(reason)
     prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
-    a = RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner="a", lease_s=1.0,
-                       max_events=100, ttl_s=60)
-    b = RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner="b", lease_s=1.0,
-                       max_events=100, ttl_s=60)
+    a = RedisStreamHub(
+        Redis.from_url(url, decode_responses=True), prefix=prefix, owner="a", lease_s=1.0, max_events=100, ttl_s=60
+    )
+    b = RedisStreamHub(
+        Redis.from_url(url, decode_responses=True), prefix=prefix, owner="b", lease_s=1.0, max_events=100, ttl_s=60
+    )
     await a.start()
     await b.start()
     try:
@@ -182,8 +184,15 @@ async def test_a_replica_following_many_streams_keeps_connections_for_its_append
     """The followers' blocking reads have a pool of their own: the commands' small one stays free for appends."""
     writer, _ = hubs
     url = redis_test_url()
-    hub = RedisStreamHub.from_url(url, command_connections=4, prefix=writer.prefix.removesuffix("hub:"),
-                                  owner="c", lease_s=5.0, max_events=100, ttl_s=60)
+    hub = RedisStreamHub.from_url(
+        url,
+        command_connections=4,
+        prefix=writer.prefix.removesuffix("hub:"),
+        owner="c",
+        lease_s=5.0,
+        max_events=100,
+        ttl_s=60,
+    )
     await hub.start()
     followed = [f"k{i}" for i in range(30)]
     own = [f"own{i}" for i in range(30)]
@@ -267,8 +276,9 @@ async def test_appends_sent_together_keep_their_order_and_fail_one_by_one(hubs) 
     async def writer(key: str, count: int) -> list[int]:
         return [await a.append(key, "e", {"n": n}) for n in range(count)]
 
-    results = await asyncio.gather(writer("batch-1", 50), writer("batch-2", 50), a.append("closed", "e", {}),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        writer("batch-1", 50), writer("batch-2", 50), a.append("closed", "e", {}), return_exceptions=True
+    )
     assert results[0] == list(range(1, 51)) and results[1] == list(range(1, 51))
     assert isinstance(results[2], StreamClosed)  # the other appends of its batch went through
     await a.finish("batch-1")

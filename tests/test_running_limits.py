@@ -58,13 +58,16 @@ async def _stop_all(client: httpx.AsyncClient, session_ids: list[str]) -> None:
 
 async def test_a_user_over_the_running_turns_limit_gets_429_while_another_user_still_sends(limited_api) -> None:
     url, services = limited_api
-    async with (httpx.AsyncClient(base_url=url, auth=ALICE, timeout=30) as alice,
-                httpx.AsyncClient(base_url=url, auth=BOB, timeout=30) as bob):
+    async with (
+        httpx.AsyncClient(base_url=url, auth=ALICE, timeout=30) as alice,
+        httpx.AsyncClient(base_url=url, auth=BOB, timeout=30) as bob,
+    ):
         chats = [await _new_chat(alice) for _ in range(30)]
         try:
             # All at once: racing sends must not let more than the limit through.
-            sent = await asyncio.gather(*(
-                alice.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"}) for sid in chats))
+            sent = await asyncio.gather(
+                *(alice.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"}) for sid in chats)
+            )
             accepted = [sid for sid, r in zip(chats, sent, strict=True) if r.status_code == 202]
             refused = [r for r in sent if r.status_code != 202]
             assert len(accepted) == 5 and len(refused) == 25, [r.status_code for r in sent]
@@ -84,8 +87,11 @@ async def test_a_user_over_the_running_turns_limit_gets_429_while_another_user_s
 
             # Chinese for a person who asks for it.
             # (A refused chat: one of the accepted ones would be 409, its turn is already running.)
-            zh = await alice.post(f"/api/sessions/{refused_sid(chats, sent)}/messages", json={"content": "/hang"},
-                                  headers={"Accept-Language": "zh-CN"})
+            zh = await alice.post(
+                f"/api/sessions/{refused_sid(chats, sent)}/messages",
+                json={"content": "/hang"},
+                headers={"Accept-Language": "zh-CN"},
+            )
             assert zh.status_code == 429 and "5" in zh.json()["detail"] and "You" not in zh.json()["detail"]
 
             # One of alice's turns stopped: she may send one more, not two.
@@ -103,24 +109,27 @@ def refused_sid(chats: list[str], sent: list[httpx.Response]) -> str:
 
 
 async def test_single_user_mode_has_no_running_turns_limit(tmp_path: Path, database_url: str) -> None:
-    services = Services.build(make_settings(tmp_path, database_url=database_url, max_running_turns_per_user=2,
-                                            max_running_tasks_per_user=1))
+    services = Services.build(
+        make_settings(tmp_path, database_url=database_url, max_running_turns_per_user=2, max_running_tasks_per_user=1)
+    )
     services.prepare()
     assert not services.auth.multi_user
     with live_server(_app(services)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             chats = [await _new_chat(client) for _ in range(6)]
             try:
-                sent = await asyncio.gather(*(
-                    client.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"}) for sid in chats))
+                sent = await asyncio.gather(
+                    *(client.post(f"/api/sessions/{sid}/messages", json={"content": "/hang"}) for sid in chats)
+                )
                 assert [r.status_code for r in sent] == [202] * 6
             finally:
                 await _stop_all(client, chats)
 
 
 @pytest.mark.parametrize("with_accounts", [False, True], ids=["single-user", "accounts"])
-async def test_the_turn_limit_costs_no_statement_outside_a_cluster(tmp_path: Path, database_url: str,
-                                                                   with_accounts: bool) -> None:
+async def test_the_turn_limit_costs_no_statement_outside_a_cluster(
+    tmp_path: Path, database_url: str, with_accounts: bool
+) -> None:
     """One process counts its turns in memory: a send runs the same statements with the limit as without it."""
     if with_accounts:
         server = _accounts_server(tmp_path, database_url, max_running_turns_per_user=5)
@@ -169,21 +178,34 @@ def _a2a_key(url: str, auth: tuple[str, str]) -> str:
 
 
 def _send(url: str, key: str, text: str, method: str = "SendMessage") -> httpx.Response:
-    return httpx.post(f"{url}/a2a/agents/coding-assistant", headers={"Authorization": f"Bearer {key}",
-                                                                      "A2A-Version": "1.0"}, json={
-        "jsonrpc": "2.0", "id": "r1", "method": method, "params": {
-            "message": {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]},
-            "configuration": {"returnImmediately": True}}}, timeout=30)
+    return httpx.post(
+        f"{url}/a2a/agents/coding-assistant",
+        headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"},
+        json={
+            "jsonrpc": "2.0",
+            "id": "r1",
+            "method": method,
+            "params": {
+                "message": {"messageId": f"m-{text}", "role": "ROLE_USER", "parts": [{"text": text}]},
+                "configuration": {"returnImmediately": True},
+            },
+        },
+        timeout=30,
+    )
 
 
 def _cancel(url: str, key: str, task_id: str) -> httpx.Response:
-    return httpx.post(f"{url}/a2a/agents/coding-assistant", headers={"Authorization": f"Bearer {key}",
-                                                                      "A2A-Version": "1.0"}, json={
-        "jsonrpc": "2.0", "id": "c1", "method": "CancelTask", "params": {"id": task_id}}, timeout=30)
+    return httpx.post(
+        f"{url}/a2a/agents/coding-assistant",
+        headers={"Authorization": f"Bearer {key}", "A2A-Version": "1.0"},
+        json={"jsonrpc": "2.0", "id": "c1", "method": "CancelTask", "params": {"id": task_id}},
+        timeout=30,
+    )
 
 
 async def test_a2a_callers_over_the_running_tasks_limit_get_a_json_rpc_error_and_a_chat_delegation_a_tool_error(
-        limited_api) -> None:
+    limited_api,
+) -> None:
     url, services = limited_api
     alice_key, bob_key = await asyncio.to_thread(_a2a_key, url, ALICE), await asyncio.to_thread(_a2a_key, url, BOB)
     started: list[str] = []
@@ -225,4 +247,3 @@ async def test_a2a_callers_over_the_running_tasks_limit_get_a_json_rpc_error_and
     finally:
         for task_id in started:
             await asyncio.to_thread(_cancel, url, alice_key, task_id)
-

@@ -29,14 +29,17 @@ def test_defaults_bind_loopback_on_port_3100() -> None:
 
 
 def test_json_then_dotenv_then_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = write_config(tmp_path / "server.json", {
-        "_comment": "ignored",
-        "port": 4000,
-        "inject_min_interval": 250,
-        "redis": {"host": "json-host", "port": 6380, "db": 3},
-        "auth": {"mode": "jwt"},
-        "blacklist_ip": ["10.0.0.9"],
-    })
+    config = write_config(
+        tmp_path / "server.json",
+        {
+            "_comment": "ignored",
+            "port": 4000,
+            "inject_min_interval": 250,
+            "redis": {"host": "json-host", "port": 6380, "db": 3},
+            "auth": {"mode": "jwt"},
+            "blacklist_ip": ["10.0.0.9"],
+        },
+    )
     dotenv = tmp_path / "test.env"
     dotenv.write_text("PORT=5000\nREDIS_HOST=dotenv-host\n", encoding="utf-8")
     monkeypatch.setenv("CONFIG_FILE", str(config))
@@ -80,8 +83,20 @@ def test_shipped_config_file_is_valid_and_documents_every_key(monkeypatch: pytes
 
 def test_env_example_lists_the_environment_names() -> None:
     example = (Path(__file__).resolve().parent.parent / ".env.example").read_text(encoding="utf-8")
-    for name in ("HOST", "PORT", "DATABASE_URL", "REDIS_URL", "REDIS_HOST", "DEFAULT_MODEL", "LLM_API_BASE",
-                 "LLM_API_KEY", "DEMO_MODEL_DELAY_MS", "DATA_DIR", "STORAGE_SECRET", "AUTH_MODE"):
+    for name in (
+        "HOST",
+        "PORT",
+        "DATABASE_URL",
+        "REDIS_URL",
+        "REDIS_HOST",
+        "DEFAULT_MODEL",
+        "LLM_API_BASE",
+        "LLM_API_KEY",
+        "DEMO_MODEL_DELAY_MS",
+        "DATA_DIR",
+        "STORAGE_SECRET",
+        "AUTH_MODE",
+    ):
         assert f"{name}=" in example
 
 
@@ -97,8 +112,10 @@ def test_bad_values_are_refused_with_the_field_name(monkeypatch: pytest.MonkeyPa
         load_settings()
 
 
-@pytest.mark.parametrize(("host", "loopback"), [("127.0.0.1", True), ("localhost", True), ("::1", True),
-                                                 ("0.0.0.0", False), ("192.0.2.10", False)])
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("localhost", True), ("::1", True), ("0.0.0.0", False), ("192.0.2.10", False)],
+)
 def test_loopback_detection(host: str, loopback: bool) -> None:
     assert Settings(_env_file=None, host=host).is_loopback is loopback
 

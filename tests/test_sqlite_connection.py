@@ -143,8 +143,12 @@ async def test_ending_a_transaction_whose_statement_was_cancelled_waits_for_that
     try:
         cursor = connection.cursor()
         await cursor.execute("CREATE TABLE t (x INTEGER)")
-        slow = asyncio.ensure_future(connection.cursor().execute(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) SELECT count(*) FROM n"))
+        slow = asyncio.ensure_future(
+            connection.cursor().execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) "
+                "SELECT count(*) FROM n"
+            )
+        )
         await asyncio.sleep(0.01)  # the thread is busy with it
         connection.begin_with_next_statement("BEGIN IMMEDIATE")
         insert = asyncio.ensure_future(connection.cursor().execute("INSERT INTO t VALUES (1)"))

@@ -47,9 +47,10 @@ async def test_events_sent_before_attach_are_buffered_then_flushed_in_order(serv
         assert response.status_code == 200
         reader = RawReader(response)
         body = await reader.until(lambda b: b.count(b"\n\n") >= 3)
-        assert body.startswith(b"retry: 1500\nid: 1\nevent: progress\ndata: {\"taskId\":\"task-123\"")
-        assert body.endswith(b'id: 2\nevent: custom-event\ndata: {"key":"value"}\n\n'
-                             b"id: 3\nevent: note\ndata: plain text\n\n")
+        assert body.startswith(b'retry: 1500\nid: 1\nevent: progress\ndata: {"taskId":"task-123"')
+        assert body.endswith(
+            b'id: 2\nevent: custom-event\ndata: {"key":"value"}\n\nid: 3\nevent: note\ndata: plain text\n\n'
+        )
         assert await server.call(stream.get_buffer) == []  # flushed to the client
 
         assert await server.call(stream.send_event, "live", {"n": 4}) == 4
@@ -82,13 +83,16 @@ async def test_send_event_json_encodes_non_strings_and_splits_lines(server, clie
     await server.call(stream.send_event, "empty", "")
     await server.call(stream.close)
     _, body = await read_raw(client, url)
-    assert body == (
-        'id: 1\nevent: obj\ndata: {"a":[1,2],"ü":"é","nl":"x\\ny"}\n\n'
-        "id: 2\nevent: num\ndata: 42\n\n"
-        "id: 3\nevent: none\ndata: null\n\n"
-        "id: 4\nevent: text\ndata: line one\ndata: line two\ndata: line three\ndata: \n\n"
-        "id: 5\nevent: empty\ndata: \n\n"
-    ).encode()
+    assert (
+        body
+        == (
+            'id: 1\nevent: obj\ndata: {"a":[1,2],"ü":"é","nl":"x\\ny"}\n\n'
+            "id: 2\nevent: num\ndata: 42\n\n"
+            "id: 3\nevent: none\ndata: null\n\n"
+            "id: 4\nevent: text\ndata: line one\ndata: line two\ndata: line three\ndata: \n\n"
+            "id: 5\nevent: empty\ndata: \n\n"
+        ).encode()
+    )
     events = parse_sse(body).events
     assert events[0].json == {"a": [1, 2], "ü": "é", "nl": "x\ny"}
     assert events[3].data == "line one\nline two\nline three\n" and events[4].data == ""
@@ -130,10 +134,17 @@ async def test_progress_artifact_and_state_carry_the_seed_payloads(server, clien
     assert list(p1) == ["taskId", "message", "progress", "timestamp"]
     assert p1 | {"timestamp": None} == {"taskId": "task-123", "message": "working", "progress": 45, "timestamp": None}
     assert p2["progress"] is None
-    assert art | {"timestamp": None} == {"taskId": "task-123", "artifact": {"type": "report", "files": ["output.txt"]},
-                                         "timestamp": None}
-    assert state | {"timestamp": None} == {"taskId": "task-123", "from": "running", "to": "completed",
-                                           "timestamp": None}
+    assert art | {"timestamp": None} == {
+        "taskId": "task-123",
+        "artifact": {"type": "report", "files": ["output.txt"]},
+        "timestamp": None,
+    }
+    assert state | {"timestamp": None} == {
+        "taskId": "task-123",
+        "from": "running",
+        "to": "completed",
+        "timestamp": None,
+    }
     stamps = [iso(e["timestamp"]) for e in (p1, p2, art, state)]
     assert stamps == sorted(stamps) and stamps[0] >= before.replace(microsecond=0)
 
@@ -335,9 +346,11 @@ async def test_resume_after_last_event_id_header_or_query_then_live(server, clie
 
 @pytest.mark.parametrize(
     ("last_id", "reason"),
-    [("abc", "Last-Event-ID 'abc' is not a number"),
-     ("1", "events after 1 are no longer buffered"),
-     ("99", "event 99 does not belong to this stream")],
+    [
+        ("abc", "Last-Event-ID 'abc' is not a number"),
+        ("1", "events after 1 are no longer buffered"),
+        ("99", "event 99 does not belong to this stream"),
+    ],
 )
 async def test_an_unusable_last_event_id_gets_a_reset_then_the_whole_buffer(server, client, last_id, reason) -> None:
     url, stream = new_stream(server, max_buffer_size=3)
@@ -376,8 +389,7 @@ async def test_a_slow_subscriber_gets_an_overflow_event_and_is_cut_off(server, c
     assert events[3].type == "overflow" and events[3].id == "3"  # no id of its own
     assert events[3].json == {"type": "overflow", "reason": "this client fell behind by 3 events", "lastEventId": 3}
     assert len(events) == 4 and stream.close_reason is None and stream.subscribers == 0
-    _, rest = await read_raw(client, url, headers={"Last-Event-ID": "3"},
-                             until=lambda b: b.count(b"\n\n") >= 7)
+    _, rest = await read_raw(client, url, headers={"Last-Event-ID": "3"}, until=lambda b: b.count(b"\n\n") >= 7)
     assert [e.id for e in parse_sse(rest).events] == [str(i) for i in range(4, 11)]
 
 

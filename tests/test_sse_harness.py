@@ -95,6 +95,7 @@ class SSEServer:
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `fn(*args, **kwargs)` on the server's loop; its result."""
+
         async def wrapper() -> T:
             return fn(*args, **kwargs)
 
@@ -112,6 +113,7 @@ class SSEServer:
 
     def call_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`call` for synchronous callers."""
+
         async def wrapper() -> T:
             return fn(*args, **kwargs)
 
@@ -186,8 +188,9 @@ def parse_sse(raw: bytes, *, last_id: str = "") -> Parsed:
         if line == "":
             out.last_id = pending_id
             if data:
-                out.events.append(Event(type=event_type or "message", data="\n".join(data), id=out.last_id,
-                                        retry=retry))
+                out.events.append(
+                    Event(type=event_type or "message", data="\n".join(data), id=out.last_id, retry=retry)
+                )
             data, event_type, retry = [], "", None
             continue
         if line.startswith(":"):
@@ -243,6 +246,7 @@ class RawReader:
 
     async def until(self, predicate: Callable[[bytes], bool], timeout: float = 5.0) -> bytes:
         """Read until `predicate(body)` holds or the response ends; the body so far."""
+
         async def read() -> None:
             while not predicate(self.body):
                 try:

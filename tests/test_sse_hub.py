@@ -34,21 +34,28 @@ async def append(server: SSEServer, hub: StreamHub, key: str, *events: tuple[str
 
 async def test_seed_types_are_named_events_the_rest_unnamed_for_onmessage(server, client) -> None:
     url, hub, key = await new_buffer(server)
-    await append(server, hub, key,
-                 ("progress", {"taskId": "t", "message": "m", "progress": 5, "timestamp": "T"}),
-                 ("text-delta", {"id": "text-0", "delta": "Hi\nthere"}),
-                 ("state", {"taskId": "t", "from": "working", "to": "completed", "timestamp": "T"}),
-                 ("artifact", {"taskId": "t", "artifact": {"k": "ü"}, "timestamp": "T"}),
-                 ("error", {"errorText": "boom"}))
+    await append(
+        server,
+        hub,
+        key,
+        ("progress", {"taskId": "t", "message": "m", "progress": 5, "timestamp": "T"}),
+        ("text-delta", {"id": "text-0", "delta": "Hi\nthere"}),
+        ("state", {"taskId": "t", "from": "working", "to": "completed", "timestamp": "T"}),
+        ("artifact", {"taskId": "t", "artifact": {"k": "ü"}, "timestamp": "T"}),
+        ("error", {"errorText": "boom"}),
+    )
     await server.run(lambda: hub.finish(key))
     _, body = await read_raw(client, url)
-    assert body == (
-        'retry: 2000\nid: 1\nevent: progress\ndata: {"taskId":"t","message":"m","progress":5,"timestamp":"T"}\n\n'
-        'id: 2\ndata: {"type":"text-delta","id":"text-0","delta":"Hi\\nthere"}\n\n'
-        'id: 3\nevent: state\ndata: {"taskId":"t","from":"working","to":"completed","timestamp":"T"}\n\n'
-        'id: 4\nevent: artifact\ndata: {"taskId":"t","artifact":{"k":"ü"},"timestamp":"T"}\n\n'
-        'id: 5\ndata: {"type":"error","errorText":"boom"}\n\n'
-    ).encode()
+    assert (
+        body
+        == (
+            'retry: 2000\nid: 1\nevent: progress\ndata: {"taskId":"t","message":"m","progress":5,"timestamp":"T"}\n\n'
+            'id: 2\ndata: {"type":"text-delta","id":"text-0","delta":"Hi\\nthere"}\n\n'
+            'id: 3\nevent: state\ndata: {"taskId":"t","from":"working","to":"completed","timestamp":"T"}\n\n'
+            'id: 4\nevent: artifact\ndata: {"taskId":"t","artifact":{"k":"ü"},"timestamp":"T"}\n\n'
+            'id: 5\ndata: {"type":"error","errorText":"boom"}\n\n'
+        ).encode()
+    )
     assert [e.type for e in parse_sse(body).events] == ["progress", "message", "state", "artifact", "message"]
 
 
@@ -91,9 +98,11 @@ async def test_resume_after_an_id_then_live(server, client, how: str) -> None:
 
 @pytest.mark.parametrize(
     ("last_id", "reason"),
-    [("abc", "Last-Event-ID 'abc' is not a number"),
-     ("1", "events after 1 are no longer buffered"),
-     ("99", "event 99 does not belong to this stream")],
+    [
+        ("abc", "Last-Event-ID 'abc' is not a number"),
+        ("1", "events after 1 are no longer buffered"),
+        ("99", "event 99 does not belong to this stream"),
+    ],
 )
 async def test_an_unusable_id_gets_a_reset_then_everything_buffered(server, client, last_id, reason) -> None:
     url, hub, key = await new_buffer(server, hub_options={"max_events": 3})

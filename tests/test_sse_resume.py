@@ -30,10 +30,14 @@ EXAMPLES = int(os.environ.get("SSE_RESUME_EXAMPLES", "30"))
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), texts)
-payloads = st.one_of(texts, scalars, st.lists(scalars, max_size=3),
-                     st.dictionaries(st.text(max_size=6), scalars, max_size=3))
-event_lists = st.lists(st.tuples(st.sampled_from(["progress", "state", "artifact", "log", "text-delta"]), payloads),
-                       min_size=1, max_size=24)
+payloads = st.one_of(
+    texts, scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=6), scalars, max_size=3)
+)
+event_lists = st.lists(
+    st.tuples(st.sampled_from(["progress", "state", "artifact", "log", "text-delta"]), payloads),
+    min_size=1,
+    max_size=24,
+)
 cut_lists = st.lists(st.integers(min_value=0, max_value=700), max_size=5)
 
 
@@ -45,8 +49,10 @@ def same_as_sent(received: list[Event], events: list[tuple[str, Any]]) -> None:
     """The events as sent (strings as is, other values as JSON) are the ones received."""
     assert len(received) == len(events)
     sent = [(t, _lines(d) if isinstance(d, str) else d) for t, d in events]
-    seen = [(e.type, e.data if isinstance(d, str) else json.loads(e.data))
-            for e, (_, d) in zip(received, events, strict=True)]
+    seen = [
+        (e.type, e.data if isinstance(d, str) else json.loads(e.data))
+        for e, (_, d) in zip(received, events, strict=True)
+    ]
     assert seen == sent
 
 
@@ -93,7 +99,7 @@ async def reassemble(client: httpx.AsyncClient, url: str, cuts: list[int], send_
 
 def groups(items: list, n: int) -> list[list]:
     size = -(-len(items) // n) if items else 0
-    return [items[i * size:(i + 1) * size] for i in range(n)] if size else [[] for _ in range(n)]
+    return [items[i * size : (i + 1) * size] for i in range(n)] if size else [[] for _ in range(n)]
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

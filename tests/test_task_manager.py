@@ -60,7 +60,7 @@ async def test_progress_state_and_artifacts_reach_every_open_stream(server, clie
         {"taskId": "t1", "from": "working", "to": "completed"},
         {"type": "done", "taskId": "t1", "result": {"ok": True}},
     ]
-    assert bodies[0].startswith(b"retry: 2000\nid: 1\nevent: state\ndata: {\"taskId\":\"t1\",\"from\":\"submitted\"")
+    assert bodies[0].startswith(b'retry: 2000\nid: 1\nevent: state\ndata: {"taskId":"t1","from":"submitted"')
 
     snapshot = events.get("t1")
     assert (snapshot.state, snapshot.message, snapshot.progress, snapshot.open) == ("completed", "writing", None, False)

@@ -26,12 +26,15 @@ def carried_test_ids() -> set[str]:
         source = path.read_text()
         ids |= set(re.findall(r"data-testid=([a-z][a-z0-9-]*[a-z0-9])(?![-{a-z0-9])", source))
         for node in ast.walk(ast.parse(source)):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "testid" and len(node.args) == 2
-                    and isinstance(node.args[1], ast.Constant)):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "testid"
+                and len(node.args) == 2
+                and isinstance(node.args[1], ast.Constant)
+            ):
                 ids.add(node.args[1].value)
             if isinstance(node, ast.Call):  # helpers that set it: `self._input(..., testid="agent-name")`
-                ids |= {k.value.value for k in node.keywords
-                        if k.arg == "testid" and isinstance(k.value, ast.Constant)}
+                ids |= {k.value.value for k in node.keywords if k.arg == "testid" and isinstance(k.value, ast.Constant)}
     ids |= set(re.findall(r'dataset\.testid = "([a-z0-9-]+)"', (ROOT / "assets" / "app.js").read_text()))
     ids |= {f"nav-{item.key}" for item in NAV_ITEMS}  # `data-testid=nav-{item.key}`
     return ids
@@ -40,8 +43,11 @@ def carried_test_ids() -> set[str]:
 def listed_test_ids() -> set[str]:
     """The names in backticks under "## Test ids" in docs/TESTING.md (attribute names excluded)."""
     section = DOC.read_text().split("## Test ids", 1)[1].split("\n## ", 1)[0]
-    return {n for n in re.findall(r"`([a-z][a-z0-9-]*)`", section) if not n.startswith("data-")
-            and n not in {"auto", "dark", "light"}}
+    return {
+        n
+        for n in re.findall(r"`([a-z][a-z0-9-]*)`", section)
+        if not n.startswith("data-") and n not in {"auto", "dark", "light"}
+    }
 
 
 def test_every_test_id_a_page_carries_is_listed_in_the_docs() -> None:
@@ -56,8 +62,19 @@ def test_every_test_id_the_docs_list_is_carried_by_a_page() -> None:
     assert not stale, f"docs/TESTING.md lists test ids that no page carries: {sorted(stale)}"
 
 
-@pytest.mark.parametrize("name", ["msg-input", "send-btn", "agent-invoke-panel", "agent-invoke-tab",
-                                  "agent-invoke-status", "agent-invoke-body", "session-list", "assistant-message"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "msg-input",
+        "send-btn",
+        "agent-invoke-panel",
+        "agent-invoke-tab",
+        "agent-invoke-status",
+        "agent-invoke-body",
+        "session-list",
+        "assistant-message",
+    ],
+)
 def test_the_names_the_issue_quotes_are_kept(name: str) -> None:
     """The names people already use in their tests are still there."""
     assert name in carried_test_ids()

@@ -46,10 +46,20 @@ from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
 # How each state word looks (the words themselves come from core.delegation.states).
-STATUS_COLORS = {"submitted": "grey-7", "working": "primary", "completed": "positive", "failed": "negative",
-                 "canceled": "warning"}
-STATUS_ICONS = {"submitted": "schedule", "working": "autorenew", "completed": "check_circle", "failed": "error",
-                "canceled": "block"}
+STATUS_COLORS = {
+    "submitted": "grey-7",
+    "working": "primary",
+    "completed": "positive",
+    "failed": "negative",
+    "canceled": "warning",
+}
+STATUS_ICONS = {
+    "submitted": "schedule",
+    "working": "autorenew",
+    "completed": "check_circle",
+    "failed": "error",
+    "canceled": "block",
+}
 PANEL_WIDTH_PX = 460
 
 
@@ -86,9 +96,11 @@ class AgentInvokePanel:
         self.selected_task_id: str | None = None
         self.task_texts: dict[str, str] = {}  # tool call id → the request it delegates (from `tool-input-available`)
         self.state_listeners: list[Callable[[str, str], None]] = []
-        with ui.right_drawer(value=False, bottom_corner=True).props(
-            f"width={PANEL_WIDTH_PX} bordered breakpoint={DRAWER_BREAKPOINT_PX - 1}"
-        ).classes("panel-bg q-pa-none agent-invoke-drawer") as d:
+        with (
+            ui.right_drawer(value=False, bottom_corner=True)
+            .props(f"width={PANEL_WIDTH_PX} bordered breakpoint={DRAWER_BREAKPOINT_PX - 1}")
+            .classes("panel-bg q-pa-none agent-invoke-drawer") as d
+        ):
             self.drawer = d.mark("agent-invoke-panel").props("data-testid=agent-invoke-panel")
             with ui.column().classes("w-full gap-0 agent-invoke-head").props("data-testid=agent-invoke-head"):
                 with ui.row().classes("w-full items-center justify-between q-px-sm q-pt-sm no-wrap"):
@@ -98,9 +110,13 @@ class AgentInvokePanel:
                             "aria-label='" + _("Back to the chat") + "'"
                         ).classes("phone-only").mark("agent-invoke-back")
                         ui.label(_("Delegated tasks")).classes("text-subtitle1 text-weight-medium q-pl-sm")
-                    self.close_btn = ui.button(icon="close", on_click=self.close).props(
-                        "flat round dense aria-label='" + _("Close the panel") + "' data-testid=agent-invoke-close"
-                    ).mark("agent-invoke-close")
+                    self.close_btn = (
+                        ui.button(icon="close", on_click=self.close)
+                        .props(
+                            "flat round dense aria-label='" + _("Close the panel") + "' data-testid=agent-invoke-close"
+                        )
+                        .mark("agent-invoke-close")
+                    )
                 self.tabs = ui.tabs(on_change=self._on_tab_change).props("dense align=left no-caps")
                 self.tabs.classes("w-full text-grey-8 agent-invoke-tabs").props("data-testid=agent-invoke-tabs")
             with ui.element("div").classes("w-full agent-invoke-scroll").props("data-testid=agent-invoke-scroll"):
@@ -122,8 +138,12 @@ class AgentInvokePanel:
         if not isinstance(task_id, str):
             return
         if task_id not in self.tabs_by_task:
-            self._add_tab(task_id, str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or _("Agent")),
-                          data.get("parentTaskId"), self.task_texts.get(str(data.get("toolCallId"))))
+            self._add_tab(
+                task_id,
+                str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or _("Agent")),
+                data.get("parentTaskId"),
+                self.task_texts.get(str(data.get("toolCallId"))),
+            )
             self._follow_or_load(task_id)
         self._select_if_idle(task_id)
         self.open()
@@ -177,26 +197,32 @@ class AgentInvokePanel:
         if current is None or current.state in TERMINAL_STATES:
             self.select(task_id)
 
-    def _add_tab(self, task_id: str, callee_name: str, parent_task_id: str | None,
-                 request: str | None = None) -> TaskTab:
+    def _add_tab(
+        self, task_id: str, callee_name: str, parent_task_id: str | None, request: str | None = None
+    ) -> TaskTab:
         parent = self.tabs_by_task.get(parent_task_id or "")
         depth = parent.depth + 1 if parent else 0
         word = state_word(None)
         # Children go right after their parent's subtree, so a nested delegation sits under its parent.
         with self.tabs:
-            tab = ui.tab(name=_tab_name(task_id), label="").props(
-                f"no-caps data-testid=agent-invoke-tab data-task-id={task_id} "
-                f"data-parent-task-id={parent_task_id or ''} data-depth={depth} data-state={word}"
-            ).mark("agent-invoke-tab")
+            tab = (
+                ui.tab(name=_tab_name(task_id), label="")
+                .props(
+                    f"no-caps data-testid=agent-invoke-tab data-task-id={task_id} "
+                    f"data-parent-task-id={parent_task_id or ''} data-depth={depth} data-state={word}"
+                )
+                .mark("agent-invoke-tab")
+            )
             with tab:
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     icon = ui.icon(STATUS_ICONS[word], color=STATUS_COLORS[word], size="xs").props(
-                        f"data-testid=agent-invoke-tab-icon aria-label='{state_label(None)}'")
+                        f"data-testid=agent-invoke-tab-icon aria-label='{state_label(None)}'"
+                    )
                     with ui.column().classes("gap-0 items-start min-w-0"):
                         ui.label(("↳ " * depth) + callee_name).classes("agent-invoke-tab-name").props(
-                            "data-testid=agent-invoke-tab-name")
-                        text = ui.label("").classes("agent-invoke-tab-text").props(
-                            "data-testid=agent-invoke-tab-text")
+                            "data-testid=agent-invoke-tab-name"
+                        )
+                        text = ui.label("").classes("agent-invoke-tab-text").props("data-testid=agent-invoke-tab-text")
                 tooltip = ui.tooltip("").props("data-testid=agent-invoke-tab-tooltip max-width=360px")
         if parent is not None:
             order = list(self.tabs_by_task.values())
@@ -209,19 +235,28 @@ class AgentInvokePanel:
             with ui.tab_panel(tab).classes("q-pa-md panel-bg"):
                 with ui.row().classes("items-center gap-2 no-wrap"):
                     ui.label(callee_name).classes("text-weight-medium").props("data-testid=agent-invoke-title")
-                    status = ui.badge(state_label(None), color=STATUS_COLORS[word]).props(
-                        f"data-testid=agent-invoke-status data-task-id={task_id}"
-                    ).mark("agent-invoke-status")
-                request_label = ui.label("").classes("text-caption text-grey-7 whitespace-pre-wrap").props(
-                    "data-testid=agent-invoke-request")
+                    status = (
+                        ui.badge(state_label(None), color=STATUS_COLORS[word])
+                        .props(f"data-testid=agent-invoke-status data-task-id={task_id}")
+                        .mark("agent-invoke-status")
+                    )
+                request_label = (
+                    ui.label("")
+                    .classes("text-caption text-grey-7 whitespace-pre-wrap")
+                    .props("data-testid=agent-invoke-request")
+                )
                 error = ui.label("").classes("text-negative text-caption").props("data-testid=agent-invoke-error")
                 error.set_visibility(False)
-                with ui.column().classes("w-full gap-0").props(
-                    f"data-testid=agent-invoke-body data-task-id={task_id}"
-                ).mark("agent-invoke-body"):
+                with (
+                    ui.column()
+                    .classes("w-full gap-0")
+                    .props(f"data-testid=agent-invoke-body data-task-id={task_id}")
+                    .mark("agent-invoke-body")
+                ):
                     body = StreamingMarkdown()
-        entry = TaskTab(task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip,
-                        error, body)
+        entry = TaskTab(
+            task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip, error, body
+        )
         self.tabs_by_task[task_id] = entry
         self._set_request(entry, request)
         if request is None:
@@ -310,7 +345,7 @@ class AgentInvokePanel:
             return
         text = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
         if text != entry.body.text and not entry.body.finalized:
-            entry.body.append(text[len(entry.body.text):] if text.startswith(entry.body.text) else "")
+            entry.body.append(text[len(entry.body.text) :] if text.startswith(entry.body.text) else "")
         entry.body.finalize()
         self._set_state(entry, detail.task.state, detail.task.error)
 
@@ -320,8 +355,9 @@ class AgentInvokePanel:
         label = state_label(state, has_text=bool(entry.body.text), reason=entry.reason)
         entry.status.set_text(label)
         entry.status.props(f"color={STATUS_COLORS.get(word, 'grey-7')} data-reason={entry.reason or ''}")
-        entry.icon.props(f"name={STATUS_ICONS.get(word, 'help')} color={STATUS_COLORS.get(word, 'grey-7')} "
-                         f"aria-label='{label}'")
+        entry.icon.props(
+            f"name={STATUS_ICONS.get(word, 'help')} color={STATUS_COLORS.get(word, 'grey-7')} aria-label='{label}'"
+        )
         entry.tab.props(f"data-state={word}")
         if error and state != COMPLETED:
             self._show_error(entry, str(error))
@@ -352,7 +388,6 @@ class AgentInvokePanel:
         """The last state seen for a task shown here."""
         entry = self.tabs_by_task.get(task_id)
         return entry.state if entry else None
-
 
 
 def _tab_name(task_id: str) -> str:

@@ -22,13 +22,25 @@ from ui.language import page
 
 # Suggestions for the model field: the demo model first, then common LiteLLM provider prefixes.
 MODEL_SUGGESTIONS = [
-    "local/demo", "openai/gpt-4o-mini", "openai/gpt-4o", "anthropic/claude-3-5-haiku-latest",
-    "anthropic/claude-3-5-sonnet-latest", "gemini/gemini-1.5-flash", "groq/llama-3.1-8b-instant",
-    "mistral/mistral-small-latest", "ollama/llama3.1", "openrouter/", "azure/", "bedrock/",
+    "local/demo",
+    "openai/gpt-4o-mini",
+    "openai/gpt-4o",
+    "anthropic/claude-3-5-haiku-latest",
+    "anthropic/claude-3-5-sonnet-latest",
+    "gemini/gemini-1.5-flash",
+    "groq/llama-3.1-8b-instant",
+    "mistral/mistral-small-latest",
+    "ollama/llama3.1",
+    "openrouter/",
+    "azure/",
+    "bedrock/",
 ]
 KIND_LABELS = {"local": N_("local"), "remote-http": N_("remote HTTP"), "broker": N_("broker")}
-LIMITS = (("maxRecursionDepth", N_("Max depth")), ("timeoutMs", N_("Timeout (ms)")),
-          ("maxOutputTokens", N_("Max callee tokens")))
+LIMITS = (
+    ("maxRecursionDepth", N_("Max depth")),
+    ("timeoutMs", N_("Timeout (ms)")),
+    ("maxOutputTokens", N_("Max callee tokens")),
+)
 
 
 def register_agents_page(services: Services) -> None:
@@ -37,29 +49,36 @@ def register_agents_page(services: Services) -> None:
     @page("/agents", title="Agents")
     async def agents_page(edit: str = "") -> None:
         build_frame(services, title=_("Agents"), active="/agents")
-        may_edit = await services.agent_admin.may_change(current_user_id(services),
-                                                         multi_user=services.auth.multi_user)
+        may_edit = await services.agent_admin.may_change(current_user_id(services), multi_user=services.auth.multi_user)
         state: dict[str, Any] = {"selected": edit or None}
 
         @ui.refreshable
         async def agent_list(views: list[AgentView]) -> None:
             for view in views:
                 props = f"flat bordered data-testid=agent-card data-agent-id={view.id}"
-                with ui.card().classes("w-full cursor-pointer q-pa-sm").props(props).on(
-                        "click", lambda v=view: open_editor(v.id)):
+                with (
+                    ui.card()
+                    .classes("w-full cursor-pointer q-pa-sm")
+                    .props(props)
+                    .on("click", lambda v=view: open_editor(v.id))
+                ):
                     with ui.row().classes("w-full items-center gap-2 no-wrap"):
                         ui.label(view.name).classes("text-subtitle1 text-weight-medium ellipsis")
                         ui.badge(_kind(view.kind), color="primary" if view.is_local else "teal")
                         if view.online is not None:
-                            ui.badge(_("online") if view.online else _("offline"),
-                                     color="positive" if view.online else "grey-7")
+                            ui.badge(
+                                _("online") if view.online else _("offline"),
+                                color="positive" if view.online else "grey-7",
+                            )
                     ui.label(f"@{view.id}" + (f" · {view.model}" if view.model else "")).classes(
-                        "text-caption font-mono text-grey-8 break-all")
+                        "text-caption font-mono text-grey-8 break-all"
+                    )
                     if view.description:
                         ui.label(view.description).classes("text-body2")
                     if view.tools:
                         ui.label(_("tools: {names}").format(names=", ".join(t["type"] for t in view.tools))).classes(
-                            "text-caption text-grey-7")
+                            "text-caption text-grey-7"
+                        )
 
         editor = ui.column()
 
@@ -77,8 +96,11 @@ def register_agents_page(services: Services) -> None:
                 elif selected is not None or state["selected"] == "":
                     AgentEditor(services, selected, views, may_edit, on_saved=after_change).render()
                 else:
-                    ui.label(_("Pick an agent to see or change it, or make a new one.") if may_edit
-                             else _("Pick an agent to see or change it.")).classes("text-grey-7")
+                    ui.label(
+                        _("Pick an agent to see or change it, or make a new one.")
+                        if may_edit
+                        else _("Pick an agent to see or change it.")
+                    ).classes("text-grey-7")
 
         async def after_change(agent_id: str | None) -> None:
             state["selected"] = agent_id
@@ -102,14 +124,21 @@ def register_agents_page(services: Services) -> None:
                 lines.append(f"  {ids[edge.caller]} {arrow} {ids[edge.callee]}")
             by_node = {node: agent_id for agent_id, node in ids.items()}
             ui.mermaid("\n".join(lines), on_node_click=lambda e: open_editor(by_node.get(e.node_id))).classes(
-                "w-full overflow-x-auto").props("data-testid=agent-graph")
+                "w-full overflow-x-auto"
+            ).props("data-testid=agent-graph")
             names = {v.id: v.name for v in views}
             with ui.column().classes("gap-0").props("data-testid=agent-edges"):
                 for edge in edges:
-                    note = " " + _("(any agent)") if edge.any else \
-                        " " + _("(background)") if edge.tool == A2A_DISPATCH else ""
-                    ui.label(f"{names[edge.caller]} → {names[edge.callee]}{note}").classes(
-                        "text-caption").props(f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}")
+                    note = (
+                        " " + _("(any agent)")
+                        if edge.any
+                        else " " + _("(background)")
+                        if edge.tool == A2A_DISPATCH
+                        else ""
+                    )
+                    ui.label(f"{names[edge.caller]} → {names[edge.callee]}{note}").classes("text-caption").props(
+                        f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}"
+                    )
 
         views = await services.agent_admin.list()
         with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
@@ -117,7 +146,8 @@ def register_agents_page(services: Services) -> None:
                 ui.label(_("Agents")).classes("text-h5")
                 if may_edit:
                     ui.button(_("New agent"), icon="add", on_click=lambda: open_editor("")).props(
-                        "data-testid=new-agent-btn")
+                        "data-testid=new-agent-btn"
+                    )
             with ui.row().classes("w-full gap-4 items-start"):
                 with ui.column().classes("gap-2 grow basis-72 min-w-0"):
                     await agent_list(views)
@@ -125,8 +155,12 @@ def register_agents_page(services: Services) -> None:
                     editor.classes("w-full")
                     await render_editor()
             ui.label(_("Who may call whom")).classes("text-h6")
-            ui.label(_("An arrow for each allowed delegation; dotted: it may call any agent, or a background "
-                       "dispatch. Click an agent to open it.")).classes("text-caption text-grey-7")
+            ui.label(
+                _(
+                    "An arrow for each allowed delegation; dotted: it may call any agent, or a background "
+                    "dispatch. Click an agent to open it."
+                )
+            ).classes("text-caption text-grey-7")
             graph(views, await services.agent_admin.edges(views))
 
 
@@ -141,8 +175,9 @@ def _remote_details(view: AgentView) -> None:
     ui.label(f"@{view.id} · {_kind(view.kind)} · {online}").classes("font-mono text-grey-8")
     if view.description:
         ui.label(view.description)
-    ui.label(_("A remote agent: it is changed where it runs (remote HTTP agents are registered on Remote agents)."))\
-        .classes("text-caption text-grey-7")
+    ui.label(
+        _("A remote agent: it is changed where it runs (remote HTTP agents are registered on Remote agents).")
+    ).classes("text-caption text-grey-7")
 
 
 def _kind(kind: str) -> str:
@@ -152,8 +187,9 @@ def _kind(kind: str) -> str:
 class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
-    def __init__(self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool,
-                 on_saved) -> None:
+    def __init__(
+        self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved
+    ) -> None:
         self.services = services
         self.view = view
         self.views = views
@@ -168,73 +204,117 @@ class AgentEditor:
         with ui.column().classes("w-full gap-2"):
             ui.label(_("Edit {name}").format(name=view.name) if view else _("New agent")).classes("text-h6")
             with ui.row().classes("w-full gap-2"):
-                self.inputs["id"] = self._input(_("Id"), view.id if view else "", testid="agent-id",
-                                                readonly=view is not None)
+                self.inputs["id"] = self._input(
+                    _("Id"), view.id if view else "", testid="agent-id", readonly=view is not None
+                )
                 self.inputs["name"] = self._input(_("Name"), view.name if view else "", testid="agent-name")
-            self.inputs["description"] = self._input(_("Description"), view.description if view else "",
-                                                     testid="agent-description")
-            self.inputs["model"] = ui.input(_("Model"), value=view.model if view else "local/demo",
-                                            autocomplete=MODEL_SUGGESTIONS).props(
-                "dense outlined data-testid=agent-model "
-                "hint='" + _("LiteLLM model string, e.g. openai/gpt-4o-mini") + "'"
-            ).classes("w-full")
+            self.inputs["description"] = self._input(
+                _("Description"), view.description if view else "", testid="agent-description"
+            )
+            self.inputs["model"] = (
+                ui.input(_("Model"), value=view.model if view else "local/demo", autocomplete=MODEL_SUGGESTIONS)
+                .props(
+                    "dense outlined data-testid=agent-model "
+                    "hint='" + _("LiteLLM model string, e.g. openai/gpt-4o-mini") + "'"
+                )
+                .classes("w-full")
+            )
             with ui.row().classes("w-full gap-2"):
-                self.inputs["apiBase"] = self._input(_("API base URL (optional)"),
-                                                     (view.api_base or "") if view else "",
-                                                     testid="agent-api-base")
-                key_label = _("API key (stored; type to replace)") if view and view.has_api_key \
-                    else _("API key (optional)")
-                self.inputs["apiKey"] = ui.input(key_label, password=True,
-                                                 password_toggle_button=True).props(
-                    "dense outlined data-testid=agent-api-key").classes("grow basis-48")
-            self.remove_key = ui.checkbox(_("Remove the stored key")).props("dense") \
-                if view and view.has_api_key else None
+                self.inputs["apiBase"] = self._input(
+                    _("API base URL (optional)"), (view.api_base or "") if view else "", testid="agent-api-base"
+                )
+                key_label = (
+                    _("API key (stored; type to replace)") if view and view.has_api_key else _("API key (optional)")
+                )
+                self.inputs["apiKey"] = (
+                    ui.input(key_label, password=True, password_toggle_button=True)
+                    .props("dense outlined data-testid=agent-api-key")
+                    .classes("grow basis-48")
+                )
+            self.remove_key = (
+                ui.checkbox(_("Remove the stored key")).props("dense") if view and view.has_api_key else None
+            )
             with ui.row().classes("w-full gap-2"):
-                self.inputs["temperature"] = ui.number(_("Temperature"), value=view.temperature if view else None,
-                                                       min=0, max=2, step=0.1, placeholder=_("model default")).props(
-                    "dense outlined data-testid=agent-temperature").classes("grow basis-32")
-                self.inputs["maxOutputTokens"] = ui.number(
-                    _("Max output tokens"), value=view.max_output_tokens if view else None, min=1, precision=0,
-                    placeholder=_("model default")).props("dense outlined data-testid=agent-max-tokens").classes(
-                    "grow basis-32")
-            self.inputs["systemPrompt"] = ui.textarea(
-                _("System prompt"), value=view.system_prompt if view else "").props(
-                "outlined autogrow data-testid=agent-system-prompt").classes("w-full")
+                self.inputs["temperature"] = (
+                    ui.number(
+                        _("Temperature"),
+                        value=view.temperature if view else None,
+                        min=0,
+                        max=2,
+                        step=0.1,
+                        placeholder=_("model default"),
+                    )
+                    .props("dense outlined data-testid=agent-temperature")
+                    .classes("grow basis-32")
+                )
+                self.inputs["maxOutputTokens"] = (
+                    ui.number(
+                        _("Max output tokens"),
+                        value=view.max_output_tokens if view else None,
+                        min=1,
+                        precision=0,
+                        placeholder=_("model default"),
+                    )
+                    .props("dense outlined data-testid=agent-max-tokens")
+                    .classes("grow basis-32")
+                )
+            self.inputs["systemPrompt"] = (
+                ui.textarea(_("System prompt"), value=view.system_prompt if view else "")
+                .props("outlined autogrow data-testid=agent-system-prompt")
+                .classes("w-full")
+            )
 
             ui.label(_("Tools")).classes("text-subtitle2 q-mt-sm")
-            self.can_delegate = ui.checkbox(_("May delegate to other agents (agent-invoke)"),
-                                            value=invoke is not None).props("data-testid=agent-can-delegate")
+            self.can_delegate = ui.checkbox(
+                _("May delegate to other agents (agent-invoke)"), value=invoke is not None
+            ).props("data-testid=agent-can-delegate")
             with ui.column().classes("w-full gap-2 q-pl-md").bind_visibility_from(self.can_delegate, "value"):
                 others = {v.id: f"{v.name} (@{v.id})" for v in self.views if not view or v.id != view.id}
                 allowed = (invoke or {}).get("allowedAgents")
                 self.any_agent = ui.checkbox(_("Any agent"), value=allowed is None).props("dense data-testid=agent-any")
-                self.inputs["allowedAgents"] = ui.select(
-                    others, multiple=True, value=[a for a in (allowed or []) if a in others], label=_("May call"),
-                ).props("dense outlined use-chips data-testid=agent-allowed").classes("w-full").bind_visibility_from(
-                    self.any_agent, "value", backward=lambda v: not v)
+                self.inputs["allowedAgents"] = (
+                    ui.select(
+                        others,
+                        multiple=True,
+                        value=[a for a in (allowed or []) if a in others],
+                        label=_("May call"),
+                    )
+                    .props("dense outlined use-chips data-testid=agent-allowed")
+                    .classes("w-full")
+                    .bind_visibility_from(self.any_agent, "value", backward=lambda v: not v)
+                )
                 with ui.row().classes("w-full gap-2"):
                     for key, label in LIMITS:
                         default = DEFAULT_AGENT_INVOKE_CONFIG[key]
-                        self.inputs[key] = ui.number(_("{label} (default {default})").format(
-                                                         label=_(label), default=default),
-                                                     value=(invoke or {}).get(key, default), min=1, precision=0,
-                                                     ).props(f"dense outlined data-testid=agent-{key}").classes(
-                            "grow basis-32")
-            self.dispatch = ui.checkbox(_("May dispatch to broker agents in the background (a2a-dispatch)"),
-                                        value=bool(view and view.tool(A2A_DISPATCH) is not None)).props(
-                "data-testid=agent-dispatch")
+                        self.inputs[key] = (
+                            ui.number(
+                                _("{label} (default {default})").format(label=_(label), default=default),
+                                value=(invoke or {}).get(key, default),
+                                min=1,
+                                precision=0,
+                            )
+                            .props(f"dense outlined data-testid=agent-{key}")
+                            .classes("grow basis-32")
+                        )
+            self.dispatch = ui.checkbox(
+                _("May dispatch to broker agents in the background (a2a-dispatch)"),
+                value=bool(view and view.tool(A2A_DISPATCH) is not None),
+            ).props("data-testid=agent-dispatch")
 
             with ui.row().classes("w-full items-center gap-2 q-mt-sm"):
                 if self.may_edit:
                     ui.button(_("Save"), icon="save", on_click=self.save).props("data-testid=agent-save")
                     if view is not None:
                         ui.button(_("Delete"), icon="delete", on_click=self.delete).props(
-                            "flat color=negative data-testid=agent-delete")
+                            "flat color=negative data-testid=agent-delete"
+                        )
                     ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props(
-                        "outline data-testid=agent-try")
+                        "outline data-testid=agent-try"
+                    )
                 if view is not None:
                     ui.button(_("Chat"), icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
-                        "flat data-testid=agent-chat")
+                        "flat data-testid=agent-chat"
+                    )
             self.try_output = ui.label("").classes("whitespace-pre-wrap text-body2").props("data-testid=agent-try-out")
             if not self.may_edit:
                 ui.label(_("Only admins change agents.")).classes("text-caption text-grey-7")
@@ -250,8 +330,11 @@ class AgentEditor:
         """The form as the admin's fields (snake_case, API-shaped)."""
         get = lambda key: self.inputs[key].value  # noqa: E731
         fields: dict[str, Any] = {
-            "name": get("name") or "", "description": get("description") or "", "model": get("model") or "",
-            "api_base": get("apiBase") or None, "system_prompt": get("systemPrompt") or "",
+            "name": get("name") or "",
+            "description": get("description") or "",
+            "model": get("model") or "",
+            "api_base": get("apiBase") or None,
+            "system_prompt": get("systemPrompt") or "",
             "temperature": get("temperature"),
             "max_output_tokens": int(get("maxOutputTokens")) if get("maxOutputTokens") else None,
         }
@@ -302,7 +385,8 @@ class AgentEditor:
             return
         if deleted.removed_from:
             done = _("Deleted {name}; removed from the allowed agents of {agents}.").format(
-                name=self.view.name, agents=", ".join(deleted.removed_from))
+                name=self.view.name, agents=", ".join(deleted.removed_from)
+            )
         else:
             done = _("Deleted {name}.").format(name=self.view.name)
         ui.notify(done, color="positive")
@@ -314,8 +398,11 @@ class AgentEditor:
         self.inputs["apiKey"].error = None
         try:
             result = await self.services.agent_admin.try_model(
-                self.fields(), self.view.id if self.view else None, user_id=current_user_id(self.services),
-                multi_user=self.services.auth.multi_user)
+                self.fields(),
+                self.view.id if self.view else None,
+                user_id=current_user_id(self.services),
+                multi_user=self.services.auth.multi_user,
+            )
         except AgentRuleError as exc:
             self.try_output.text = _("Error: {text}").format(text=exc.message)
             return

@@ -33,18 +33,23 @@ def register_api_keys_page(services: Services) -> None:
                 ui.label(_("No keys yet.")).classes("text-grey-7").mark("no-keys").props("data-testid=no-keys")
                 return
             for row in rows:
-                with ui.row().classes("w-full items-center gap-x-4 gap-y-1").props(
-                        f"data-testid=api-key data-key-id={row.id}"):
+                with (
+                    ui.row()
+                    .classes("w-full items-center gap-x-4 gap-y-1")
+                    .props(f"data-testid=api-key data-key-id={row.id}")
+                ):
                     ui.label(row.name).classes("text-weight-medium min-w-40")
                     ui.label(f"{row.prefix}…").classes("font-mono text-grey-8 break-all")
                     ui.label(_("created {when}").format(when=_when(row.created_at))).classes("text-grey-7")
                     ui.label(_("last used {when}").format(when=_when(row.last_used_at))).classes("text-grey-7")
                     if row.revoked_at is not None:
                         ui.badge(_("revoked"), color="grey-7").mark(f"revoked-{row.name}").props(
-                            "data-testid=key-revoked")
+                            "data-testid=key-revoked"
+                        )
                     else:
                         ui.button(_("Revoke"), on_click=lambda r=row: revoke(r.id, r.name)).props(
-                            "flat color=negative dense").mark(f"revoke-{row.name}").props("data-testid=revoke-key-btn")
+                            "flat color=negative dense"
+                        ).mark(f"revoke-{row.name}").props("data-testid=revoke-key-btn")
 
         async def create() -> None:
             async with services.db.session() as s:
@@ -60,7 +65,8 @@ def register_api_keys_page(services: Services) -> None:
                 with ui.row().classes("w-full items-center gap-2 no-wrap"):
                     testid(ui.label(key), "new-key").classes("font-mono bg-grey-2 q-pa-sm break-all min-w-0")
                     ui.button(icon="content_copy", on_click=lambda: ui.clipboard.write(key)).props(
-                        "flat dense aria-label='" + _("Copy the key") + "' data-testid=copy-key-btn")
+                        "flat dense aria-label='" + _("Copy the key") + "' data-testid=copy-key-btn"
+                    )
             new_key.set_visibility(True)
             key_list.refresh()
 
@@ -72,16 +78,19 @@ def register_api_keys_page(services: Services) -> None:
 
         with ui.column().classes("w-full max-w-4xl mx-auto q-pa-md gap-4"):
             ui.label(_("API keys for A2A clients")).classes("text-h5")
-            ui.markdown(_(
-                "Any A2A client can call this app's agents at "
-                "`{base_url}/a2a/agents/<agent-id>` (card: "
-                "`…/.well-known/agent-card.json`). JSON-RPC calls need one of your keys as "
-                "`Authorization: Bearer <key>`, in single-user mode too; the tasks they start are yours "
-                "and appear in the [audit view](/audit)."
-            ).format(base_url=services.settings.base_url))
+            ui.markdown(
+                _(
+                    "Any A2A client can call this app's agents at "
+                    "`{base_url}/a2a/agents/<agent-id>` (card: "
+                    "`…/.well-known/agent-card.json`). JSON-RPC calls need one of your keys as "
+                    "`Authorization: Bearer <key>`, in single-user mode too; the tasks they start are yours "
+                    "and appear in the [audit view](/audit)."
+                ).format(base_url=services.settings.base_url)
+            )
             with ui.row().classes("items-end gap-2"):
                 name = testid(ui.input(_("Name"), placeholder=_("what will use the key")), "key-name").props(
-                    "dense outlined")
+                    "dense outlined"
+                )
                 name.on("keydown.enter", create)
                 testid(ui.button(_("Create key"), icon="key", on_click=create), "create-key-btn")
             new_key = ui.card().classes("w-full bg-green-1")

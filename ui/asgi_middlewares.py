@@ -150,11 +150,13 @@ def use_pure_asgi_middlewares(app, *, sessionless_prefixes: tuple[str, ...] = ()
     options = {RequestTrackingMiddleware: {"sessionless_prefixes": sessionless_prefixes}}
     app.user_middleware = [
         Middleware(PURE_ASGI_VERSIONS[m.cls], *m.args, **{**m.kwargs, **options.get(m.cls, {})})
-        if m.cls in PURE_ASGI_VERSIONS else m
+        if m.cls in PURE_ASGI_VERSIONS
+        else m
         for m in app.user_middleware
     ]
     app.middleware_stack = None
-    left = [m.cls.__name__ for m in app.user_middleware
-            if isinstance(m.cls, type) and issubclass(m.cls, BaseHTTPMiddleware)]
+    left = [
+        m.cls.__name__ for m in app.user_middleware if isinstance(m.cls, type) and issubclass(m.cls, BaseHTTPMiddleware)
+    ]
     if left:
         log.warning("these HTTP middlewares still copy every streamed chunk through a task: %s", ", ".join(left))

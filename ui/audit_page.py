@@ -36,16 +36,26 @@ async def _audit_list(services: Services) -> None:
     tasks = await services.delegation.list_tasks(current_user_id(services) or 0)
     with ui.column().classes("w-full max-w-5xl mx-auto q-pa-md"):
         ui.label(_("Delegated tasks")).classes("text-h5")
-        ui.label(_("Every delegation of your chats, nested ones included, newest first. "
-                   "These sessions are kept out of the chat list.")).classes("text-grey-7")
+        ui.label(
+            _(
+                "Every delegation of your chats, nested ones included, newest first. "
+                "These sessions are kept out of the chat list."
+            )
+        ).classes("text-grey-7")
         if not tasks:
             ui.label(_("No delegations yet: mention an agent in a chat (@coding-assistant …).")).props(
-                "data-testid=audit-empty")
+                "data-testid=audit-empty"
+            )
             return
-        ui.label(ngettext("{count} delegated task", "{count} delegated tasks", len(tasks)).format(
-            count=format_number(len(tasks)))).classes("text-grey-7").props("data-testid=audit-count")
-        with ui.element("div").classes("w-full table-scroll").props("data-testid=audit-table-box"), \
-                ui.element("table").classes("w-full audit-table").props("data-testid=audit-table"):
+        ui.label(
+            ngettext("{count} delegated task", "{count} delegated tasks", len(tasks)).format(
+                count=format_number(len(tasks))
+            )
+        ).classes("text-grey-7").props("data-testid=audit-count")
+        with (
+            ui.element("div").classes("w-full table-scroll").props("data-testid=audit-table-box"),
+            ui.element("table").classes("w-full audit-table").props("data-testid=audit-table"),
+        ):
             with ui.element("thead"), ui.element("tr"):
                 for title in COLUMNS:
                     with ui.element("th").classes("text-left"):
@@ -69,8 +79,11 @@ async def _audit_task(services: Services, task_id: str) -> None:
         with ui.row().classes("gap-4 text-grey-8"):
             ui.label(_("Started {when}").format(when=format_datetime(task.created_at)))
             ui.label(_("Duration {duration}").format(duration=_duration(task)))
-            ui.label(_("Tokens {input} in / {output} out").format(
-                input=format_number(task.input_tokens), output=format_number(task.output_tokens)))
+            ui.label(
+                _("Tokens {input} in / {output} out").format(
+                    input=format_number(task.input_tokens), output=format_number(task.output_tokens)
+                )
+            )
             ui.label(_("Depth {depth}").format(depth=task.recursion_depth))
         if task.parent_task_id:
             ui.link(_("Parent task"), f"/audit/{task.parent_task_id}").props("data-testid=audit-parent")
@@ -80,22 +93,22 @@ async def _audit_task(services: Services, task_id: str) -> None:
             ui.label(task.error).classes("text-negative")
         for message in detail.messages:
             who = _("Request") if message.role == "user" else task.callee_agent_name
-            with ui.card().classes("w-full").props(f"flat bordered data-testid=audit-message "
-                                                   f"data-role={message.role} data-source={message.source}"):
+            with (
+                ui.card()
+                .classes("w-full")
+                .props(f"flat bordered data-testid=audit-message data-role={message.role} data-source={message.source}")
+            ):
                 ui.label(who).classes("text-caption text-grey-7")
                 ui.markdown(message.content or _("*(no text)*")).classes("w-full")
         if detail.children:
             ui.label(_("Nested delegations")).classes("text-h6 q-mt-md")
             for child in detail.children:
-                with ui.row().classes("items-center gap-2").props(
-                        f"data-testid=audit-child data-task-id={child.id}"):
-                    ui.link(f"{child.callee_agent_name}: {short_task_text(child.input, 80)}",
-                            f"/audit/{child.id}")
+                with ui.row().classes("items-center gap-2").props(f"data-testid=audit-child data-task-id={child.id}"):
+                    ui.link(f"{child.callee_agent_name}: {short_task_text(child.input, 80)}", f"/audit/{child.id}")
                     _state_badge(child)
 
 
-COLUMNS = (N_("Started"), N_("Caller"), N_("Callee"), N_("Request"), N_("State"), N_("Duration"),
-           N_("Tokens in/out"))
+COLUMNS = (N_("Started"), N_("Caller"), N_("Callee"), N_("Request"), N_("State"), N_("Duration"), N_("Tokens in/out"))
 
 
 def _task_row(task: TaskView) -> None:
@@ -122,7 +135,8 @@ def _task_row(task: TaskView) -> None:
 def _state_badge(task: TaskView) -> None:
     word = state_word(task.state)
     ui.badge(state_label(task.state), color=STATUS_COLORS.get(word, "grey-7")).props(
-        f"data-testid=audit-state data-state={word}")
+        f"data-testid=audit-state data-state={word}"
+    )
 
 
 def _duration(task: TaskView) -> str:

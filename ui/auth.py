@@ -24,9 +24,9 @@ PUBLIC_PREFIXES = ("/_nicegui", "/login", "/api", "/a2a", "/docs", "/redoc", "/o
 
 
 def safe_local_path(target: str) -> str:
-    """`target` when it is a path on this site, else `/` (no open redirect after login).
+    r"""`target` when it is a path on this site, else `/` (no open redirect after login).
 
-    Browsers read `/\\host` and `/<TAB>/host` as `//host` (WHATWG URL parsing strips
+    Browsers read `/\host` and `/<TAB>/host` as `//host` (WHATWG URL parsing strips
     tabs and newlines and treats backslashes as slashes), so anything but a plain
     `/path` without backslashes or control characters is refused.
     """
@@ -78,8 +78,9 @@ def register_login_pages(services: Services) -> None:
 
         async def try_login() -> None:
             try:
-                user = await services.logins.authenticate(username.value.strip(), password.value,
-                                                          address=ui.context.client.ip)
+                user = await services.logins.authenticate(
+                    username.value.strip(), password.value, address=ui.context.client.ip
+                )
             except accounts.TooManyFailedLogins as exc:
                 ui.notify(str(exc), color="negative")
                 return

@@ -61,11 +61,18 @@ def _columns(columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def agent_rows(broker: Broker, now: float | None = None) -> list[dict[str, Any]]:
     """One row per connected agent (cluster mode: to any replica; "From" names the replica)."""
     now = now or time.time()
-    return [{
-        "id": c.id, "name": c.name, "binding": c.binding or _("global (every chat agent)"),
-        "skills": ", ".join(s["name"] for s in c.card()["skills"]) or "—",
-        "age": age(now - c.connected_at), "inFlight": c.in_flight, "address": c.remote_addr or "—",
-    } for c in broker.agents()]
+    return [
+        {
+            "id": c.id,
+            "name": c.name,
+            "binding": c.binding or _("global (every chat agent)"),
+            "skills": ", ".join(s["name"] for s in c.card()["skills"]) or "—",
+            "age": age(now - c.connected_at),
+            "inFlight": c.in_flight,
+            "address": c.remote_addr or "—",
+        }
+        for c in broker.agents()
+    ]
 
 
 def task_rows(tasks: list[Any], viewer: str, now: float | None = None) -> list[dict[str, Any]]:
@@ -75,12 +82,19 @@ def task_rows(tasks: list[Any], viewer: str, now: float | None = None) -> list[d
     for t in tasks:
         end = t.finished_at or now
         own = t.owner == viewer
-        rows.append({
-            "id": t.id, "task": (t.text if len(t.text) <= 60 else t.text[:59] + "…") if own else _("(not yours)"),
-            "agent": t.agent.name, "chat": f"{t.chat_agent_id} / {t.chat_id}" if own else "—", "state": t.state,
-            "progress": (t.last_text[:120] or "—") if own else "—", "events": t.events,
-            "injects": f"{t.injects} ({t.throttled})", "age": age(end - t.created_at),
-        })
+        rows.append(
+            {
+                "id": t.id,
+                "task": (t.text if len(t.text) <= 60 else t.text[:59] + "…") if own else _("(not yours)"),
+                "agent": t.agent.name,
+                "chat": f"{t.chat_agent_id} / {t.chat_id}" if own else "—",
+                "state": t.state,
+                "progress": (t.last_text[:120] or "—") if own else "—",
+                "events": t.events,
+                "injects": f"{t.injects} ({t.throttled})",
+                "age": age(end - t.created_at),
+            }
+        )
     return rows
 
 
@@ -89,10 +103,10 @@ def counters(broker: Broker) -> list[tuple[str, str]]:
     stats, health = broker.stats(), broker.health()
     by_state = stats["tasks"]["byState"]
     injects = stats["injects"]
-    finished = ", ".join(f"{k} {format_number(v)}" for k, v in sorted(by_state.items()) if k != "running") \
-        or _("none")
-    redis = health["redis"] + (_(" — {count} waiting").format(count=format_number(health["outbox"]))
-                               if health["outbox"] else "")
+    finished = ", ".join(f"{k} {format_number(v)}" for k, v in sorted(by_state.items()) if k != "running") or _("none")
+    redis = health["redis"] + (
+        _(" — {count} waiting").format(count=format_number(health["outbox"])) if health["outbox"] else ""
+    )
     return [
         (N_("Agents online"), format_number(stats["agentsOnline"])),
         (N_("Tasks running"), format_number(by_state.get("running", 0))),
@@ -100,8 +114,10 @@ def counters(broker: Broker) -> list[tuple[str, str]]:
         (N_("Events relayed"), format_number(stats["eventsRelayed"])),
         (N_("Injects sent"), format_number(injects["sent"])),
         (N_("Throttled / dropped"), f"{format_number(injects['throttled'])} / {format_number(injects['dropped'])}"),
-        (N_("Connections (refused)"),
-         f"{format_number(stats['connections']['total'])} ({format_number(stats['connections']['refused'])})"),
+        (
+            N_("Connections (refused)"),
+            f"{format_number(stats['connections']['total'])} ({format_number(stats['connections']['refused'])})",
+        ),
         (N_("Redis"), redis),
     ]
 
@@ -119,9 +135,12 @@ def _broker_content(services: Services) -> None:
     broker = services.broker
     with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
         ui.label(_("Broker")).classes("text-h5")
-        ui.label(_("Remote agents dial in on /a2a (python -m core.pipe ws://…/a2a?a2a_id=NAME -- command); "
-                   "chat systems dispatch with POST /a2a/tasks/dispatch and hear back over Redis.")).classes(
-            "text-grey-7")
+        ui.label(
+            _(
+                "Remote agents dial in on /a2a (python -m core.pipe ws://…/a2a?a2a_id=NAME -- command); "
+                "chat systems dispatch with POST /a2a/tasks/dispatch and hear back over Redis."
+            )
+        ).classes("text-grey-7")
         if broker is None:
             ui.label(_("The broker is not running in this process."))
             return
@@ -131,31 +150,52 @@ def _broker_content(services: Services) -> None:
             for title, value in counters(broker):
                 with ui.card().props("flat bordered").classes("q-pa-sm"):
                     ui.label(_(title)).classes("text-caption text-grey-7")
-                    figures[title] = ui.label(value).classes("text-subtitle1").mark(f"counter-{title}").props(
-                        f"data-testid=broker-counter data-counter='{title}'")
+                    figures[title] = (
+                        ui.label(value)
+                        .classes("text-subtitle1")
+                        .mark(f"counter-{title}")
+                        .props(f"data-testid=broker-counter data-counter='{title}'")
+                    )
 
         ui.label(_("Online agents")).classes("text-h6")
-        agents = testid(ui.table(columns=_columns(AGENT_COLUMNS), rows=agent_rows(broker), row_key="id"),
-                        "broker-agents").classes("w-full").props(
-            "flat bordered dense no-data-label='" + _("No agent is connected.") + "'")
+        agents = (
+            testid(ui.table(columns=_columns(AGENT_COLUMNS), rows=agent_rows(broker), row_key="id"), "broker-agents")
+            .classes("w-full")
+            .props("flat bordered dense no-data-label='" + _("No agent is connected.") + "'")
+        )
         ui.label(_("Running tasks")).classes("text-h6")
-        running = testid(ui.table(columns=_columns(TASK_COLUMNS), rows=task_rows(broker.running_tasks(), viewer),
-                                  row_key="id"), "broker-running").classes("w-full").props(
-            "flat bordered dense no-data-label='" + _("No task is running.") + "'")
+        running = (
+            testid(
+                ui.table(columns=_columns(TASK_COLUMNS), rows=task_rows(broker.running_tasks(), viewer), row_key="id"),
+                "broker-running",
+            )
+            .classes("w-full")
+            .props("flat bordered dense no-data-label='" + _("No task is running.") + "'")
+        )
         ui.label(_("Recently finished")).classes("text-h6")
-        recent = testid(ui.table(columns=_columns(TASK_COLUMNS),
-                                 rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer), row_key="id"),
-                        "broker-recent").classes("w-full").props(
-            "flat bordered dense no-data-label='" + _("Nothing finished yet.") + "'")
+        recent = (
+            testid(
+                ui.table(
+                    columns=_columns(TASK_COLUMNS),
+                    rows=task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer),
+                    row_key="id",
+                ),
+                "broker-recent",
+            )
+            .classes("w-full")
+            .props("flat bordered dense no-data-label='" + _("Nothing finished yet.") + "'")
+        )
 
         def refresh() -> None:
             now = time.time()
             for title, value in counters(broker):
                 if figures[title].text != value:
                     figures[title].set_text(value)
-            for table, rows in ((agents, agent_rows(broker, now)),
-                                (running, task_rows(broker.running_tasks(), viewer, now)),
-                                (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer, now))):
+            for table, rows in (
+                (agents, agent_rows(broker, now)),
+                (running, task_rows(broker.running_tasks(), viewer, now)),
+                (recent, task_rows(broker.recent_tasks()[:RECENT_SHOWN], viewer, now)),
+            ):
                 if table.rows != rows:
                     table.rows = rows
                     table.update()

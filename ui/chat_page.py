@@ -61,8 +61,9 @@ def register_chat_pages(services: Services) -> None:
 class ChatPage:
     """One browser tab's chat screen and its live subscription."""
 
-    def __init__(self, services: Services, client: Client, *, session_id: str | None,
-                 agent_slug: str | None = None) -> None:
+    def __init__(
+        self, services: Services, client: Client, *, session_id: str | None, agent_slug: str | None = None
+    ) -> None:
         self.services = services
         self.client = client
         self.session_id = session_id
@@ -123,17 +124,21 @@ class ChatPage:
             self.welcome.set_visibility(not self._has_messages)
 
         with ui.page_sticky(position="bottom", y_offset=12):
-            testid(ui.button(_("Jump to latest"), icon="arrow_downward").props(
-                "rounded unelevated color=primary size=sm no-caps "
-                "aria-label='" + _("Jump to the latest message") + "'"),
-                "jump-latest").classes("jump-latest").on("click", js_handler="() => window.appChat.jumpToLatest()")
+            testid(
+                ui.button(_("Jump to latest"), icon="arrow_downward").props(
+                    "rounded unelevated color=primary size=sm no-caps "
+                    "aria-label='" + _("Jump to the latest message") + "'"
+                ),
+                "jump-latest",
+            ).classes("jump-latest").on("click", js_handler="() => window.appChat.jumpToLatest()")
 
         with ui.footer().classes("border-t chat-footer").props("data-testid=chat-footer"):
             with ui.column().classes("w-full max-w-3xl mx-auto gap-1"):
                 with ui.row().classes("w-full items-center gap-2 no-wrap"):
                     self.agent_picker = testid(
                         AgentPicker(agents, value=self.agent_slug, on_change=self._on_agent_change).props(
-                            "dense outlined options-dense"),
+                            "dense outlined options-dense"
+                        ),
                         "agent-picker",
                     ).classes("w-56 agent-picker")
                     self.generating = testid(ui.row().classes("items-center gap-1 text-grey-7 no-wrap"), "generating")
@@ -143,9 +148,10 @@ class ChatPage:
                     self.generating.set_visibility(False)
                 with ui.row().classes("w-full items-end gap-2 no-wrap"):
                     self.input = testid(
-                        ui.textarea(placeholder=_("Message (Enter to send, Shift+Enter for a new line)"))
-                        .props("autogrow outlined dense rows=1 autofocus aria-label='" + _("Message") + f"' maxlength="
-                               f"{self.services.settings.max_message_chars}"),
+                        ui.textarea(placeholder=_("Message (Enter to send, Shift+Enter for a new line)")).props(
+                            "autogrow outlined dense rows=1 autofocus aria-label='" + _("Message") + f"' maxlength="
+                            f"{self.services.settings.max_message_chars}"
+                        ),
                         "msg-input",
                     ).classes("flex-grow min-w-0")
                     self.input.on("keydown.enter.exact.prevent", self.send)
@@ -154,7 +160,8 @@ class ChatPage:
                     setattr(self.client, DRAFT_ATTR, None)
                     on_rebuild(self.client, lambda: setattr(self.client, DRAFT_ATTR, self.input.value))
                     self.send_btn = testid(ui.button(icon="send", on_click=self.send), "send-btn").props(
-                        "aria-label='" + _("Send") + "'")
+                        "aria-label='" + _("Send") + "'"
+                    )
                     self.stop_btn = testid(
                         ui.button(icon="stop", on_click=self.stop, color="negative"), "stop-btn"
                     ).props("aria-label='" + _("Stop") + "'")
@@ -190,15 +197,14 @@ class ChatPage:
                 return
             if message.role != "assistant":
                 return
-            with ui.chat_message(name=self._agent_name()).classes("w-full").props(
-                "data-testid=assistant-message"
-            ):
+            with ui.chat_message(name=self._agent_name()).classes("w-full").props("data-testid=assistant-message"):
                 if message.content:
                     ui.markdown(message.content).classes("w-full")
                 results = {r.get("toolCallId"): r for r in message.tool_results or []}
                 for call in message.tool_calls or []:
-                    card = ToolCallCard(call["name"], parse_json(call.get("arguments")), self.agent_names,
-                                        self.panel.show_task)
+                    card = ToolCallCard(
+                        call["name"], parse_json(call.get("arguments")), self.agent_names, self.panel.show_task
+                    )
                     self._tool_cards[call["id"]] = card
                     result = results.get(call["id"])
                     if result is not None:
@@ -210,16 +216,19 @@ class ChatPage:
                     ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
                 elif message.status == "interrupted":
                     ui.label(_("Interrupted by a server restart.")).classes("text-grey-7 text-caption").props(
-                        "data-testid=turn-interrupted").mark("turn-interrupted")
+                        "data-testid=turn-interrupted"
+                    ).mark("turn-interrupted")
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
 
     def _render_note(self, message: AgentMessage) -> None:
         """A background task's inject: a quiet line in the chat; a click opens the task in the side panel."""
         icon = "check_circle" if message.inject_mode == "auto" else "more_horiz"
-        with ui.row().classes("w-full items-start gap-2 no-wrap text-grey-7 text-caption q-px-md").props(
-            f"data-testid=inject-note data-mode={message.inject_mode}"
-        ) as note:
+        with (
+            ui.row()
+            .classes("w-full items-start gap-2 no-wrap text-grey-7 text-caption q-px-md")
+            .props(f"data-testid=inject-note data-mode={message.inject_mode}") as note
+        ):
             ui.icon(icon, size="xs")
             ui.label(message.content).classes("whitespace-pre-wrap").props("data-testid=inject-note-text")
         note.mark("inject-note")
@@ -263,8 +272,9 @@ class ChatPage:
                 created = await self.services.workspace.create(self.user_id, self.agent_slug or "")
                 self.session_id = created.id
                 ui.navigate.history.replace(f"/chat/{created.id}")
-                set_rebuild(self.client,
-                            lambda sid=created.id: ChatPage(self.services, self.client, session_id=sid).build())
+                set_rebuild(
+                    self.client, lambda sid=created.id: ChatPage(self.services, self.client, session_id=sid).build()
+                )
                 self._watch()
             # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
             await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id, text=text)
@@ -349,12 +359,18 @@ class ChatPage:
         if event.type == "start":
             self._views, self._tool_cards = {}, dict(self._tool_cards)
             with self.messages:
-                self._bubble = ui.chat_message(name=self._agent_name()).classes("w-full").props(
-                    "data-testid=assistant-message aria-live=polite aria-busy=true"
+                self._bubble = (
+                    ui.chat_message(name=self._agent_name())
+                    .classes("w-full")
+                    .props("data-testid=assistant-message aria-live=polite aria-busy=true")
                 )
             with self._bubble:
-                self._typing = testid(ui.spinner("dots", size="md").classes("typing-indicator").props(
-                    "aria-label='" + _("The agent is writing") + "'"), "typing-indicator")
+                self._typing = testid(
+                    ui.spinner("dots", size="md")
+                    .classes("typing-indicator")
+                    .props("aria-label='" + _("The agent is writing") + "'"),
+                    "typing-indicator",
+                )
             return
         if self._bubble is None:
             return  # joined mid-way without the start (should not happen: replay begins at the turn's start)
@@ -374,7 +390,8 @@ class ChatPage:
             self.panel.note_tool_input(data.get("toolCallId"), data.get("input"))
             with self._bubble:
                 self._tool_cards[data["toolCallId"]] = ToolCallCard(
-                    data.get("toolName", "tool"), data.get("input"), self.agent_names, self.panel.show_task)
+                    data.get("toolName", "tool"), data.get("input"), self.agent_names, self.panel.show_task
+                )
         elif event.type == "a2a-task-started":
             card = self._tool_cards.get(data.get("toolCallId"))
             if card is not None and isinstance(data.get("taskId"), str):
@@ -390,8 +407,9 @@ class ChatPage:
         elif event.type == "error":
             self._flush()
             with self._bubble:
-                ui.label(data.get("errorText", _("Something went wrong."))).classes(
-                    "text-negative text-caption").props("data-testid=turn-error role=alert")
+                ui.label(data.get("errorText", _("Something went wrong."))).classes("text-negative text-caption").props(
+                    "data-testid=turn-error role=alert"
+                )
                 ui.notify(data.get("errorText", _("Something went wrong.")), color="negative")
         elif event.type == "finish":
             self._flush()
@@ -443,12 +461,16 @@ class ChatPage:
         # A chat keeps the agent it started with: another agent means a new chat, so ask first.
         with ui.dialog() as dialog, ui.card().classes("w-96 max-w-full").props("data-testid=agent-change-dialog"):
             ui.label(_("Start a new chat with {name}?").format(name=self.agent_names.get(slug, slug))).classes(
-                "text-h6")
-            ui.label(_("This chat stays with {name}; it is kept in the list.").format(
-                name=self._agent_name())).classes("text-grey-8")
+                "text-h6"
+            )
+            ui.label(_("This chat stays with {name}; it is kept in the list.").format(name=self._agent_name())).classes(
+                "text-grey-8"
+            )
             with ui.row().classes("w-full justify-end"):
-                testid(ui.button(_("Stay here"), on_click=lambda: dialog.submit(False)).props("flat"),
-                       "agent-change-cancel")
+                testid(
+                    ui.button(_("Stay here"), on_click=lambda: dialog.submit(False)).props("flat"),
+                    "agent-change-cancel",
+                )
                 testid(ui.button(_(NEW_CHAT_TITLE), on_click=lambda: dialog.submit(True)), "agent-change-confirm")
         confirmed = await dialog
         dialog.delete()

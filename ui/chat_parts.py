@@ -29,12 +29,19 @@ def welcome(agents: list[Agent], try_example: Callable[[str], Awaitable[None]]) 
     """A new chat's first screen: the agents, what `@agent` and `/background` do, and example prompts."""
     with ui.column().classes("w-full gap-3 q-pa-md welcome-card").props("data-testid=welcome") as welcome:
         ui.label(_("Start a conversation")).classes("text-h5")
-        ui.label(_("Pick an agent below and write to it. Agents can hand part of the work to other agents: "
-                   "their answers stream into the side panel.")).classes("text-grey-8")
+        ui.label(
+            _(
+                "Pick an agent below and write to it. Agents can hand part of the work to other agents: "
+                "their answers stream into the side panel."
+            )
+        ).classes("text-grey-8")
         with ui.column().classes("w-full gap-2").props("data-testid=welcome-agents"):
             for agent in agents:
-                with ui.row().classes("w-full items-start gap-2 no-wrap").props(
-                        f"data-testid=welcome-agent data-agent={agent.slug}"):
+                with (
+                    ui.row()
+                    .classes("w-full items-start gap-2 no-wrap")
+                    .props(f"data-testid=welcome-agent data-agent={agent.slug}")
+                ):
                     ui.icon("smart_toy", size="sm").classes("text-primary q-mt-xs")
                     with ui.column().classes("gap-0 min-w-0"):
                         with ui.row().classes("items-baseline gap-2"):
@@ -43,16 +50,24 @@ def welcome(agents: list[Agent], try_example: Callable[[str], Awaitable[None]]) 
                         if agent.description:
                             ui.label(agent.description).classes("text-grey-8 text-body2")
         with ui.column().classes("gap-1 text-body2 text-grey-8").props("data-testid=welcome-help"):
-            ui.markdown(_("**`@agent-id` …** hands that part of your message to another agent "
-                          "(`@coding-assistant write a function`); the answer streams into the side panel."))
-            ui.markdown(_("**`/background @agent-id` …** sends a task to an agent connected to the broker; "
-                          "it keeps working while you chat, and its progress shows as notes."))
+            ui.markdown(
+                _(
+                    "**`@agent-id` …** hands that part of your message to another agent "
+                    "(`@coding-assistant write a function`); the answer streams into the side panel."
+                )
+            )
+            ui.markdown(
+                _(
+                    "**`/background @agent-id` …** sends a task to an agent connected to the broker; "
+                    "it keeps working while you chat, and its progress shows as notes."
+                )
+            )
         ui.label(_("Try one:")).classes("text-weight-medium")
         with ui.row().classes("w-full gap-2"):
             for prompt in map(_, EXAMPLE_PROMPTS):
                 ui.button(prompt, on_click=lambda p=prompt: try_example(p)).props(
-                    "outline no-caps align=left data-testid=example-prompt").classes(
-                    "text-left").mark("example-prompt")
+                    "outline no-caps align=left data-testid=example-prompt"
+                ).classes("text-left").mark("example-prompt")
     return welcome
 
 
@@ -64,8 +79,9 @@ class ToolCallCard:
     A delegation card is a button (click, Enter or Space) that opens its task in the side panel.
     """
 
-    def __init__(self, tool_name: str, arguments: Any, agent_names: dict[str, str],
-                 open_task: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self, tool_name: str, arguments: Any, agent_names: dict[str, str], open_task: Callable[[str], Awaitable[None]]
+    ) -> None:
         self.task_id: str | None = None
         self._open_task = open_task
         self._state: str | None = None
@@ -83,17 +99,25 @@ class ToolCallCard:
             icon = "schedule_send"
         else:
             title, icon = tool_name, "build"
-        with ui.card().tight().classes("w-full q-my-xs tool-call-card").props(
-                "flat bordered data-testid=tool-call") as self.card:
+        with (
+            ui.card()
+            .tight()
+            .classes("w-full q-my-xs tool-call-card")
+            .props("flat bordered data-testid=tool-call") as self.card
+        ):
             with ui.row().classes("items-center gap-2 q-pa-sm no-wrap w-full"):
                 ui.icon(icon, size="xs").classes("text-grey-7")
                 with ui.column().classes("gap-0 min-w-0 col"):
                     self.title = ui.label(title).classes("text-weight-medium").props("data-testid=tool-call-title")
                     if isinstance(request, str) and request:
                         ui.label(short_task_text(request, 80)).classes("text-caption text-grey-7 ellipsis").props(
-                            "data-testid=tool-call-request")
-                self.status = ui.label(state_label(None) if self.is_delegation else _("running…")).classes(
-                    "text-grey-7 text-caption").props("data-testid=tool-call-status")
+                            "data-testid=tool-call-request"
+                        )
+                self.status = (
+                    ui.label(state_label(None) if self.is_delegation else _("running…"))
+                    .classes("text-grey-7 text-caption")
+                    .props("data-testid=tool-call-status")
+                )
                 self.took = ui.label("").classes("text-grey-7 text-caption").props("data-testid=tool-call-duration")
             self.detail = ui.label("").classes("text-caption q-px-sm q-pb-sm text-grey-8")
             self.detail.set_visibility(False)
@@ -133,8 +157,11 @@ class ToolCallCard:
                     self.status.classes(replace="text-negative text-caption")
         name = metadata.get("calleeAgentName")
         if isinstance(name, str) and name:
-            self.title.set_text((_("Sent to {name} in the background") if metadata.get("background")
-                                 else _("Delegated to {name}")).format(name=name))
+            self.title.set_text(
+                (
+                    _("Sent to {name} in the background") if metadata.get("background") else _("Delegated to {name}")
+                ).format(name=name)
+            )
 
     def show_state(self, state: str, duration_ms: int | None = None, reason: str | None = None) -> None:
         """The task's state, in the shared vocabulary (`reason`: a failure with its own words, states.py)."""
@@ -151,8 +178,9 @@ class ToolCallCard:
     def link_task(self, task_id: str) -> None:
         """Clicking the card (or Enter on it) opens that task in the side panel."""
         self.task_id = task_id
-        self.card.props(f"data-task-id={task_id} tabindex=0 role=button "
-                        f"aria-label='" + _("Open this task in the side panel") + "'").classes("cursor-pointer")
+        self.card.props(
+            f"data-task-id={task_id} tabindex=0 role=button aria-label='" + _("Open this task in the side panel") + "'"
+        ).classes("cursor-pointer")
 
 
 def user_text(text: str) -> None:

@@ -93,15 +93,23 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
     with ui.header().classes("items-center justify-between bg-primary no-wrap q-px-sm app-header") as header:
         header.props("data-testid=app-header")
         with ui.row().classes("items-center gap-1 no-wrap min-w-0"):
-            testid(ui.button(icon="menu", on_click=lambda: drawer.toggle()).props(
-                "flat round color=white aria-label='" + _("Menu") + "'"), "menu-btn")
+            testid(
+                ui.button(icon="menu", on_click=lambda: drawer.toggle()).props(
+                    "flat round color=white aria-label='" + _("Menu") + "'"
+                ),
+                "menu-btn",
+            )
             with ui.link(target="/").classes("text-white no-underline row items-center no-wrap min-w-0"):
                 ui.label(_(APP_NAME)).classes("text-h6 ellipsis gt-xs")
                 ui.label(_(SHORT_APP_NAME)).classes("text-h6 xs")
         with ui.row().classes("items-center gap-1 no-wrap") as actions:
             language_switch(ui.context.client)
-            toggle = testid(ui.button(icon=DARK_MODE_ICONS[mode]).props(
-                f"flat round color=white aria-label='{_(DARK_MODE_NAMES[mode])}'"), "dark-mode-btn")
+            toggle = testid(
+                ui.button(icon=DARK_MODE_ICONS[mode]).props(
+                    f"flat round color=white aria-label='{_(DARK_MODE_NAMES[mode])}'"
+                ),
+                "dark-mode-btn",
+            )
             toggle.tooltip(_(DARK_MODE_NAMES[mode]))
 
             def cycle_dark_mode() -> None:
@@ -117,21 +125,34 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
             toggle.on("click", cycle_dark_mode)
             toggle.props(f"data-mode={'auto' if mode is None else 'dark' if mode else 'light'}")
             if services.auth.multi_user:
-                testid(ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
-                    "flat round color=white aria-label='" + _("Log out") + "'"), "logout-btn")
-    drawer = ui.left_drawer(value=None, bordered=True, bottom_corner=True).props(
-        f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280").classes("app-drawer q-pa-sm column no-wrap")
+                testid(
+                    ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
+                        "flat round color=white aria-label='" + _("Log out") + "'"
+                    ),
+                    "logout-btn",
+                )
+    drawer = (
+        ui.left_drawer(value=None, bordered=True, bottom_corner=True)
+        .props(f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280")
+        .classes("app-drawer q-pa-sm column no-wrap")
+    )
     with drawer:
         testid(drawer, "app-drawer")
         with ui.column().classes("w-full gap-0").props("role=navigation aria-label='" + _("Pages") + "'") as nav:
             testid(nav, "app-nav")
             for item in NAV_ITEMS:
                 is_active = item.path == active
-                with ui.row().classes("w-full items-center no-wrap gap-3 q-px-sm q-py-xs rounded-borders nav-row" +
-                                      (" nav-row--active text-primary" if is_active else "")):
+                with ui.row().classes(
+                    "w-full items-center no-wrap gap-3 q-px-sm q-py-xs rounded-borders nav-row"
+                    + (" nav-row--active text-primary" if is_active else "")
+                ):
                     ui.icon(item.icon, size="sm").props("aria-hidden=true")
-                    link = ui.link(_(item.label), item.path).classes("col no-underline text-inherit nav-link").props(
-                        f"data-testid=nav-{item.key} data-path={item.path}").mark(f"nav-{item.key}")
+                    link = (
+                        ui.link(_(item.label), item.path)
+                        .classes("col no-underline text-inherit nav-link")
+                        .props(f"data-testid=nav-{item.key} data-path={item.path}")
+                        .mark(f"nav-{item.key}")
+                    )
                     if is_active:
                         link.props("aria-current=page")
         ui.separator().classes("q-my-sm")

@@ -135,8 +135,9 @@ def page(path: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..
             ui.add_head_html(f"<script>{_browser_texts_js(language, on_load=True)}</script>")
             if not getattr(client, _TIMEZONE_ASKED_ATTR, False):  # once per client (a rebuild asks no more)
                 setattr(client, _TIMEZONE_ASKED_ATTR, True)
-                client.on_connect(lambda: background_tasks.create(
-                    _learn_timezone(client), name="browser time zone", context=client))
+                client.on_connect(
+                    lambda: background_tasks.create(_learn_timezone(client), name="browser time zone", context=client)
+                )
             return await _tracking_connect_handlers(client, lambda: builder(*args, **kw))
 
         return ui.page(path, **kwargs)(wrapper)
@@ -241,8 +242,13 @@ def language_switch(client: Client) -> ui.select:
         if event.value and event.value != getattr(client, _LANGUAGE_ATTR, None):
             await switch_language(client, event.value)
 
-    select = ui.select(dict(LANGUAGES), value=current, on_change=changed).props(
-        f"dense borderless dark options-dense data-testid=language-switch data-language={current} "
-        f"aria-label='" + _("Language") + "'"
-    ).classes("language-switch").mark("language-switch")
+    select = (
+        ui.select(dict(LANGUAGES), value=current, on_change=changed)
+        .props(
+            f"dense borderless dark options-dense data-testid=language-switch data-language={current} "
+            f"aria-label='" + _("Language") + "'"
+        )
+        .classes("language-switch")
+        .mark("language-switch")
+    )
     return select

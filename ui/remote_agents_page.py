@@ -36,9 +36,12 @@ def register_remote_agents_page(services: Services) -> None:
                         with ui.row().classes("items-center gap-2"):
                             ui.label(agent.name).classes("text-h6")
                             ui.label(f"@{agent.id}").classes("font-mono text-grey-8").mark(f"remote-{agent.id}").props(
-                                "data-testid=remote-agent-id")
-                            ui.badge(_("online") if agent.online else _("not loaded"),
-                                     color="positive" if agent.online else "grey-7")
+                                "data-testid=remote-agent-id"
+                            )
+                            ui.badge(
+                                _("online") if agent.online else _("not loaded"),
+                                color="positive" if agent.online else "grey-7",
+                            )
                         if agent.owner_id in (None, current_user_id(services)):
                             ui.button(_("Remove"), on_click=lambda a=agent: remove(a.id)).props(
                                 "flat color=negative dense data-testid=remove-remote-agent-btn"
@@ -49,8 +52,9 @@ def register_remote_agents_page(services: Services) -> None:
                         ui.label(agent.description)
                     details = [_("card: {url}").format(url=agent.card_url)]
                     if agent.url:
-                        details.append(_("A2A {version} at {url}").format(version=agent.protocol_version,
-                                                                          url=agent.url))
+                        details.append(
+                            _("A2A {version} at {url}").format(version=agent.protocol_version, url=agent.url)
+                        )
                         details.append(_("streaming") if agent.streaming else _("no streaming"))
                     ui.label(" · ".join(details)).classes("text-caption text-grey-7 break-all")
 
@@ -58,7 +62,9 @@ def register_remote_agents_page(services: Services) -> None:
             button.disable()
             try:
                 view = await services.remote_agents.register(
-                    card_url.value or "", agent_id=agent_id.value or None, bearer_token=token.value or None,
+                    card_url.value or "",
+                    agent_id=agent_id.value or None,
+                    bearer_token=token.value or None,
                     user_id=current_user_id(services),
                 )
             except RegistrationError as exc:
@@ -81,15 +87,33 @@ def register_remote_agents_page(services: Services) -> None:
 
         with ui.column().classes("w-full max-w-4xl mx-auto q-pa-md gap-4"):
             ui.label(_("Remote A2A agents")).classes("text-h5")
-            ui.label(_("Register an agent that speaks A2A over HTTP by the URL of its agent card (or its base URL). "
-                       "It can then be delegated to like a local agent: @<id> in a chat.")).classes("text-grey-8")
+            ui.label(
+                _(
+                    "Register an agent that speaks A2A over HTTP by the URL of its agent card (or its base URL). "
+                    "It can then be delegated to like a local agent: @<id> in a chat."
+                )
+            ).classes("text-grey-8")
             with ui.row().classes("w-full items-end gap-2"):
-                card_url = ui.input(_("Card URL"), placeholder="https://host/.well-known/agent-card.json").props(
-                    "dense outlined data-testid=card-url").classes("grow min-w-0").style("min-width: 12rem")
+                card_url = (
+                    ui.input(_("Card URL"), placeholder="https://host/.well-known/agent-card.json")
+                    .props("dense outlined data-testid=card-url")
+                    .classes("grow min-w-0")
+                    .style("min-width: 12rem")
+                )
                 card_url.mark("card-url")
-                agent_id = ui.input(_("Id (optional)"), placeholder=_("from the card's name")).props(
-                    "dense outlined").classes("w-48").mark("remote-id").props("data-testid=remote-id")
-                token = ui.input(_("Bearer token (optional)"), password=True).props("dense outlined").classes(
-                    "w-56").mark("remote-token").props("data-testid=remote-token")
+                agent_id = (
+                    ui.input(_("Id (optional)"), placeholder=_("from the card's name"))
+                    .props("dense outlined")
+                    .classes("w-48")
+                    .mark("remote-id")
+                    .props("data-testid=remote-id")
+                )
+                token = (
+                    ui.input(_("Bearer token (optional)"), password=True)
+                    .props("dense outlined")
+                    .classes("w-56")
+                    .mark("remote-token")
+                    .props("data-testid=remote-token")
+                )
                 button = testid(ui.button(_("Register"), icon="add_link", on_click=register), "register-btn")
             await agent_list()

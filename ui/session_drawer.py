@@ -22,8 +22,13 @@ from ui.frame import testid
 class SessionDrawer:
     """Create it inside the frame's drawer; `current` says which chat the page shows (None: a new one)."""
 
-    def __init__(self, services: Services, user_id: int | None, current: Callable[[], str | None],
-                 on_new_chat: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        services: Services,
+        user_id: int | None,
+        current: Callable[[], str | None],
+        on_new_chat: Callable[[], None],
+    ) -> None:
         self.services = services
         self.user_id = user_id
         self.current = current
@@ -31,7 +36,8 @@ class SessionDrawer:
         testid(ui.button(_("New chat"), icon="add", on_click=on_new_chat), "new-session-btn").classes("w-full")
         self.search = testid(
             ui.input(placeholder=_("Search chats"), on_change=self._on_search).props(
-                "dense outlined clearable debounce=250 aria-label='" + _("Search chats") + "'"),
+                "dense outlined clearable debounce=250 aria-label='" + _("Search chats") + "'"
+            ),
             "session-search",
         ).classes("w-full q-mt-sm")
         with self.search.add_slot("prepend"):
@@ -45,7 +51,8 @@ class SessionDrawer:
         with self.session_list:
             if not sessions:
                 ui.item_label(_("No chats match.") if self.search_text else _("No chats yet")).props("caption").classes(
-                    "q-pa-md").props("data-testid=session-list-empty")
+                    "q-pa-md"
+                ).props("data-testid=session-list-empty")
             for row in sessions:
                 self._session_item(row)
                 if row.id == self.current():
@@ -57,9 +64,11 @@ class SessionDrawer:
 
     def _session_item(self, row: AgentSession) -> None:
         active = row.id == self.current()
-        item = ui.item(on_click=lambda r=row: ui.navigate.to(f"/chat/{r.id}")).props(
-            f"clickable {'active' if active else ''} data-testid=session-item data-session-id={row.id}"
-        ).mark("session-item")
+        item = (
+            ui.item(on_click=lambda r=row: ui.navigate.to(f"/chat/{r.id}"))
+            .props(f"clickable {'active' if active else ''} data-testid=session-item data-session-id={row.id}")
+            .mark("session-item")
+        )
         with item:
             with ui.item_section():
                 ui.item_label(row.title).classes("ellipsis").props("data-testid=session-title")
@@ -67,7 +76,8 @@ class SessionDrawer:
             with ui.item_section().props("side"):
                 actions = _quote(_("Chat actions: {title}").format(title=row.title))
                 menu_btn = ui.button(icon="more_vert").props(
-                    f"flat round dense size=sm aria-label='{actions}' data-testid=session-menu-btn")
+                    f"flat round dense size=sm aria-label='{actions}' data-testid=session-menu-btn"
+                )
                 # The menu is made when it is first opened: the list is re-rendered after every answer.
                 menu_btn.on("click.stop", lambda b=menu_btn, r=row: self._session_menu(b, r))
 
@@ -83,8 +93,9 @@ class SessionDrawer:
     def _rename_dialog(self, row: AgentSession) -> None:
         with ui.dialog() as dialog, ui.card().classes("w-80 max-w-full"):
             ui.label(_("Rename chat")).classes("text-h6")
-            name = testid(ui.input(_("Title"), value=row.title).props("autofocus outlined dense"),
-                          "session-rename-input").classes("w-full")
+            name = testid(
+                ui.input(_("Title"), value=row.title).props("autofocus outlined dense"), "session-rename-input"
+            ).classes("w-full")
 
             async def save() -> None:
                 try:

@@ -88,14 +88,14 @@ class StreamingMarkdown:
             return  # a late timer tick must not split the finished message again
         boundary = self._last_block_boundary()
         if boundary > self._frozen_upto:
-            block = self._text[self._frozen_upto:boundary]
+            block = self._text[self._frozen_upto : boundary]
             self._frozen_upto = boundary
             with self.container:
                 frozen = ChatMarkdown(block).classes("w-full")
             frozen.move(self.container, target_index=len(self._frozen))
             self._frozen.append(frozen)
             self.renders += 1
-        tail = self._text[self._frozen_upto:]
+        tail = self._text[self._frozen_upto :]
         if tail != self._rendered_tail:
             self._tail.set_content(tail)
             self._rendered_tail = tail

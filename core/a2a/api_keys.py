@@ -68,8 +68,9 @@ async def create_key(session: AsyncSession, *, user_id: int, name: str) -> tuple
 
 async def list_keys(session: AsyncSession, *, user_id: int) -> list[ApiKey]:
     """The user's keys, revoked ones included, newest first."""
-    query = select(ApiKey).where(ApiKey.user_id == user_id).order_by(
-        col(ApiKey.created_at).desc(), col(ApiKey.id).desc())
+    query = (
+        select(ApiKey).where(ApiKey.user_id == user_id).order_by(col(ApiKey.created_at).desc(), col(ApiKey.id).desc())
+    )
     return list((await session.exec(query)).all())
 
 

@@ -57,15 +57,20 @@ class HttpRemoteAgent:
 
     kind = "http"
 
-    def __init__(self, *, agent_id: str, card: Any, card_url: str, allow: outbound.AllowList,
-                 bearer_token: str | None = None) -> None:
+    def __init__(
+        self, *, agent_id: str, card: Any, card_url: str, allow: outbound.AllowList, bearer_token: str | None = None
+    ) -> None:
         self.id = agent_id
         self.name = card.name
         self.description = card.description
         self.card_url = card_url
         self._card = card
-        self._http = outbound.guarded_client(allow, bearer_token=bearer_token, token_origin=outbound.origin(card_url),
-                                             timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S))
+        self._http = outbound.guarded_client(
+            allow,
+            bearer_token=bearer_token,
+            token_origin=outbound.origin(card_url),
+            timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
+        )
         #: Whether the agent answered the last call or check (it was reachable when registered or restored).
         self.reachable = True
         self._known_at = time.monotonic()
@@ -168,8 +173,9 @@ async def fetch_card(url: str, *, allow: outbound.AllowList, bearer_token: str |
     """
     location = wire.card_location(url)
     try:
-        data = await outbound.fetch_card_json(location, allow=allow, bearer_token=bearer_token,
-                                              timeout_s=CONNECT_TIMEOUT_S)
+        data = await outbound.fetch_card_json(
+            location, allow=allow, bearer_token=bearer_token, timeout_s=CONNECT_TIMEOUT_S
+        )
     except outbound.CardFetchError as exc:
         raise wire.CardError(str(exc)) from None
     return wire.card_from_fetched(data)

@@ -81,7 +81,7 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
 def shorten(url: str | httpx.URL, limit: int = 120) -> str:
     """`url` for a log line: at most `limit` characters."""
     text = str(url)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):
@@ -98,10 +98,15 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         max_response_bytes: the largest body read of a response that is not an event stream.
     """
 
-    def __init__(self, allow: AllowList, *, bearer_token: str | None = None,
-                 token_origin: tuple[str, str, int | None] | None = None,
-                 transport: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+    def __init__(
+        self,
+        allow: AllowList,
+        *,
+        bearer_token: str | None = None,
+        token_origin: tuple[str, str, int | None] | None = None,
+        transport: Callable[[], httpx.AsyncBaseTransport] = httpx.AsyncHTTPTransport,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.allow = allow
         self.max_response_bytes = max_response_bytes
         self._token = bearer_token
@@ -129,8 +134,13 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             inner = self._by_host[host] = self._make_transport()
         last: httpx.ConnectError | None = None
         for address in addresses:
-            pinned = httpx.Request(request.method, request.url.copy_with(host=str(address)), headers=headers,
-                                   stream=request.stream, extensions=extensions)
+            pinned = httpx.Request(
+                request.method,
+                request.url.copy_with(host=str(address)),
+                headers=headers,
+                stream=request.stream,
+                extensions=extensions,
+            )
             try:
                 response = await inner.handle_async_request(pinned)
             except httpx.ConnectError as exc:  # the next address of the same name, if any
@@ -170,15 +180,26 @@ class _CappedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
-def guarded_client(allow: AllowList, *, bearer_token: str | None = None, token_origin: Any = None,
-                   timeout: httpx.Timeout | float = FETCH_TIMEOUT_S) -> httpx.AsyncClient:
+def guarded_client(
+    allow: AllowList,
+    *,
+    bearer_token: str | None = None,
+    token_origin: Any = None,
+    timeout: httpx.Timeout | float = FETCH_TIMEOUT_S,
+) -> httpx.AsyncClient:
     """An httpx client that goes only where the policy allows, follows no redirect, sends the token to its origin."""
     transport = GuardedTransport(allow, bearer_token=bearer_token, token_origin=token_origin)
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
 
 
-async def fetch_card_json(url: str, *, allow: AllowList, bearer_token: str | None = None,
-                          max_bytes: int = MAX_CARD_BYTES, timeout_s: float = FETCH_TIMEOUT_S) -> Any:
+async def fetch_card_json(
+    url: str,
+    *,
+    allow: AllowList,
+    bearer_token: str | None = None,
+    max_bytes: int = MAX_CARD_BYTES,
+    timeout_s: float = FETCH_TIMEOUT_S,
+) -> Any:
     """GET the card at `url` as JSON, under the policy: each redirect checked, the body capped.
 
     Args:
@@ -193,8 +214,9 @@ async def fetch_card_json(url: str, *, allow: AllowList, bearer_token: str | Non
     """
     try:
         target = httpx.URL(url)
-        async with guarded_client(allow, bearer_token=bearer_token, token_origin=origin(target),
-                                  timeout=timeout_s) as http:
+        async with guarded_client(
+            allow, bearer_token=bearer_token, token_origin=origin(target), timeout=timeout_s
+        ) as http:
             body = await _get_capped(http, target, max_bytes)
     except (OutboundError, httpx.HTTPError, httpx.InvalidURL) as exc:
         category = _category(exc)
@@ -209,8 +231,9 @@ async def fetch_card_json(url: str, *, allow: AllowList, bearer_token: str | Non
 
 async def _get_capped(http: httpx.AsyncClient, target: httpx.URL, max_bytes: int) -> bytes:
     for _ in range(MAX_REDIRECTS + 1):
-        async with http.stream("GET", target, headers={"Accept": "application/json",
-                                                       "Accept-Encoding": "identity"}) as response:
+        async with http.stream(
+            "GET", target, headers={"Accept": "application/json", "Accept-Encoding": "identity"}
+        ) as response:
             location = response.headers.get("Location")
             if response.is_redirect and location:
                 target = target.join(location)

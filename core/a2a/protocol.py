@@ -57,7 +57,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
-
 from a2a.client import A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3.conversions import to_compat_agent_card
@@ -96,6 +95,7 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
+from a2a.utils import errors as _sdk_errors
 from a2a.utils.constants import (
     AGENT_CARD_WELL_KNOWN_PATH,
     DEFAULT_LIST_TASKS_PAGE_SIZE,
@@ -104,7 +104,6 @@ from a2a.utils.constants import (
     PROTOCOL_VERSION_1_0,
     VERSION_HEADER,
 )
-from a2a.utils import errors as _sdk_errors
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
@@ -202,8 +201,14 @@ _TO_PROTO: dict[str, int] = {
     "auth-required": TaskState.TASK_STATE_AUTH_REQUIRED,
 }
 _FROM_PROTO: dict[int, str] = {v: k for k, v in _TO_PROTO.items()}
-_PROTO_TERMINAL = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED,
-                             TaskState.TASK_STATE_CANCELED, TaskState.TASK_STATE_REJECTED})
+_PROTO_TERMINAL = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
 
 
 def our_state(task: Task) -> str:
@@ -268,16 +273,30 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
             AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
-        security_schemes={SECURITY_SCHEME: SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-            scheme="bearer", bearer_format="API key",
-            description=f"An API key of this app (create one at {spec.provider_url}/api-keys), "
-                        "sent as 'Authorization: Bearer <key>'.",
-        ))},
+        security_schemes={
+            SECURITY_SCHEME: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="bearer",
+                    bearer_format="API key",
+                    description=f"An API key of this app (create one at {spec.provider_url}/api-keys), "
+                    "sent as 'Authorization: Bearer <key>'.",
+                )
+            )
+        },
         security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
         default_input_modes=list(TEXT_MODES),
         default_output_modes=list(TEXT_MODES),
-        skills=[AgentSkill(id=s.id, name=s.name, description=s.description or s.name, tags=list(s.tags) or ["agent"],
-                           input_modes=list(TEXT_MODES), output_modes=list(TEXT_MODES)) for s in skills],
+        skills=[
+            AgentSkill(
+                id=s.id,
+                name=s.name,
+                description=s.description or s.name,
+                tags=list(s.tags) or ["agent"],
+                input_modes=list(TEXT_MODES),
+                output_modes=list(TEXT_MODES),
+            )
+            for s in skills
+        ],
     )
 
 
@@ -342,16 +361,24 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifa
     status.timestamp.FromDatetime(snapshot.updated_at)
     if snapshot.error and snapshot.state in {"failed", "canceled", "rejected"}:
         status.message.CopyFrom(_agent_message(task_id, context_id, f"{task_id}-status", snapshot.error))
-    history = [Message(message_id=snapshot.input_message_id or f"{task_id}-in", context_id=context_id,
-                       task_id=task_id, role=Role.ROLE_USER, parts=[Part(text=snapshot.input)])]
+    history = [
+        Message(
+            message_id=snapshot.input_message_id or f"{task_id}-in",
+            context_id=context_id,
+            task_id=task_id,
+            role=Role.ROLE_USER,
+            parts=[Part(text=snapshot.input)],
+        )
+    ]
     if snapshot.output:
         history.append(_agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
     if history_length is not None:
-        history = history[len(history) - history_length:] if history_length > 0 else []
+        history = history[len(history) - history_length :] if history_length > 0 else []
     task = Task(id=task_id, context_id=context_id, status=status, history=history)
     if artifacts and snapshot.output and snapshot.state == "completed":
         task.artifacts.append(
-            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)]))
+            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)])
+        )
     if snapshot.metadata:
         task.metadata.update(snapshot.metadata)
     return task
@@ -370,7 +397,8 @@ def read_history_length(params: Any) -> int | None:
     except InvalidParamsError:
         raise InvalidParamsError(
             message=f"historyLength must be 0 or more (got {params.history_length}): 0 for no history, "
-                    "N for the N most recent messages, or leave it out for all of them.") from None
+            "N for the N most recent messages, or leave it out for all of them."
+        ) from None
     return params.history_length
 
 
@@ -412,7 +440,8 @@ def read_list_request(params: ListTasksRequest) -> ListQuery:
         except InvalidParamsError:
             raise InvalidParamsError(
                 message=f"pageSize must be between 1 and {MAX_LIST_TASKS_PAGE_SIZE} (got {params.page_size}); "
-                        f"leave it out for {DEFAULT_LIST_TASKS_PAGE_SIZE}.") from None
+                f"leave it out for {DEFAULT_LIST_TASKS_PAGE_SIZE}."
+            ) from None
         page_size = params.page_size
     after = None
     if params.page_token:
@@ -420,15 +449,23 @@ def read_list_request(params: ListTasksRequest) -> ListQuery:
         if after is None or after.timestamp_ns is None or len(after.task_id) > 64:
             raise InvalidParamsError(
                 message=f"pageToken {params.page_token[:40]!r} is not one this server handed out: pass the "
-                        "nextPageToken of an earlier ListTasks answer, or none for the first page.")
+                "nextPageToken of an earlier ListTasks answer, or none for the first page."
+            )
     state = None
     if params.status != TaskState.TASK_STATE_UNSPECIFIED:
         state = _FROM_PROTO.get(params.status, TaskState.Name(params.status))
-    updated_after = params.status_timestamp_after.ToDatetime(tzinfo=UTC) \
-        if params.HasField("status_timestamp_after") else None
-    return ListQuery(page_size=page_size, after=after, context_id=params.context_id, state=state,
-                     updated_after=updated_after, history_length=history_length,
-                     artifacts=params.HasField("include_artifacts") and params.include_artifacts)
+    updated_after = (
+        params.status_timestamp_after.ToDatetime(tzinfo=UTC) if params.HasField("status_timestamp_after") else None
+    )
+    return ListQuery(
+        page_size=page_size,
+        after=after,
+        context_id=params.context_id,
+        state=state,
+        updated_after=updated_after,
+        history_length=history_length,
+        artifacts=params.HasField("include_artifacts") and params.include_artifacts,
+    )
 
 
 def list_page_token(updated_at: datetime, task_id: str) -> str:
@@ -480,7 +517,9 @@ class TaskEvents:
     def result(self, text: str) -> TaskArtifactUpdateEvent:
         """The full answer, as the task's one artifact."""
         return TaskArtifactUpdateEvent(
-            task_id=self.task_id, context_id=self.context_id, last_chunk=True,
+            task_id=self.task_id,
+            context_id=self.context_id,
+            last_chunk=True,
             artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=text)]),
         )
 
@@ -503,8 +542,11 @@ class TextUpdate:
     def to_proto(self) -> TaskStatusUpdateEvent:
         """The SDK's event."""
         message = _agent_message(self.task_id, self.context_id, self.message_id, self.text)
-        return TaskStatusUpdateEvent(task_id=self.task_id, context_id=self.context_id,
-                                     status=TaskStatus(state=TaskState.TASK_STATE_WORKING, message=message))
+        return TaskStatusUpdateEvent(
+            task_id=self.task_id,
+            context_id=self.context_id,
+            status=TaskStatus(state=TaskState.TASK_STATE_WORKING, message=message),
+        )
 
     def as_json(self) -> dict[str, Any]:
         """Exactly what `MessageToDict(to_stream_response(self.to_proto()))` gives (tests/test_a2a_wire.py).
@@ -535,8 +577,9 @@ PLAIN_TEXT_UPDATES = "plain_text_updates"
 
 
 def _agent_message(task_id: str, context_id: str, message_id: str, text: str) -> Message:
-    return Message(message_id=message_id, context_id=context_id, task_id=task_id, role=Role.ROLE_AGENT,
-                   parts=[Part(text=text)])
+    return Message(
+        message_id=message_id, context_id=context_id, task_id=task_id, role=Role.ROLE_AGENT, parts=[Part(text=text)]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,7 +623,8 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
             pieces.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
         else:
             raise ContentTypeNotSupportedError(
-                message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part.")
+                message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part."
+            )
     text = "\n".join(p for p in pieces if p.strip()).strip()
     if not text:
         raise InvalidParamsError(message="The message has no text: send at least one non-empty text part.")
@@ -590,10 +634,13 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
     accepted = list(config.accepted_output_modes)
     if accepted and not any(m in TEXT_MODES or m in {"text/*", "*/*"} for m in accepted):
         raise ContentTypeNotSupportedError(
-            message=f"This agent answers in {' or '.join(TEXT_MODES)}; acceptedOutputModes allows only {accepted}.")
+            message=f"This agent answers in {' or '.join(TEXT_MODES)}; acceptedOutputModes allows only {accepted}."
+        )
     if len(message.message_id) > MAX_MESSAGE_ID_CHARS:
-        raise InvalidParamsError(message=f"The messageId is {len(message.message_id):,} characters long; "
-                                         f"the limit is {MAX_MESSAGE_ID_CHARS}.")
+        raise InvalidParamsError(
+            message=f"The messageId is {len(message.message_id):,} characters long; "
+            f"the limit is {MAX_MESSAGE_ID_CHARS}."
+        )
     return IncomingMessage(
         text=text,
         message_id=message.message_id,
@@ -625,7 +672,6 @@ def _register_app_error(error: type[A2AError], code: int, reason: str) -> None:
 
 
 _register_app_error(TooManyRunningTasksError, TOO_MANY_RUNNING_TASKS_CODE, "TOO_MANY_RUNNING_TASKS")
-
 
 
 class CallContextBuilder(DefaultServerCallContextBuilder):
@@ -660,8 +706,9 @@ class _Dispatcher(JsonRpcDispatcher):
     """
 
     @validate_version(PROTOCOL_VERSION_1_0)
-    async def _process_streaming_request(self, request_id: str | int | None, request_obj: Any,
-                                         context: ServerCallContext) -> Any:
+    async def _process_streaming_request(
+        self, request_id: str | int | None, request_obj: Any, context: ServerCallContext
+    ) -> Any:
         method = context.state.get("method")
         context.state[PLAIN_TEXT_UPDATES] = True  # `_stream_result` writes them
         if method == "SendStreamingMessage":
@@ -755,8 +802,14 @@ def _text_message_json(message: Message) -> dict[str, Any] | None:
     return written
 
 
-_HOP_HEADERS = {"content-type", "content-length", "transfer-encoding", "cache-control", "x-accel-buffering",
-                "connection"}
+_HOP_HEADERS = {
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "cache-control",
+    "x-accel-buffering",
+    "connection",
+}
 
 
 def coalesce_sse(response: Any) -> Any:
@@ -846,26 +899,38 @@ def check_rpc_body(body: bytes, dispatcher: JsonRpcDispatcher, version: str | No
     else:
         nested_too_deep = json_nesting(obj) > MAX_JSON_NESTING
     if nested_too_deep:
-        return build_error_response(None, _JsonRpcParseError(
-            message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep."))
+        return build_error_response(
+            None, _JsonRpcParseError(message=f"Parse error: the JSON nests more than {MAX_JSON_NESTING} levels deep.")
+        )
     method = obj.get("method") if isinstance(obj, dict) else None
     if not isinstance(method, str) or not method:
         return None
-    request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) \
-        else None
+    request_id = obj.get("id") if isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool) else None
     if not _serves(dispatcher, method):
         known = ", ".join(sorted(dispatcher.METHOD_TO_MODEL))
-        return build_error_response(request_id, _JsonRpcMethodNotFound(
-            message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."))
+        return build_error_response(
+            request_id,
+            _JsonRpcMethodNotFound(
+                message=f"Method not found: {method[:80]!r}. This server serves {known} (and their v0.3 names)."
+            ),
+        )
     refusal = _version_refusal(method, method in dispatcher.METHOD_TO_MODEL, version, request_id)
     if refusal is not None:
         return refusal
     params = obj.get("params")
-    if method == "ListTasks" and isinstance(params, dict) and isinstance(params.get("status"), str) \
-            and params["status"] not in TaskState.keys():
-        return build_error_response(request_id, InvalidParamsError(
-            message=f"status {params['status'][:40]!r} is not a task state; use one of "
-                    f"{', '.join(k for k in TaskState.keys() if k != 'TASK_STATE_UNSPECIFIED')}."))
+    if (
+        method == "ListTasks"
+        and isinstance(params, dict)
+        and isinstance(params.get("status"), str)
+        and params["status"] not in TaskState.keys()
+    ):
+        return build_error_response(
+            request_id,
+            InvalidParamsError(
+                message=f"status {params['status'][:40]!r} is not a task state; use one of "
+                f"{', '.join(k for k in TaskState.keys() if k != 'TASK_STATE_UNSPECIFIED')}."
+            ),
+        )
     if method in dispatcher.METHOD_TO_MODEL:
         return _v1_invalid_params(dispatcher, method, params, request_id)
     return _v03_invalid_params(dispatcher, method, obj, request_id)
@@ -875,8 +940,11 @@ MAX_PARSE_ERROR_CHARS = 300
 
 # Each v1.0 method's v0.3 name (ListTasks has none), for a refusal to point to the one to call.
 V03_NAMES = {
-    "SendMessage": "message/send", "SendStreamingMessage": "message/stream", "GetTask": "tasks/get",
-    "CancelTask": "tasks/cancel", "SubscribeToTask": "tasks/resubscribe",
+    "SendMessage": "message/send",
+    "SendStreamingMessage": "message/stream",
+    "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel",
+    "SubscribeToTask": "tasks/resubscribe",
     "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
     "GetTaskPushNotificationConfig": "tasks/pushNotificationConfig/get",
     "ListTaskPushNotificationConfigs": "tasks/pushNotificationConfig/list",
@@ -886,8 +954,9 @@ V03_NAMES = {
 V1_NAMES = {v03: v1 for v1, v03 in V03_NAMES.items()}
 
 
-def _version_refusal(method: str, is_v1: bool, asked: str | None,
-                     request_id: str | int | None) -> dict[str, Any] | None:
+def _version_refusal(
+    method: str, is_v1: bool, asked: str | None, request_id: str | int | None
+) -> dict[str, Any] | None:
     """-32009 (VersionNotSupportedError) for a method asked for under a protocol version it is not of, or None.
 
     The version asked for is the `A2A-Version` header, 0.3 without one (the spec's rule); it fits a
@@ -918,8 +987,9 @@ def _same_major(asked: str, version: str) -> bool:
     return asked == version or (major.isascii() and major.isdigit() and int(major) == int(version.split(".")[0]))
 
 
-def _v1_invalid_params(dispatcher: JsonRpcDispatcher, method: str, params: Any,
-                       request_id: str | int | None) -> dict[str, Any] | None:
+def _v1_invalid_params(
+    dispatcher: JsonRpcDispatcher, method: str, params: Any, request_id: str | int | None
+) -> dict[str, Any] | None:
     """-32602 naming the field for v1.0 `params` that do not parse, or None.
 
     The SDK's dispatcher answers them with a bare "Invalid params" (the reason only in `data`)
@@ -927,18 +997,20 @@ def _v1_invalid_params(dispatcher: JsonRpcDispatcher, method: str, params: Any,
     fields ignored), the answer says which field and why.
     """
     try:
-        ParseDict(params if params is not None else {}, dispatcher.METHOD_TO_MODEL[method](),
-                  ignore_unknown_fields=True)
+        ParseDict(
+            params if params is not None else {}, dispatcher.METHOD_TO_MODEL[method](), ignore_unknown_fields=True
+        )
     except Exception as exc:  # protobuf's ParseError, or a TypeError for params that are not an object
         reason = str(exc).strip() or type(exc).__name__
         if len(reason) > MAX_PARSE_ERROR_CHARS:
-            reason = reason[:MAX_PARSE_ERROR_CHARS - 1] + "…"
+            reason = reason[: MAX_PARSE_ERROR_CHARS - 1] + "…"
         return build_error_response(request_id, InvalidParamsError(message=f"Invalid params for {method}: {reason}"))
     return None
 
 
-def _v03_invalid_params(dispatcher: JsonRpcDispatcher, method: str, obj: dict[str, Any],
-                        request_id: str | int | None) -> dict[str, Any] | None:
+def _v03_invalid_params(
+    dispatcher: JsonRpcDispatcher, method: str, obj: dict[str, Any], request_id: str | int | None
+) -> dict[str, Any] | None:
     """-32602 for a v0.3 request whose `params` do not validate, or None.
 
     The SDK's v0.3 adapter validates the whole request with its pydantic model and answers
@@ -957,8 +1029,9 @@ def _v03_invalid_params(dispatcher: JsonRpcDispatcher, method: str, obj: dict[st
         if not errors or any(not e["loc"] or e["loc"][0] != "params" for e in errors):
             return None
         described = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors[:5])
-        return build_error_response(request_id, InvalidParamsError(
-            message=f"Invalid params for {method}: {described}."))
+        return build_error_response(
+            request_id, InvalidParamsError(message=f"Invalid params for {method}: {described}.")
+        )
     return None
 
 
@@ -982,8 +1055,10 @@ def card_location(url: str) -> str:
     """
     parsed = urlparse(url)
     if parsed.scheme not in {"http", "https"} or not parsed.netloc:
-        raise CardError(f"{url!r} is not an http(s) URL; give the URL of the agent card "
-                        f"(…{AGENT_CARD_WELL_KNOWN_PATH}) or of the agent.")
+        raise CardError(
+            f"{url!r} is not an http(s) URL; give the URL of the agent card "
+            f"(…{AGENT_CARD_WELL_KNOWN_PATH}) or of the agent."
+        )
     if parsed.path.endswith(".json"):
         return url
     return f"{url.rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}"
@@ -1022,15 +1097,24 @@ def check_card(card: AgentCard, *, source: str) -> None:
     if not card.name.strip():
         raise CardError(f"The card at {source} is not an A2A agent card: it has no name.")
     if _pick_interface(card) is None:
-        offered = ", ".join(f"{i.protocol_binding} {i.protocol_version or '?'} at {i.url or '?'}"
-                            for i in card.supported_interfaces) or "none"
-        raise CardError(f"The card at {source} offers no JSON-RPC interface (v1.0 or v0.3) with an http(s) URL; "
-                        f"it offers: {offered}.")
+        offered = (
+            ", ".join(
+                f"{i.protocol_binding} {i.protocol_version or '?'} at {i.url or '?'}" for i in card.supported_interfaces
+            )
+            or "none"
+        )
+        raise CardError(
+            f"The card at {source} offers no JSON-RPC interface (v1.0 or v0.3) with an http(s) URL; "
+            f"it offers: {offered}."
+        )
 
 
 def _pick_interface(card: AgentCard) -> AgentInterface | None:
-    usable = [i for i in card.supported_interfaces
-              if i.protocol_binding == "JSONRPC" and urlparse(i.url).scheme in {"http", "https"}]
+    usable = [
+        i
+        for i in card.supported_interfaces
+        if i.protocol_binding == "JSONRPC" and urlparse(i.url).scheme in {"http", "https"}
+    ]
     for prefix in ("1.", "0.3"):
         for interface in usable:
             if (interface.protocol_version or "0.3").startswith(prefix):
@@ -1067,8 +1151,9 @@ def card_summary(card: AgentCard) -> dict[str, Any]:
         "url": interface.url if interface else None,
         "protocolVersion": (interface.protocol_version or "0.3") if interface else None,
         "streaming": card.capabilities.streaming,
-        "skills": [{"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
-                   for s in card.skills],
+        "skills": [
+            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in card.skills
+        ],
     }
 
 
@@ -1159,8 +1244,13 @@ class RemoteStreamReader:
                 end = RemoteEvent(state="completed", final=True, answer=self._answer(text))
                 return [RemoteEvent(text=text), end] if text else [end]
             if state == "rejected":
-                return [RemoteEvent(state="failed", final=True,
-                                    error=f"{self.agent_name} rejected the task" + (f": {text}" if text else "."))]
+                return [
+                    RemoteEvent(
+                        state="failed",
+                        final=True,
+                        error=f"{self.agent_name} rejected the task" + (f": {text}" if text else "."),
+                    )
+                ]
             return [RemoteEvent(state=state, final=True, error=text or None)]
         if status.state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
             # A delegation cannot answer back; what the agent asked is its answer.

@@ -82,8 +82,9 @@ class NotYourAgent(RegistrationError):
 class RemoteAgentDirectory:
     """Registrations of remote HTTP A2A agents, and their adapters in the registry."""
 
-    def __init__(self, db: Database, registry: AgentRegistry, settings: Settings,
-                 secrets: SecretBox | None = None) -> None:
+    def __init__(
+        self, db: Database, registry: AgentRegistry, settings: Settings, secrets: SecretBox | None = None
+    ) -> None:
         self.db = db
         self.registry = registry
         self.settings = settings
@@ -127,10 +128,13 @@ class RemoteAgentDirectory:
         await _check_endpoint(client.wire.endpoint_url(card), card_url, allow=allow, with_token=bool(bearer_token))
         agent_id = (agent_id or "").strip() or slug_from_name(card.name)
         if not SLUG_PATTERN.fullmatch(agent_id):
-            raise RegistrationError(f"{agent_id!r} cannot be an agent id: use 1-64 lowercase letters, digits, "
-                                    "'-' or '_', starting with a letter or digit.")
-        agent = client.HttpRemoteAgent(agent_id=agent_id, card=card, card_url=card_url, allow=allow,
-                                       bearer_token=bearer_token)
+            raise RegistrationError(
+                f"{agent_id!r} cannot be an agent id: use 1-64 lowercase letters, digits, "
+                "'-' or '_', starting with a letter or digit."
+            )
+        agent = client.HttpRemoteAgent(
+            agent_id=agent_id, card=card, card_url=card_url, allow=allow, bearer_token=bearer_token
+        )
         try:
             await self.registry.claim(agent)
         except IdTaken as exc:
@@ -138,9 +142,15 @@ class RemoteAgentDirectory:
             raise RegistrationConflict(f"Cannot register {card.name!r} as {agent_id!r}: {exc}.") from exc
         try:
             async with self.db.session() as s:
-                s.add(RemoteA2AAgent(id=agent_id, card_url=card_url, card=client.wire.card_to_storage(card),
-                                     bearer_token=self.secrets.seal(bearer_token) if bearer_token else None,
-                                     created_by=user_id))
+                s.add(
+                    RemoteA2AAgent(
+                        id=agent_id,
+                        card_url=card_url,
+                        card=client.wire.card_to_storage(card),
+                        bearer_token=self.secrets.seal(bearer_token) if bearer_token else None,
+                        created_by=user_id,
+                    )
+                )
                 await s.commit()
         except IntegrityError as exc:
             await self._drop(agent_id, agent)
@@ -211,12 +221,20 @@ class RemoteAgentDirectory:
                 views.append(_view(agent, row.created_by))
             else:
                 summary = row.card or {}
-                views.append(RemoteAgentView(
-                    id=row.id, name=str(summary.get("name") or row.id),
-                    description=str(summary.get("description") or ""),
-                    card_url=row.card_url, url=None, protocol_version=None, streaming=False, skills=[], online=False,
-                    owner_id=row.created_by,
-                ))
+                views.append(
+                    RemoteAgentView(
+                        id=row.id,
+                        name=str(summary.get("name") or row.id),
+                        description=str(summary.get("description") or ""),
+                        card_url=row.card_url,
+                        url=None,
+                        protocol_version=None,
+                        streaming=False,
+                        skills=[],
+                        online=False,
+                        owner_id=row.created_by,
+                    )
+                )
         return views
 
     async def seal_stored_tokens(self) -> int:
@@ -258,10 +276,14 @@ class RemoteAgentDirectory:
             return False
         endpoint = client.wire.endpoint_url(card)
         if token and endpoint and outbound.origin(endpoint) != outbound.origin(row.card_url):
-            log.warning("remote agent %s: its endpoint is on another origin than its card, so its bearer token "
-                        "is not sent (register it again from the endpoint's origin)", row.id)
-        agent = client.HttpRemoteAgent(agent_id=row.id, card=card, card_url=row.card_url, allow=allow,
-                                       bearer_token=token)
+            log.warning(
+                "remote agent %s: its endpoint is on another origin than its card, so its bearer token "
+                "is not sent (register it again from the endpoint's origin)",
+                row.id,
+            )
+        agent = client.HttpRemoteAgent(
+            agent_id=row.id, card=card, card_url=row.card_url, allow=allow, bearer_token=token
+        )
         try:
             await self.registry.claim(agent)
         except IdTaken as exc:
@@ -293,7 +315,8 @@ async def _check_endpoint(endpoint: str | None, card_url: str, *, allow: outboun
         raise RegistrationError(
             f"The card's endpoint ({outbound.shorten(endpoint, 80)}) is on another origin than the card; the bearer "
             "token is sent only to the card's origin. Register the agent by a card URL on its endpoint's origin, "
-            "or without a token if it needs none.")
+            "or without a token if it needs none."
+        )
     try:
         await outbound.checked_addresses(httpx.URL(endpoint), allow)
     except (outbound.OutboundError, httpx.InvalidURL) as exc:
@@ -310,9 +333,16 @@ def slug_from_name(name: str) -> str:
 def _view(agent: Any, owner_id: int | None) -> RemoteAgentView:
     info = agent.card()
     return RemoteAgentView(
-        id=agent.id, name=agent.name, description=agent.description, card_url=agent.card_url,
-        url=info.get("url"), protocol_version=info.get("protocolVersion"), streaming=bool(info.get("streaming")),
-        skills=list(info.get("skills") or []), online=agent.reachable, owner_id=owner_id,
+        id=agent.id,
+        name=agent.name,
+        description=agent.description,
+        card_url=agent.card_url,
+        url=info.get("url"),
+        protocol_version=info.get("protocolVersion"),
+        streaming=bool(info.get("streaming")),
+        skills=list(info.get("skills") or []),
+        online=agent.reachable,
+        owner_id=owner_id,
     )
 
 

@@ -72,8 +72,7 @@ async def a2a_server(services: Any) -> Any:
 
 def warm_up() -> None:
     """Import the A2A server in a thread, so the first A2A request does not pay for it."""
-    threading.Thread(target=importlib.import_module, args=("core.a2a.server",), name="a2a warm-up",
-                     daemon=True).start()
+    threading.Thread(target=importlib.import_module, args=("core.a2a.server",), name="a2a warm-up", daemon=True).start()
 
 
 # -- /api/a2a ------------------------------------------------------------------------------
@@ -105,11 +104,16 @@ class ApiKeyCreated(ApiKeyOut):
 class RemoteAgentCreate(RequestBody):
     """A remote A2A agent to register by its card."""
 
-    card_url: str = Field(alias="cardUrl", min_length=8, max_length=2000,
-                          description="The card's URL (…/.well-known/agent-card.json) or the agent's base URL")
+    card_url: str = Field(
+        alias="cardUrl",
+        min_length=8,
+        max_length=2000,
+        description="The card's URL (…/.well-known/agent-card.json) or the agent's base URL",
+    )
     id: str | None = Field(None, max_length=64, description="Registry id; default: from the card's name")
-    bearer_token: str | None = Field(None, alias="bearerToken", max_length=4000,
-                                     description="Sent as 'Authorization: Bearer …' to the remote agent")
+    bearer_token: str | None = Field(
+        None, alias="bearerToken", max_length=4000, description="Sent as 'Authorization: Bearer …' to the remote agent"
+    )
 
 
 class RemoteAgentOut(BaseModel):
@@ -145,8 +149,9 @@ def a2a_api_router() -> APIRouter:
             try:
                 row, key = await api_keys.create_key(s, user_id=user.id, name=body.name)
             except api_keys.ApiKeyError as exc:
-                raise ApiError(422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(
-                    reason=exc)) from exc
+                raise ApiError(
+                    422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(reason=exc)
+                ) from exc
         return ApiKeyCreated(**ApiKeyOut.model_validate(row, from_attributes=True).model_dump(), key=key)
 
     @router.delete("/keys/{key_id}", status_code=204)
@@ -169,7 +174,8 @@ def a2a_api_router() -> APIRouter:
         """Register a remote A2A agent by its card URL; it can be delegated to at once (`@<id> …`)."""
         try:
             view = await services.remote_agents.register(
-                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user.id)
+                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user.id
+            )
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         return _remote_out(view, user.id)
@@ -182,8 +188,11 @@ def a2a_api_router() -> APIRouter:
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         if not removed:
-            raise ApiError(404, "remote_agent_not_found", detail=_(
-                "There is no registered remote agent {name!r}.").format(name=agent_id))
+            raise ApiError(
+                404,
+                "remote_agent_not_found",
+                detail=_("There is no registered remote agent {name!r}.").format(name=agent_id),
+            )
         return Response(status_code=204)
 
     return router

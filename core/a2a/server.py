@@ -74,10 +74,14 @@ MAX_BODY_BYTES = 1_048_576
 #: At most this many text deltas that were ready together go out as one status update.
 MAX_DELTAS_PER_UPDATE = 256
 # What a message with a contextId this caller does not have gets (-32602), also said on every card.
-UNKNOWN_CONTEXT = ("There is no context {context_id!r} for this agent and key: send the contextId of one of your "
-                   "earlier tasks with this agent to continue that conversation, or none to start a new one.")
-CONTEXT_RULE = ("Conversations: send the contextId of one of your earlier tasks with this agent to continue it "
-                "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced.")
+UNKNOWN_CONTEXT = (
+    "There is no context {context_id!r} for this agent and key: send the contextId of one of your "
+    "earlier tasks with this agent to continue that conversation, or none to start a new one."
+)
+CONTEXT_RULE = (
+    "Conversations: send the contextId of one of your earlier tasks with this agent to continue it "
+    "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced."
+)
 PROVIDER = "A2A Delegation Chat"
 
 
@@ -101,7 +105,10 @@ class A2AServer:
         self.cards = AgentCards(services.db, services.registry, services.settings)
         self.store = TaskSessionStore(services.db)
         self.handler = AgentRequestHandler(
-            delegation=services.delegation, hub=services.hub, store=self.store, cards=self.cards,
+            delegation=services.delegation,
+            hub=services.hub,
+            store=self.store,
+            cards=self.cards,
         )
         self.dispatcher = wire.create_dispatcher(self.handler)
 
@@ -133,16 +140,20 @@ class A2AServer:
             return JSONResponse(
                 wire.invalid_request_body(
                     "Unauthorized: send an API key of this app as 'Authorization: Bearer <key>' "
-                    f"(create one at {self.settings.base_url}/api-keys)."),
-                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="a2a"'},
+                    f"(create one at {self.settings.base_url}/api-keys)."
+                ),
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="a2a"'},
             )
         if not await self.cards.exists(agent_id):
-            return JSONResponse(wire.invalid_request_body(f"There is no agent {agent_id!r} on this server."),
-                                status_code=404)
+            return JSONResponse(
+                wire.invalid_request_body(f"There is no agent {agent_id!r} on this server."), status_code=404
+            )
         body = await _read_body(request, MAX_BODY_BYTES)
         if body is None:
-            return JSONResponse(wire.invalid_request_body(
-                f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes."))
+            return JSONResponse(
+                wire.invalid_request_body(f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes.")
+            )
         refusal = wire.check_rpc_body(body, self.dispatcher, request.headers.get(wire.VERSION_HEADER))
         if refusal is not None:  # what the SDK would answer with -32603 and a traceback in the log
             return JSONResponse(refusal)
@@ -204,28 +215,55 @@ class AgentCards:
         async with self.db.read() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
-        common = {"rpc_url": self.rpc_url(agent_id), "version": self.version, "provider": PROVIDER,
-                  "provider_url": self.settings.base_url, "notes": CONTEXT_RULE}
+        common = {
+            "rpc_url": self.rpc_url(agent_id),
+            "version": self.version,
+            "provider": PROVIDER,
+            "provider_url": self.settings.base_url,
+            "notes": CONTEXT_RULE,
+        }
         if agent is not None:
-            extra = (wire.SkillSpec(id="delegate", name="Delegates to other agents", tags=("delegation",),
-                                    description="May hand parts of a request to the app's other agents."),) \
-                if AGENT_INVOKE in tools else ()
+            extra = (
+                (
+                    wire.SkillSpec(
+                        id="delegate",
+                        name="Delegates to other agents",
+                        tags=("delegation",),
+                        description="May hand parts of a request to the app's other agents.",
+                    ),
+                )
+                if AGENT_INVOKE in tools
+                else ()
+            )
             return wire.CardSpec(
-                name=agent.name, description=agent.description,
-                skills=(wire.SkillSpec(id=agent.slug, name=agent.name, description=agent.description,
-                                       tags=("chat", "local")),),
-                extra_skills=extra, **common,
+                name=agent.name,
+                description=agent.description,
+                skills=(
+                    wire.SkillSpec(
+                        id=agent.slug, name=agent.name, description=agent.description, tags=("chat", "local")
+                    ),
+                ),
+                extra_skills=extra,
+                **common,
             )
         remote = self.registry.remote(agent_id)
         if remote is None:
             return None
         info = remote.card() or {}
         skills = tuple(
-            wire.SkillSpec(id=str(s.get("id") or i), name=str(s.get("name") or s.get("id") or remote.name),
-                           description=str(s.get("description") or ""), tags=tuple(str(t) for t in s.get("tags") or ()))
-            for i, s in enumerate(info.get("skills") or []) if isinstance(s, dict)
-        ) or (wire.SkillSpec(id=remote.id, name=remote.name, description=remote.description,
-                             tags=("remote", remote.kind)),)
+            wire.SkillSpec(
+                id=str(s.get("id") or i),
+                name=str(s.get("name") or s.get("id") or remote.name),
+                description=str(s.get("description") or ""),
+                tags=tuple(str(t) for t in s.get("tags") or ()),
+            )
+            for i, s in enumerate(info.get("skills") or [])
+            if isinstance(s, dict)
+        ) or (
+            wire.SkillSpec(
+                id=remote.id, name=remote.name, description=remote.description, tags=("remote", remote.kind)
+            ),
+        )
         return wire.CardSpec(name=remote.name, description=remote.description, skills=skills, **common)
 
 
@@ -261,18 +299,26 @@ class TaskSessionStore(wire.TaskStore):
         None when the context is unknown, another caller's, or another agent's (the same answer for all three).
         """
         async with self.db.read() as s:
-            rows = list((await s.exec(select(A2ATaskSession).where(
-                A2ATaskSession.session_id == context_id, A2ATaskSession.caller_user_id == user_id,
-                A2ATaskSession.callee_agent_slug == agent_id,
-            ))).all())
+            rows = list(
+                (
+                    await s.exec(
+                        select(A2ATaskSession).where(
+                            A2ATaskSession.session_id == context_id,
+                            A2ATaskSession.caller_user_id == user_id,
+                            A2ATaskSession.callee_agent_slug == agent_id,
+                        )
+                    )
+                ).all()
+            )
         if not rows:
             return None
         return next((r.id for r in rows if r.state not in TERMINAL_STATES), "")
 
     async def get(self, task_id: str, context: wire.ServerCallContext) -> wire.Task | None:
         """The Task, or None when unknown to this caller."""
-        snap = await self.snapshot(task_id, user_id=context.state.get("user_id"),
-                                   agent_id=context.state.get("agent_id", ""))
+        snap = await self.snapshot(
+            task_id, user_id=context.state.get("user_id"), agent_id=context.state.get("agent_id", "")
+        )
         return wire.to_task(snap) if snap is not None else None
 
     async def save(self, task: wire.Task, context: wire.ServerCallContext) -> None:
@@ -297,19 +343,27 @@ class TaskSessionStore(wire.TaskStore):
         page_query = select(A2ATaskSession).where(*matching)
         if query.after is not None:
             when = wire.cursor_time(query.after)
-            page_query = page_query.where(or_(
-                col(A2ATaskSession.updated_at) < when,
-                and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id)))
+            page_query = page_query.where(
+                or_(
+                    col(A2ATaskSession.updated_at) < when,
+                    and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id),
+                )
+            )
         page_query = page_query.order_by(col(A2ATaskSession.updated_at).desc(), col(A2ATaskSession.id).desc())
         async with self.db.read() as s:
             total = (await s.exec(select(func.count()).select_from(A2ATaskSession).where(*matching))).one()
             rows = list((await s.exec(page_query.limit(query.page_size + 1))).all())
-            outputs = await _answers(s, [r.id for r in rows[:query.page_size] if r.state in TERMINAL_STATES])
-        page = rows[:query.page_size]
+            outputs = await _answers(s, [r.id for r in rows[: query.page_size] if r.state in TERMINAL_STATES])
+        page = rows[: query.page_size]
         response = wire.ListTasksResponse(
-            tasks=[wire.to_task(_snapshot(r, outputs.get(r.id, "")), history_length=query.history_length,
-                                artifacts=query.artifacts) for r in page],
-            page_size=query.page_size, total_size=total,
+            tasks=[
+                wire.to_task(
+                    _snapshot(r, outputs.get(r.id, "")), history_length=query.history_length, artifacts=query.artifacts
+                )
+                for r in page
+            ],
+            page_size=query.page_size,
+            total_size=total,
         )
         if len(rows) > query.page_size:
             response.next_page_token = wire.list_page_token(page[-1].updated_at, page[-1].id)
@@ -324,8 +378,11 @@ async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
     """The saved answers of these tasks (their assistant messages, joined), by task id."""
     if not task_ids:
         return {}
-    query = select(AgentMessage).where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant") \
+    query = (
+        select(AgentMessage)
+        .where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant")
         .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
+    )
     answers: dict[str, str] = {}
     for message in (await s.exec(query)).all():
         answers[message.a2a_task_id] = answers.get(message.a2a_task_id, "") + message.content
@@ -334,10 +391,16 @@ async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
 
 def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
     return wire.TaskSnapshot(
-        id=row.id, context_id=row.session_id, state=row.state, input=row.input, output=output, error=row.error,
-        created_at=row.created_at, updated_at=row.updated_at, input_message_id=row.input_message_id,
-        metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens,
-                  "outputTokens": row.output_tokens},
+        id=row.id,
+        context_id=row.session_id,
+        state=row.state,
+        input=row.input,
+        output=output,
+        error=row.error,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        input_message_id=row.input_message_id,
+        metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens, "outputTokens": row.output_tokens},
     )
 
 
@@ -352,8 +415,9 @@ class AgentRequestHandler(wire.RequestHandler):
     event, while ours already has the task (its row) and its stream (the hub buffer).
     """
 
-    def __init__(self, *, delegation: DelegationService, hub: StreamHub, store: TaskSessionStore,
-                 cards: AgentCards) -> None:
+    def __init__(
+        self, *, delegation: DelegationService, hub: StreamHub, store: TaskSessionStore, cards: AgentCards
+    ) -> None:
         self.delegation = delegation
         self.hub = hub
         self.store = store
@@ -393,11 +457,13 @@ class AgentRequestHandler(wire.RequestHandler):
             if incoming.context_id is not None and incoming.context_id != snap.context_id:
                 raise wire.InvalidParamsError(
                     message=f"Task {snap.id} belongs to context {snap.context_id!r}, not {incoming.context_id!r}: "
-                            "send the task's own contextId, or none.")
+                    "send the task's own contextId, or none."
+                )
             raise wire.UnsupportedOperationError(
                 message=f"Task {incoming.task_id} is {wire.state_name(snap.state)}; this agent does not take "
-                        "follow-up messages in a task. Send the message without taskId to start a new task "
-                        f"(with contextId {snap.context_id!r} to continue the same conversation).")
+                "follow-up messages in a task. Send the message without taskId to start a new task "
+                f"(with contextId {snap.context_id!r} to continue the same conversation)."
+            )
         if incoming.context_id is not None:
             running = await self.store.context_running_task(incoming.context_id, user_id=user_id, agent_id=agent_id)
             if running is None:
@@ -405,14 +471,20 @@ class AgentRequestHandler(wire.RequestHandler):
             if running:
                 raise wire.UnsupportedOperationError(
                     message=f"Task {running} of context {incoming.context_id!r} is still running: wait for its end "
-                            "(SubscribeToTask) or cancel it before sending the next message in this context.")
+                    "(SubscribeToTask) or cancel it before sending the next message in this context."
+                )
         try:
             return await self.delegation.start_external_task(
-                agent_id, incoming.text, user_id=user_id, session_id=incoming.context_id,
-                message_id=incoming.message_id or None)
+                agent_id,
+                incoming.text,
+                user_id=user_id,
+                session_id=incoming.context_id,
+                message_id=incoming.message_id or None,
+            )
         except TooManyRunningTasks as exc:  # -32029: try again later (docs/ARCHITECTURE.md, "Running work per user")
-            raise wire.TooManyRunningTasksError(message=str(exc), data={
-                "code": exc.code, "retryAfterSeconds": exc.retry_after_s}) from exc
+            raise wire.TooManyRunningTasksError(
+                message=str(exc), data={"code": exc.code, "retryAfterSeconds": exc.retry_after_s}
+            ) from exc
         except DelegationRefused as exc:
             raise wire.InvalidParamsError(message=str(exc)) from exc
 
@@ -440,11 +512,13 @@ class AgentRequestHandler(wire.RequestHandler):
         if snap.state in TERMINAL_STATES:
             raise wire.UnsupportedOperationError(
                 message=f"Task {snap.id} is in terminal state: {wire.state_name(snap.state)}; "
-                        "there is nothing more to stream. Read it with GetTask.")
+                "there is nothing more to stream. Read it with GetTask."
+            )
         if await refresh(self.hub, task_stream_key(snap.id)) is None:
             raise wire.UnsupportedOperationError(
                 message=f"Task {snap.id} is not running on this server any more (it was interrupted, "
-                        "for example by a restart); read what it has with GetTask.")
+                "for example by a restart); read what it has with GetTask."
+            )
         yield wire.to_task(snap)
         async for event in self._follow(snap, context):
             yield event
@@ -520,11 +594,13 @@ class AgentRequestHandler(wire.RequestHandler):
             raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
         if snap.state in TERMINAL_STATES:
             raise wire.TaskNotCancelableError(
-                message=f"Task {snap.id} is already {wire.state_name(snap.state)}; only running tasks can be canceled.")
+                message=f"Task {snap.id} is already {wire.state_name(snap.state)}; only running tasks can be canceled."
+            )
         if not await self.delegation.cancel_external_task(snap.id):
             raise wire.TaskNotCancelableError(
                 message=f"Task {snap.id} was not started over A2A on this server (a chat's delegation, or "
-                        "interrupted by a restart); stop it from the chat that started it.")
+                "interrupted by a restart); stop it from the chat that started it."
+            )
         snap = await self.store.snapshot(snap.id, user_id=user_id, agent_id=agent_id)
         return wire.to_task(snap)
 

@@ -23,8 +23,11 @@ from pwdlib import PasswordHash
 from sqlmodel import func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.auth.login_throttle import LoginFailures, RedisLoginFailures
-from core.auth.login_throttle import TooManyFailedLogins  # noqa: F401  (callers catch accounts.TooManyFailedLogins)
+from core.auth.login_throttle import (
+    LoginFailures,
+    RedisLoginFailures,
+    TooManyFailedLogins,  # noqa: F401  (callers catch accounts.TooManyFailedLogins)
+)
 from models import User
 
 LOCAL_USERNAME = "local"

@@ -51,15 +51,21 @@ async def get_current_user(
                 return user
     if credentials is not None:
         try:
-            user = await services.logins.authenticate(credentials.username, credentials.password,
-                                                      address=client_address(request))
+            user = await services.logins.authenticate(
+                credentials.username, credentials.password, address=client_address(request)
+            )
         except accounts.TooManyFailedLogins as exc:
-            raise ApiError(status.HTTP_429_TOO_MANY_REQUESTS, "too_many_failed_logins", detail=str(exc),
-                                headers={"Retry-After": str(exc.retry_after_s)}) from exc
+            raise ApiError(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                "too_many_failed_logins",
+                detail=str(exc),
+                headers={"Retry-After": str(exc.retry_after_s)},
+            ) from exc
         if user is not None:
             return user
     raise ApiError(
-        status.HTTP_401_UNAUTHORIZED, "login_required",
+        status.HTTP_401_UNAUTHORIZED,
+        "login_required",
         detail=_("Log in first: use the browser session from /login, or HTTP Basic credentials."),
         headers={"WWW-Authenticate": "Basic"},
     )
@@ -88,9 +94,14 @@ CurrentUser = Annotated[User, Depends(get_current_user)]
 async def get_admin_user(user: CurrentUser, services: ServicesDep) -> User:
     """The user making the request if they may change agents (an admin, or `local` in single-user mode), else 403."""
     if not accounts.may_change_agents(user, multi_user=services.auth.multi_user):
-        raise ApiError(status.HTTP_403_FORBIDDEN, "admin_required", detail=_(
-            "Only admins create, change or delete agents; an admin can make you one "
-            "(python app.py users promote NAME)."))
+        raise ApiError(
+            status.HTTP_403_FORBIDDEN,
+            "admin_required",
+            detail=_(
+                "Only admins create, change or delete agents; an admin can make you one "
+                "(python app.py users promote NAME)."
+            ),
+        )
     return user
 
 

@@ -65,8 +65,9 @@ class LoginFailures:
     #: Counts kept at most: a spray of names or addresses does not grow memory without bound.
     FAILURES_MAX = 10_000
 
-    def __init__(self, *, max_failures: int = 10, window_s: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, max_failures: int = 10, window_s: float = 300.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_failures = max_failures
         self.window_s = window_s
         self._clock = clock
@@ -132,8 +133,11 @@ class LoginFailures:
             raise _refusal(retry_after)
 
     def _forget_old(self, now: float) -> None:
-        """Counts whose failures have all left the window go first; if that is not enough, the
-        counts first started go (a flood that large is beyond what a per-process throttle stops)."""
+        """Make room: counts whose failures have all left the window go first.
+
+        If that is not enough, the counts first started go (a flood that large is beyond what a
+        per-process throttle stops).
+        """
         for key in [k for k, failures in self._failures.items() if failures[-1] <= now - self.window_s]:
             del self._failures[key]
         for key in list(self._failures)[: max(0, len(self._failures) - self.FAILURES_MAX // 2)]:
@@ -181,8 +185,15 @@ class RedisLoginFailures:
         fallback: the counts used while Redis fails (default: `LoginFailures` with the same limits).
     """
 
-    def __init__(self, redis: Redis, *, prefix: str, max_failures: int = 10, window_s: float = 300.0,
-                 fallback: LoginFailures | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str,
+        max_failures: int = 10,
+        window_s: float = 300.0,
+        fallback: LoginFailures | None = None,
+    ) -> None:
         self.redis = redis
         self.prefix = f"{prefix}login-failures:"
         self.max_failures = max_failures
@@ -209,8 +220,9 @@ class RedisLoginFailures:
         """
         member = secrets.token_hex(8)
         try:
-            retry_ms = await self._begin(keys=[self.key(k) for k in keys],
-                                         args=[int(self.window_s * 1000), self.max_failures, member])
+            retry_ms = await self._begin(
+                keys=[self.key(k) for k in keys], args=[int(self.window_s * 1000), self.max_failures, member]
+            )
         except RedisError as exc:
             self._failing(exc)
             return self.fallback.begin_now(keys)
@@ -242,8 +254,12 @@ class RedisLoginFailures:
     def _failing(self, exc: Exception) -> None:
         if not self._redis_failing:
             self._redis_failing = True
-            log.warning("failed logins are counted in this process only while Redis fails (%s); each replica "
-                        "then allows its own %d per address and account", exc, self.max_failures)
+            log.warning(
+                "failed logins are counted in this process only while Redis fails (%s); each replica "
+                "then allows its own %d per address and account",
+                exc,
+                self.max_failures,
+            )
 
     def _working(self) -> None:
         if self._redis_failing:

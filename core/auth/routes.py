@@ -17,7 +17,11 @@ def me_router() -> APIRouter:
     @router.get("/me")
     async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
         """Who is logged in."""
-        return {"id": user.id, "username": user.username, "multiUser": services.auth.multi_user,
-                "admin": accounts.may_change_agents(user, multi_user=services.auth.multi_user)}
+        return {
+            "id": user.id,
+            "username": user.username,
+            "multiUser": services.auth.multi_user,
+            "admin": accounts.may_change_agents(user, multi_user=services.auth.multi_user),
+        }
 
     return router

@@ -92,8 +92,11 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
     if not a2a_id:
         raise Refused(400, f"{where} is required: the remote agent's name (the dispatch targetAgent)")
     if not A2A_ID_PATTERN.fullmatch(a2a_id):
-        raise Refused(400, f"{where} {a2a_id[:64]!r} is not a valid id: use 1-60 of a-z, 0-9, '-' and '_', "
-                           "starting with a letter or digit")
+        raise Refused(
+            400,
+            f"{where} {a2a_id[:64]!r} is not a valid id: use 1-60 of a-z, 0-9, '-' and '_', "
+            "starting with a letter or digit",
+        )
     if agent_id is not None and (isinstance(agent_id, bool) or not isinstance(agent_id, (str, int))):
         raise Refused(400, "agent_id must be a string or a number")
     agent = str(agent_id) if agent_id not in (None, "") else None
@@ -118,7 +121,11 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     for pem in auth.public_keys:
         try:
             claims = jwt.decode(
-                token, pem, algorithms=[ALGORITHM], audience=auth.audience, leeway=auth.leeway_s,
+                token,
+                pem,
+                algorithms=[ALGORITHM],
+                audience=auth.audience,
+                leeway=auth.leeway_s,
                 options={"require": ["exp", *(["aud"] if auth.audience else [])], "verify_aud": bool(auth.audience)},
             )
         except jwt.ExpiredSignatureError as exc:
@@ -153,8 +160,11 @@ def _check_dates(claims: dict[str, Any]) -> None:
     for name in NUMERIC_DATES:
         value = claims.get(name)
         if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise Refused(401, f"the token's {name!r} claim must be a JSON number (seconds since 1970, RFC 7519 "
-                               f"NumericDate), not {loggable(json.dumps(value), 40)}")
+            raise Refused(
+                401,
+                f"the token's {name!r} claim must be a JSON number (seconds since 1970, RFC 7519 "
+                f"NumericDate), not {loggable(json.dumps(value), 40)}",
+            )
 
 
 def _check_lifetime(claims: dict[str, Any], auth: AuthSettings) -> None:
@@ -168,8 +178,11 @@ def _check_lifetime(claims: dict[str, Any], auth: AuthSettings) -> None:
     if exp <= start + auth.max_lifetime_s + auth.leeway_s:
         return
     span = f"{int(exp - start)} s" if exp < start + MAX_SHOWN_SPAN_S else f"more than {MAX_SHOWN_SPAN_S:.0e} s"
-    raise Refused(401, f"the token is valid for {span}; the broker accepts at most "
-                       f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token")
+    raise Refused(
+        401,
+        f"the token is valid for {span}; the broker accepts at most "
+        f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token",
+    )
 
 
 MAX_SHOWN_SPAN_S = 10**12

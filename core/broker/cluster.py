@@ -123,18 +123,37 @@ class DirectoryEntry:
 
     def to_json(self) -> str:
         """The directory's value for this agent."""
-        return json.dumps({"id": self.id, "name": self.name, "description": self.description, "skills": self.skills,
-                           "tool": self.tool, "binding": self.binding, "connectedAt": self.connected_at,
-                           "replica": self.replica, "url": self.url}, ensure_ascii=False)
+        return json.dumps(
+            {
+                "id": self.id,
+                "name": self.name,
+                "description": self.description,
+                "skills": self.skills,
+                "tool": self.tool,
+                "binding": self.binding,
+                "connectedAt": self.connected_at,
+                "replica": self.replica,
+                "url": self.url,
+            },
+            ensure_ascii=False,
+        )
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> DirectoryEntry | None:
         """Read a directory value; None when it is not one (a foreign or damaged key is skipped)."""
         try:
             d = json.loads(raw)
-            return cls(id=str(d["id"]), name=str(d["name"]), description=str(d.get("description") or ""),
-                       skills=list(d.get("skills") or []), tool=d.get("tool"), binding=d.get("binding"),
-                       connected_at=float(d.get("connectedAt") or 0), replica=str(d["replica"]), url=str(d["url"]))
+            return cls(
+                id=str(d["id"]),
+                name=str(d["name"]),
+                description=str(d.get("description") or ""),
+                skills=list(d.get("skills") or []),
+                tool=d.get("tool"),
+                binding=d.get("binding"),
+                connected_at=float(d.get("connectedAt") or 0),
+                replica=str(d["replica"]),
+                url=str(d["url"]),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -189,8 +208,10 @@ class AgentDirectory:
             import redis.asyncio as redis
 
             self._redis = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5.0, socket_timeout=10.0)
-            self._scripts = {name: self._redis.register_script(src)
-                             for name, src in (("claim", _CLAIM), ("release", _RELEASE), ("list", _LIST))}
+            self._scripts = {
+                name: self._redis.register_script(src)
+                for name, src in (("claim", _CLAIM), ("release", _RELEASE), ("list", _LIST))
+            }
 
     async def claim_replica(self, *, claim: bool = True, wait_s: float | None = None) -> None:
         """Take this replica's liveness key (`claim=False`: only make sure nobody holds it).
@@ -203,13 +224,17 @@ class AgentDirectory:
         await self.connect()
         key = self.replica_key(self.replica_id)
         deadline = time.monotonic() + (self.lease_s + 1 if wait_s is None else wait_s)
-        while not (await self._redis.set(key, self.replica_url, nx=True, px=int(self.lease_s * 1000)) if claim
-                   else not await self._redis.exists(key)):
+        while not (
+            await self._redis.set(key, self.replica_url, nx=True, px=int(self.lease_s * 1000))
+            if claim
+            else not await self._redis.exists(key)
+        ):
             if time.monotonic() > deadline:
                 holder = await self._redis.get(self.replica_key(self.replica_id))
                 raise DuplicateReplica(
                     f"another running replica uses the id {self.replica_id!r} (reachable at "
-                    f"{holder.decode() if holder else '?'}); give each replica its own INSTANCE_ID")
+                    f"{holder.decode() if holder else '?'}); give each replica its own INSTANCE_ID"
+                )
             await asyncio.sleep(0.5)
 
     async def start(self) -> None:
@@ -217,9 +242,11 @@ class AgentDirectory:
         await self.claim_replica()
         listening = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._renew_forever(), name="broker directory leases"),
-                       loop.create_task(self._listen(listening), name="broker directory listener"),
-                       loop.create_task(self._refresh_forever(), name="broker directory refresh")]
+        self._tasks = [
+            loop.create_task(self._renew_forever(), name="broker directory leases"),
+            loop.create_task(self._listen(listening), name="broker directory listener"),
+            loop.create_task(self._refresh_forever(), name="broker directory refresh"),
+        ]
         await asyncio.wait_for(listening.wait(), 10)
         await self.refresh()
 
@@ -252,8 +279,9 @@ class AgentDirectory:
         """Claim `entry.id` for this replica; None when claimed, else the entry of the replica that holds it."""
         token = uuid.uuid4().hex
         value = entry.to_json()
-        holder = await self._scripts["claim"](keys=[self.leases_key, self.agents_key],
-                                              args=[entry.id, token, value, int(self.lease_s * 1000)])
+        holder = await self._scripts["claim"](
+            keys=[self.leases_key, self.agents_key], args=[entry.id, token, value, int(self.lease_s * 1000)]
+        )
         if holder is not None:
             return DirectoryEntry.from_json(holder) or entry
         self._held[entry.id] = (token, value)
@@ -269,22 +297,29 @@ class AgentDirectory:
             await self._scripts["release"](keys=[self.leases_key, self.agents_key], args=[agent_id, held[0]])
             await self._nudge()
         except Exception:  # Redis is down: the lease expires by itself
-            log.warning("could not release the broker agent %s in Redis; its lease expires in %.0f s",
-                        agent_id, self.lease_s, exc_info=True)
+            log.warning(
+                "could not release the broker agent %s in Redis; its lease expires in %.0f s",
+                agent_id,
+                self.lease_s,
+                exc_info=True,
+            )
 
     async def _renew_forever(self) -> None:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
-                await self._redis.set(self.replica_key(self.replica_id), self.replica_url,
-                                      px=int(self.lease_s * 1000))
+                await self._redis.set(self.replica_key(self.replica_id), self.replica_url, px=int(self.lease_s * 1000))
                 for agent_id, (token, value) in list(self._held.items()):
-                    holder = await self._scripts["claim"](keys=[self.leases_key, self.agents_key],
-                                                          args=[agent_id, token, value, int(self.lease_s * 1000)])
+                    holder = await self._scripts["claim"](
+                        keys=[self.leases_key, self.agents_key], args=[agent_id, token, value, int(self.lease_s * 1000)]
+                    )
                     if holder is not None and self._held.get(agent_id, (None,))[0] == token:
                         del self._held[agent_id]
-                        log.warning("the broker agent %s was claimed by another replica while this one could not "
-                                    "renew its lease; closing its socket here", agent_id)
+                        log.warning(
+                            "the broker agent %s was claimed by another replica while this one could not "
+                            "renew its lease; closing its socket here",
+                            agent_id,
+                        )
                         if self.on_lost is not None:
                             await self.on_lost(agent_id)
             except asyncio.CancelledError:

@@ -83,8 +83,15 @@ class AgentConnection:
 
     kind = "ws"
 
-    def __init__(self, identity: Identity, *, send: Callable[[str], Awaitable[None]], settings: Settings,
-                 stats: ConnectionStats | None = None, remote_addr: str | None = None) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        send: Callable[[str], Awaitable[None]],
+        settings: Settings,
+        stats: ConnectionStats | None = None,
+        remote_addr: str | None = None,
+    ) -> None:
         self.id = identity.a2a_id
         self.binding = identity.agent_id
         self.card_url = identity.card_url
@@ -132,8 +139,11 @@ class AgentConnection:
             if len(line) * 4 > limit and len(line.encode("utf-8")) > limit:
                 self.stats.lines_oversized += 1
                 log.warning("%s: dropped a line of %d bytes (limit %d)", self.id, len(line.encode("utf-8")), limit)
-                await self._reply(wire.error_response(
-                    wire.INVALID_REQUEST, f"line too long: {len(line.encode('utf-8'))} bytes, the limit is {limit}"))
+                await self._reply(
+                    wire.error_response(
+                        wire.INVALID_REQUEST, f"line too long: {len(line.encode('utf-8'))} bytes, the limit is {limit}"
+                    )
+                )
                 continue
             try:
                 message = wire.decode(line)
@@ -147,8 +157,11 @@ class AgentConnection:
             else:
                 self.stats.agent_requests += 1
                 if message.kind == "request":
-                    await self._reply(wire.error_response(
-                        wire.METHOD_NOT_FOUND, f"the broker serves no methods (got {message.method!r})", message.id))
+                    await self._reply(
+                        wire.error_response(
+                            wire.METHOD_NOT_FOUND, f"the broker serves no methods (got {message.method!r})", message.id
+                        )
+                    )
 
     def _route(self, message: wire.Incoming) -> None:
         key = message.id
@@ -239,11 +252,13 @@ class AgentConnection:
                     failed = event.state in {"failed", "rejected"}
                     if event.kind == "artifact":
                         answer.add_artifact(event)
-                    yield RemoteEvent(text=wire.answer_piece(event), state="failed" if failed else event.state,
-                                      final=event.final,
-                                      error=(event.text or f"{self.name} reported that the task failed")
-                                      if failed else None,
-                                      answer=(answer.text(event) or None) if event.final and not failed else None)
+                    yield RemoteEvent(
+                        text=wire.answer_piece(event),
+                        state="failed" if failed else event.state,
+                        final=event.final,
+                        error=(event.text or f"{self.name} reported that the task failed") if failed else None,
+                        answer=(answer.text(event) or None) if event.final and not failed else None,
+                    )
             except TaskIdle as exc:
                 raise RemoteAgentError(str(exc)) from exc
 
@@ -326,9 +341,15 @@ class TaskStream:
 
     async def _send(self) -> None:
         self._rpc_id, self._queue = self.conn._register_stream()
-        await self.conn._send_line(wire.stream_request(
-            self._rpc_id, self.text, message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
-            context_id=self.context_id, v1=self.conn.v1))
+        await self.conn._send_line(
+            wire.stream_request(
+                self._rpc_id,
+                self.text,
+                message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
+                context_id=self.context_id,
+                v1=self.conn.v1,
+            )
+        )
 
     async def _next(self) -> Any:
         assert self._queue is not None
@@ -338,8 +359,9 @@ class TaskStream:
         try:
             return await asyncio.wait_for(self._queue.get(), idle_s)
         except TimeoutError:
-            raise TaskIdle(_("{name} sent no progress for {seconds} s").format(
-                name=self.conn.name, seconds=f"{idle_s:g}")) from None
+            raise TaskIdle(
+                _("{name} sent no progress for {seconds} s").format(name=self.conn.name, seconds=f"{idle_s:g}")
+            ) from None
 
     async def events(self) -> AsyncIterator[wire.WireEvent]:
         """Send the task, then yield its events; the last one is final.

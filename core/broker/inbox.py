@@ -55,8 +55,9 @@ SAVE_ATTEMPTS = 3  # a note that cannot be saved after this many tries is droppe
 class ChatInbox:
     """Delivers the injects of background tasks into the chat sessions that started them."""
 
-    def __init__(self, chat: ChatEngine, bus: InjectBus | None,
-                 on_saved: Callable[[list[Inject]], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self, chat: ChatEngine, bus: InjectBus | None, on_saved: Callable[[list[Inject]], Awaitable[None]] | None = None
+    ) -> None:
         self.chat = chat
         self.bus = bus  # None: injects come through `receive` only (cluster mode: the inbox stream)
         self.on_saved = on_saved  # told the injects whose notes are saved (cluster mode: acknowledge them)
@@ -121,8 +122,12 @@ class ChatInbox:
                         failures += 1
                         if failures > SAVE_ATTEMPTS:
                             raise
-                        log.warning("saving %d injects into session %s failed; trying again", len(pending),
-                                    session_id, exc_info=True)
+                        log.warning(
+                            "saving %d injects into session %s failed; trying again",
+                            len(pending),
+                            session_id,
+                            exc_info=True,
+                        )
                         self._pending.setdefault(session_id, deque()).extendleft(reversed(pending))
                         await asyncio.sleep(RETRY_S * 20 * failures)
                         continue
@@ -157,8 +162,9 @@ class ChatInbox:
         try:
             await self.on_saved(injects)
         except Exception:
-            log.warning("could not acknowledge %d injects; the next reader skips their saved notes", len(injects),
-                        exc_info=True)
+            log.warning(
+                "could not acknowledge %d injects; the next reader skips their saved notes", len(injects), exc_info=True
+            )
 
     async def _not_saved_yet(self, session_id: str, injects: list[Inject]) -> list[Inject]:
         """Those of `injects` whose note is not in the session yet.
@@ -171,10 +177,17 @@ class ChatInbox:
         if not suspects:
             return injects
         async with self.chat.db.session() as s:
-            saved = set((await s.exec(select(AgentMessage.a2a_task_id, AgentMessage.inject_mode, AgentMessage.content)
-                                      .where(AgentMessage.session_id == session_id,
-                                             col(AgentMessage.a2a_task_id).in_({i.task_id for i in suspects}),
-                                             col(AgentMessage.inject_mode).is_not(None)))).all())
+            saved = set(
+                (
+                    await s.exec(
+                        select(AgentMessage.a2a_task_id, AgentMessage.inject_mode, AgentMessage.content).where(
+                            AgentMessage.session_id == session_id,
+                            col(AgentMessage.a2a_task_id).in_({i.task_id for i in suspects}),
+                            col(AgentMessage.inject_mode).is_not(None),
+                        )
+                    )
+                ).all()
+            )
         results_saved = {task_id for task_id, mode, _ in saved if mode == AUTO}
         fresh = []
         for inject in injects:

@@ -66,8 +66,9 @@ class InboxStreamFeed:
         import redis.asyncio as redis
 
         self.inbox = inbox
-        self._redis = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5.0,
-                                           socket_timeout=(BLOCK_MS / 1000) + 10)
+        self._redis = redis.Redis.from_url(
+            self.redis_url, socket_connect_timeout=5.0, socket_timeout=(BLOCK_MS / 1000) + 10
+        )
         self._task = asyncio.get_running_loop().create_task(self._run(), name="inbox stream feed")
 
     async def stop(self) -> None:
@@ -99,8 +100,9 @@ class InboxStreamFeed:
                         finally:
                             self.leading = False
                             with contextlib.suppress(Exception):
-                                await asyncio.shield(conn.execute(text("SELECT pg_advisory_unlock(:key)"),
-                                                                  {"key": INBOX_LOCK_KEY}))
+                                await asyncio.shield(
+                                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": INBOX_LOCK_KEY})
+                                )
                                 await asyncio.shield(conn.commit())
             except asyncio.CancelledError:
                 raise
@@ -123,8 +125,9 @@ class InboxStreamFeed:
         while True:
             await conn.execute(text("SELECT 1"))  # still leading: the lock's connection is alive
             await conn.commit()
-            reply = await self._redis.xreadgroup(GROUP, CONSUMER, {self.stream: cursor}, count=BATCH,
-                                                 block=BLOCK_MS if start == ">" else None)
+            reply = await self._redis.xreadgroup(
+                GROUP, CONSUMER, {self.stream: cursor}, count=BATCH, block=BLOCK_MS if start == ">" else None
+            )
             entries = reply[0][1] if reply else []
             for entry_id, fields in entries:
                 stream_id = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

@@ -71,24 +71,39 @@ class Inject:
 
     def stream_fields(self) -> dict[str, str]:
         """The inbox stream's entry for it (cluster mode): everything a consumer on any replica needs."""
-        return {"inject": json.dumps({**self.payload(), "taskId": self.task_id, "sessionId": self.session_id},
-                                     ensure_ascii=False)}
+        return {
+            "inject": json.dumps(
+                {**self.payload(), "taskId": self.task_id, "sessionId": self.session_id}, ensure_ascii=False
+            )
+        }
 
     @classmethod
     def from_stream(cls, stream_id: str, fields: dict[bytes, bytes], *, redelivered: bool = False) -> Inject | None:
         """An inject read back from the inbox stream; None for an entry that is not one."""
         try:
             d = json.loads(fields[b"inject"])
-            return cls(agent_id=d["agentId"], chat_id=str(d["chatId"]), text=str(d["text"]),
-                       mode=AUTO if d["mode"] == AUTO else DELAY, task_id=d.get("taskId"),
-                       session_id=d.get("sessionId"), stream_id=stream_id, redelivered=redelivered)
+            return cls(
+                agent_id=d["agentId"],
+                chat_id=str(d["chatId"]),
+                text=str(d["text"]),
+                mode=AUTO if d["mode"] == AUTO else DELAY,
+                task_id=d.get("taskId"),
+                session_id=d.get("sessionId"),
+                stream_id=stream_id,
+                redelivered=redelivered,
+            )
         except (KeyError, ValueError, TypeError):
             return None
 
     def payload(self) -> dict[str, Any]:
         """The JSON object on the wire."""
-        return {"type": "inject_system_message", "agentId": self.agent_id, "chatId": self.chat_id,
-                "text": self.text, "mode": self.mode}
+        return {
+            "type": "inject_system_message",
+            "agentId": self.agent_id,
+            "chatId": self.chat_id,
+            "text": self.text,
+            "mode": self.mode,
+        }
 
 
 class InjectBus:
@@ -127,9 +142,15 @@ class InjectPublisher:
     half-way is sent again whole.
     """
 
-    def __init__(self, redis_url: str | None, *, outbox_max: int = 10_000, batch: int = 500,
-                 on_sent: Callable[[list[int]], Awaitable[None]] | None = None,
-                 inbox_stream: str | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str | None,
+        *,
+        outbox_max: int = 10_000,
+        batch: int = 500,
+        on_sent: Callable[[list[int]], Awaitable[None]] | None = None,
+        inbox_stream: str | None = None,
+    ) -> None:
         self.redis_url = redis_url
         self.inbox_stream = inbox_stream  # cluster mode: the app's own chats' injects go there too
         self.on_sent = on_sent  # told the outbox ids of the saved results that Redis now has
@@ -178,8 +199,13 @@ class InjectPublisher:
         from redis.backoff import NoBackoff
 
         # No client-side retries: a failed write leaves the batch in the outbox at once.
-        self._redis = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5.0, socket_timeout=5.0,
-                                           retry=Retry(NoBackoff(), 0), single_connection_client=True)
+        self._redis = redis.Redis.from_url(
+            self.redis_url,
+            socket_connect_timeout=5.0,
+            socket_timeout=5.0,
+            retry=Retry(NoBackoff(), 0),
+            single_connection_client=True,
+        )
         await self._try_connect()
         self._sender = asyncio.get_running_loop().create_task(self._send_forever(), name="inject sender")
 
@@ -226,8 +252,9 @@ class InjectPublisher:
 
     def _went_down(self, exc: BaseException) -> None:
         if self._up or self.down_since is None:
-            log.warning("Redis at %s is unreachable (%s); injects wait in the outbox until it is back",
-                        self.redis_url, exc)
+            log.warning(
+                "Redis at %s is unreachable (%s); injects wait in the outbox until it is back", self.redis_url, exc
+            )
             self.down_since = time.time()
         self._up = False
         self._recovering = True
@@ -292,8 +319,9 @@ class InjectPublisher:
             self._went_down(exc)
             return
         self.sent += len(batch)
-        saved = [inject.outbox_id for seq, inject in batch
-                 if seq not in self._stream_only and inject.outbox_id is not None]
+        saved = [
+            inject.outbox_id for seq, inject in batch if seq not in self._stream_only and inject.outbox_id is not None
+        ]
         self._stream_only.difference_update(seq for seq, _ in batch)
         if saved and self.on_sent is not None:
             try:

@@ -27,10 +27,16 @@ from core.settings import DEFAULT_CONFIG_FILE, Settings, load_config_file, load_
 
 log = logging.getLogger(__name__)
 
-HOT_KEYS = frozenset({
-    "request_timeout", "task_idle_timeout", "inject_min_interval", "auth", "blacklist_ip",
-    "broker_max_line_bytes",
-})
+HOT_KEYS = frozenset(
+    {
+        "request_timeout",
+        "task_idle_timeout",
+        "inject_min_interval",
+        "auth",
+        "blacklist_ip",
+        "broker_max_line_bytes",
+    }
+)
 DEBOUNCE_MS = 100
 
 
@@ -84,8 +90,14 @@ class ConfigReloader:
 
         name = self.path.name
         try:
-            async for _ in awatch(self.path.parent, watch_filter=lambda _change, p: Path(p).name == name,
-                                  debounce=DEBOUNCE_MS, step=20, stop_event=self._stop, recursive=False):
+            async for _ in awatch(
+                self.path.parent,
+                watch_filter=lambda _change, p: Path(p).name == name,
+                debounce=DEBOUNCE_MS,
+                step=20,
+                stop_event=self._stop,
+                recursive=False,
+            ):
                 self.reload()
         except Exception:
             log.exception("config watcher for %s stopped", self.path)
@@ -117,6 +129,5 @@ class ConfigReloader:
         if applied:
             log.info("config %s reloaded: %s", self.path, ", ".join(applied))
         if restart:
-            log.warning("config %s: %s changed; restart the app for that to take effect", self.path,
-                        ", ".join(restart))
+            log.warning("config %s: %s changed; restart the app for that to take effect", self.path, ", ".join(restart))
         return applied

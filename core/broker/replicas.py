@@ -57,8 +57,9 @@ class RelayedObserver:
 
     async def on_end(self, state: str, text: str) -> None:
         """The end, relayed."""
-        await self.directory.publish_event(self.origin, {"taskId": self.task_id, "kind": "end", "state": state,
-                                                         "text": text})
+        await self.directory.publish_event(
+            self.origin, {"taskId": self.task_id, "kind": "end", "state": state, "text": text}
+        )
 
 
 class BrokerCluster:
@@ -71,9 +72,15 @@ class BrokerCluster:
         self.replica_id = settings.instance_id  # different on every replica (Settings.cluster_problems)
         self.replica_url = replica_url(settings)
         self.token = settings.internal_token or ""
-        self.directory = AgentDirectory(settings.redis.dsn, settings.redis.key_prefix, self.replica_id,
-                                        self.replica_url, lease_s=settings.cluster_lease_s, on_lost=on_lost,
-                                        on_event=self._on_event)
+        self.directory = AgentDirectory(
+            settings.redis.dsn,
+            settings.redis.key_prefix,
+            self.replica_id,
+            self.replica_url,
+            lease_s=settings.cluster_lease_s,
+            on_lost=on_lost,
+            on_event=self._on_event,
+        )
         self.forwarded: Counter[str] = Counter()  # dispatch, cancel, failed
         self._observers: dict[str, TaskObserver] = {}
         self._http: httpx.AsyncClient | None = None
@@ -81,8 +88,11 @@ class BrokerCluster:
     async def start(self) -> None:
         """Join: hold this replica's key, follow the directory, open the HTTP client."""
         await self.directory.start()
-        self._http = httpx.AsyncClient(timeout=self.settings.request_timeout / 1000, follow_redirects=False,
-                                       headers={"Authorization": f"Bearer {self.token}"})
+        self._http = httpx.AsyncClient(
+            timeout=self.settings.request_timeout / 1000,
+            follow_redirects=False,
+            headers={"Authorization": f"Bearer {self.token}"},
+        )
 
     async def stop(self) -> None:
         """Leave: release claims and this replica's key."""
@@ -95,8 +105,13 @@ class BrokerCluster:
         """Which of these replicas are alive now (before `start`, with a short-lived client)."""
         if self._http is not None:  # started: the directory's client is open
             return await self.directory.live_replicas(replica_ids)
-        probe = AgentDirectory(self.directory.redis_url, self.directory.prefix, self.replica_id, self.replica_url,
-                               lease_s=self.directory.lease_s)
+        probe = AgentDirectory(
+            self.directory.redis_url,
+            self.directory.prefix,
+            self.replica_id,
+            self.replica_url,
+            lease_s=self.directory.lease_s,
+        )
         try:
             await probe.connect()
             return await probe.live_replicas(replica_ids)
@@ -109,8 +124,13 @@ class BrokerCluster:
         Raises:
             DuplicateReplica: one has.
         """
-        probe = AgentDirectory(self.directory.redis_url, self.directory.prefix, self.replica_id, self.replica_url,
-                               lease_s=self.directory.lease_s)
+        probe = AgentDirectory(
+            self.directory.redis_url,
+            self.directory.prefix,
+            self.replica_id,
+            self.replica_url,
+            lease_s=self.directory.lease_s,
+        )
         try:
             await probe.claim_replica(claim=False)
         finally:
@@ -118,8 +138,9 @@ class BrokerCluster:
 
     # -- forwarding ---------------------------------------------------------------------------
 
-    async def forward_dispatch(self, entry: DirectoryEntry, body: dict[str, Any],
-                               observer: TaskObserver | None) -> dict[str, Any]:
+    async def forward_dispatch(
+        self, entry: DirectoryEntry, body: dict[str, Any], observer: TaskObserver | None
+    ) -> dict[str, Any]:
         """Dispatch on the owner replica; its ack. An observer is fed from the owner's relayed events.
 
         Raises:
@@ -129,8 +150,9 @@ class BrokerCluster:
         if observer is not None:
             self._observers[task_id] = observer  # before the call: the first text may come before the ack
         try:
-            ack = await self._post(entry.url, INTERNAL_DISPATCH, {**body, "origin": self.replica_id,
-                                                                  "observe": observer is not None})
+            ack = await self._post(
+                entry.url, INTERNAL_DISPATCH, {**body, "origin": self.replica_id, "observe": observer is not None}
+            )
         except ForwardFailed:
             self._observers.pop(task_id, None)
             raise

@@ -63,9 +63,14 @@ async def dispatch_owner(request: Request) -> str:
         key = await api_keys.authenticate(services.db, token)
         if key is not None:
             return user_owner(key.user_id)
-    raise HTTPException(401, headers={"WWW-Authenticate": 'Bearer realm="a2a broker"'}, detail=(
-        "Send 'Authorization: Bearer <key>': an A2A API key of the user this chat system acts for (make one at "
-        "/api-keys), or the broker's dispatch token (BROKER_DISPATCH_TOKEN)."))
+    raise HTTPException(
+        401,
+        headers={"WWW-Authenticate": 'Bearer realm="a2a broker"'},
+        detail=(
+            "Send 'Authorization: Bearer <key>': an A2A API key of the user this chat system acts for (make one at "
+            "/api-keys), or the broker's dispatch token (BROKER_DISPATCH_TOKEN)."
+        ),
+    )
 
 
 DispatchOwner = Annotated[str, Depends(dispatch_owner)]
@@ -74,9 +79,9 @@ DispatchOwner = Annotated[str, Depends(dispatch_owner)]
 class DispatchRequest(RequestBody):
     """`POST /a2a/tasks/dispatch` (seed 003)."""
 
-    task: Annotated[str, StringConstraints(strict=True, strip_whitespace=True, min_length=1,
-                                           max_length=MAX_TASK_CHARS)] = Field(
-        description="The whole task, as the user said it")
+    task: Annotated[
+        str, StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=MAX_TASK_CHARS)
+    ] = Field(description="The whole task, as the user said it")
     targetAgent: NonEmpty = Field(description="a2a_id of a connected agent")  # noqa: N815 - wire name
     agentId: ChatAgentNumber | NonEmpty = Field(description="The chat agent's id; injects go to agent:events:<agentId>")  # noqa: N815
     chatId: NonEmpty = Field(description="The chat the injects are for")  # noqa: N815
@@ -123,8 +128,11 @@ async def internal_body(request: Request, model: type[RequestBody]) -> Any:
         raise HTTPException(404, "Not Found")
     token = api_keys.bearer_token(request.headers.get("authorization"))
     if token is None or not hmac.compare_digest(token.encode(), settings.internal_token.encode()):
-        raise HTTPException(401, "This route is for the app's other replicas: send 'Authorization: Bearer "
-                                 "<INTERNAL_TOKEN>'.", headers={"WWW-Authenticate": 'Bearer realm="a2a replicas"'})
+        raise HTTPException(
+            401,
+            "This route is for the app's other replicas: send 'Authorization: Bearer <INTERNAL_TOKEN>'.",
+            headers={"WWW-Authenticate": 'Bearer realm="a2a replicas"'},
+        )
     raw = await read_capped(request.stream(), MAX_INTERNAL_BODY_BYTES, request.headers.get("content-length"))
     if raw is None:
         raise HTTPException(413, f"The request body is over {MAX_INTERNAL_BODY_BYTES:,} bytes.")
@@ -170,15 +178,20 @@ def broker_router() -> APIRouter:
             await websocket.close(code, reason)
 
         try:
-            await broker.serve(identity, frames(), send=websocket.send_text, close=close,
-                               remote_addr=f"{host}:{websocket.client.port}" if websocket.client else None)
+            await broker.serve(
+                identity,
+                frames(),
+                send=websocket.send_text,
+                close=close,
+                remote_addr=f"{host}:{websocket.client.port}" if websocket.client else None,
+            )
         except WebSocketDisconnect:
             pass
 
     @router.get("/a2a/agents")
-    async def discover(connection: HTTPConnection,
-                       agent_id: Annotated[str | None, Query(description="The chat agent's id")] = None
-                       ) -> dict[str, Any]:
+    async def discover(
+        connection: HTTPConnection, agent_id: Annotated[str | None, Query(description="The chat agent's id")] = None
+    ) -> dict[str, Any]:
         """Connected agents bound to `agent_id` plus global ones (every agent without it), with LLM tools."""
         broker = get_broker(connection)
         await broker.refresh_directory()  # cluster mode: the other replicas' agents, as they are now
@@ -192,13 +205,21 @@ def broker_router() -> APIRouter:
         settings' `broker_dispatch_token` (unless `broker_open_dispatch`, for trusted networks only).
         """
         try:
-            ack = await get_broker(connection).dispatch(task=body.task, target_agent=body.targetAgent,
-                                                        agent_id=body.agentId, chat_id=body.chatId, owner=owner,
-                                                        mac_address=body.macAddress)
+            ack = await get_broker(connection).dispatch(
+                task=body.task,
+                target_agent=body.targetAgent,
+                agent_id=body.agentId,
+                chat_id=body.chatId,
+                owner=owner,
+                mac_address=body.macAddress,
+            )
         except SQLAlchemyError:
             log.exception("could not save a dispatched task")
-            raise HTTPException(503, "The broker could not save the task (its database is unavailable); nothing "
-                                "was started. Try again shortly.") from None
+            raise HTTPException(
+                503,
+                "The broker could not save the task (its database is unavailable); nothing "
+                "was started. Try again shortly.",
+            ) from None
         return DispatchAck(**ack)
 
     @router.post("/a2a/tasks/cancel")
@@ -211,13 +232,24 @@ def broker_router() -> APIRouter:
         """Another replica forwards a dispatch for an agent connected here; the ack goes back to its caller."""
         body: InternalDispatch = await internal_body(request, InternalDispatch)
         broker = get_broker(request)
-        observer = (broker.cluster.relayed_observer(body.origin, body.taskId)
-                    if body.observe and broker.cluster is not None else None)
+        observer = (
+            broker.cluster.relayed_observer(body.origin, body.taskId)
+            if body.observe and broker.cluster is not None
+            else None
+        )
         try:
-            ack = await broker.dispatch(task=body.task, target_agent=body.targetAgent, agent_id=body.agentId,
-                                        chat_id=body.chatId, owner=body.owner, mac_address=body.macAddress,
-                                        task_id=body.taskId, session_id=body.sessionId, observer=observer,
-                                        local_only=True)
+            ack = await broker.dispatch(
+                task=body.task,
+                target_agent=body.targetAgent,
+                agent_id=body.agentId,
+                chat_id=body.chatId,
+                owner=body.owner,
+                mac_address=body.macAddress,
+                task_id=body.taskId,
+                session_id=body.sessionId,
+                observer=observer,
+                local_only=True,
+            )
         except SQLAlchemyError:
             log.exception("could not save a forwarded task")
             raise HTTPException(503, "The task could not be saved (the database is unavailable).") from None

@@ -124,11 +124,21 @@ class BrokerTask:
     def view(self) -> dict[str, Any]:
         """A JSON-able summary."""
         return {
-            "taskId": self.id, "targetAgent": self.agent.id, "agentName": self.agent.name,
-            "agentId": self.chat_agent_id, "chatId": self.chat_id, "task": self.text, "state": self.state,
-            "lastProgress": self.last_text, "events": self.events, "injects": self.injects,
-            "throttled": self.throttled, "remoteTaskId": self.remote_task_id,
-            "createdAt": self.created_at, "updatedAt": self.updated_at, "finishedAt": self.finished_at,
+            "taskId": self.id,
+            "targetAgent": self.agent.id,
+            "agentName": self.agent.name,
+            "agentId": self.chat_agent_id,
+            "chatId": self.chat_id,
+            "task": self.text,
+            "state": self.state,
+            "lastProgress": self.last_text,
+            "events": self.events,
+            "injects": self.injects,
+            "throttled": self.throttled,
+            "remoteTaskId": self.remote_task_id,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "finishedAt": self.finished_at,
         }
 
 
@@ -145,8 +155,11 @@ class Broker:
             registry.taken_elsewhere = self._taken_elsewhere
         self.store = BrokerStore(registry.db, settings.instance_id)
         self.injects = InjectPublisher(
-            settings.redis.dsn, outbox_max=settings.broker_outbox_max, on_sent=self.store.mark_sent,
-            inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None)
+            settings.redis.dsn,
+            outbox_max=settings.broker_outbox_max,
+            on_sent=self.store.mark_sent,
+            inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None,
+        )
         self.reloader = ConfigReloader(settings)
         self.conn_stats = ConnectionStats()
         self.started_at = time.time()
@@ -191,8 +204,10 @@ class Broker:
         for inject in results:
             await self.injects.publish(inject)
         if results:
-            log.warning("%d broker tasks of replicas that stopped were ended here; their chats are told they "
-                        "were interrupted", len(results))
+            log.warning(
+                "%d broker tasks of replicas that stopped were ended here; their chats are told they were interrupted",
+                len(results),
+            )
         return len(results)
 
     async def _gone_replicas(self) -> set[str]:
@@ -254,11 +269,19 @@ class Broker:
             log.info("refused /a2a connection from %s: %s", client_host, exc.reason)
             raise
 
-    async def serve(self, identity: Identity, frames: AsyncIterator[str], *, send: Callable[[str], Awaitable[None]],
-                    close: Callable[[int, str], Awaitable[None]], remote_addr: str | None = None) -> None:
+    async def serve(
+        self,
+        identity: Identity,
+        frames: AsyncIterator[str],
+        *,
+        send: Callable[[str], Awaitable[None]],
+        close: Callable[[int, str], Awaitable[None]],
+        remote_addr: str | None = None,
+    ) -> None:
         """Run one accepted connection until it ends: card, registration, then relaying lines."""
-        conn = AgentConnection(identity, send=send, settings=self.settings, stats=self.conn_stats,
-                               remote_addr=remote_addr)
+        conn = AgentConnection(
+            identity, send=send, settings=self.settings, stats=self.conn_stats, remote_addr=remote_addr
+        )
         reader = asyncio.get_running_loop().create_task(self._read(conn, frames), name=f"a2a reader {conn.id}")
         registered = False
         try:
@@ -268,8 +291,9 @@ class Broker:
             try:
                 card = await self._card(conn)
             except TimeoutError:
-                return await self._refuse(close, CLOSE_NO_CARD,
-                                          f"no agent card within {self.settings.request_timeout} ms")
+                return await self._refuse(
+                    close, CLOSE_NO_CARD, f"no agent card within {self.settings.request_timeout} ms"
+                )
             except (wire.WireError, RpcError) as exc:
                 return await self._refuse(close, CLOSE_BAD_CARD, f"agent card: {exc}")
             except ConnectionError:
@@ -288,8 +312,13 @@ class Broker:
             self.connections_total += 1
             self._connections[conn.id] = conn
             self._closers[conn.id] = close
-            log.info("agent %s (%s) connected from %s%s", conn.id, loggable(conn.name, 80), remote_addr or "?",
-                     f", bound to {loggable(conn.binding, 80)}" if conn.binding else "")
+            log.info(
+                "agent %s (%s) connected from %s%s",
+                conn.id,
+                loggable(conn.name, 80),
+                remote_addr or "?",
+                f", bound to {loggable(conn.binding, 80)}" if conn.binding else "",
+            )
             await reader  # until the peer goes away
         finally:
             reader.cancel()
@@ -307,23 +336,35 @@ class Broker:
     async def _claim_in_cluster(self, conn: AgentConnection) -> tuple[int, str] | None:
         """Claim the id across the cluster; None when claimed, else the close code and reason."""
         assert self.cluster is not None
-        entry = DirectoryEntry(id=conn.id, name=conn.name, description=conn.description, skills=conn.card()["skills"],
-                               tool=conn.tool, binding=conn.binding, connected_at=conn.connected_at,
-                               replica=self.cluster.replica_id, url=self.cluster.replica_url)
+        entry = DirectoryEntry(
+            id=conn.id,
+            name=conn.name,
+            description=conn.description,
+            skills=conn.card()["skills"],
+            tool=conn.tool,
+            binding=conn.binding,
+            connected_at=conn.connected_at,
+            replica=self.cluster.replica_id,
+            url=self.cluster.replica_url,
+        )
         try:
             holder = await self.cluster.directory.claim(entry)
         except Exception:  # Redis is down: an id that cannot be claimed cluster-wide is not accepted
             log.warning("could not claim the broker agent %s in Redis", conn.id, exc_info=True)
             return CLOSE_TRY_AGAIN, "the broker's directory (Redis) is unreachable; dial again shortly"
         if holder is not None:
-            return CLOSE_ID_TAKEN, (f"an agent with the id {conn.id!r} is already connected "
-                                    f"(to replica {holder.replica})")
+            return CLOSE_ID_TAKEN, (
+                f"an agent with the id {conn.id!r} is already connected (to replica {holder.replica})"
+            )
         return None
 
     def _taken_elsewhere(self, agent_id: str) -> str | None:
         entry = self.cluster.directory.entry(agent_id) if self.cluster is not None else None
-        return None if entry is None else (f"an agent with the id {agent_id!r} is connected to the broker "
-                                           f"(on replica {entry.replica})")
+        return (
+            None
+            if entry is None
+            else (f"an agent with the id {agent_id!r} is connected to the broker (on replica {entry.replica})")
+        )
 
     async def _lost(self, a2a_id: str) -> None:
         """Another replica holds the id now (this one could not renew its lease): close the socket here."""
@@ -421,16 +462,31 @@ class Broker:
 
     def _describe(self, conn: AgentConnection | DirectoryEntry) -> dict[str, Any]:
         return {
-            "a2a_id": conn.id, "name": conn.name, "description": conn.description,
-            "skills": conn.card()["skills"], "tool": conn.tool, "agent_id": conn.binding,
+            "a2a_id": conn.id,
+            "name": conn.name,
+            "description": conn.description,
+            "skills": conn.card()["skills"],
+            "tool": conn.tool,
+            "agent_id": conn.binding,
             "connectedAt": conn.connected_at,
         }
 
     # -- tasks --------------------------------------------------------------------------------
 
-    async def dispatch(self, *, task: str, target_agent: str, agent_id: Any, chat_id: str, owner: str = OPEN_OWNER,
-                       mac_address: str | None = None, task_id: str | None = None, session_id: str | None = None,
-                       observer: TaskObserver | None = None, local_only: bool = False) -> dict[str, Any]:
+    async def dispatch(
+        self,
+        *,
+        task: str,
+        target_agent: str,
+        agent_id: Any,
+        chat_id: str,
+        owner: str = OPEN_OWNER,
+        mac_address: str | None = None,
+        task_id: str | None = None,
+        session_id: str | None = None,
+        observer: TaskObserver | None = None,
+        local_only: bool = False,
+    ) -> dict[str, Any]:
         """Start a task on a connected agent; the answer is the ack, progress follows as injects.
 
         The task is saved before the ack (its result is then owed even across a crash). `task_id`
@@ -444,24 +500,51 @@ class Broker:
         conn = self._connections.get(target_agent)
         if conn is None and self.cluster is not None and not local_only:
             return await self._forward_dispatch(
-                target_agent, observer, {"task": task, "targetAgent": target_agent, "agentId": agent_id,
-                                         "chatId": chat_id, "owner": owner, "macAddress": mac_address,
-                                         "taskId": task_id or str(uuid.uuid4()), "sessionId": session_id})
+                target_agent,
+                observer,
+                {
+                    "task": task,
+                    "targetAgent": target_agent,
+                    "agentId": agent_id,
+                    "chatId": chat_id,
+                    "owner": owner,
+                    "macAddress": mac_address,
+                    "taskId": task_id or str(uuid.uuid4()),
+                    "sessionId": session_id,
+                },
+            )
         if conn is None or not conn.visible_to(agent_id) or conn.closed is not None:
             self.tasks_no_agent += 1
             return {"status": "no_agent"}
-        record = BrokerTask(id=task_id or str(uuid.uuid4()), agent=conn, chat_agent_id=agent_id, chat_id=chat_id,
-                            text=task, owner=owner, session_id=session_id, mac_address=mac_address,
-                            observer=observer)
-        await self.store.add_task(task_id=record.id, owner=owner, target_agent=conn.id, agent_name=conn.name,
-                                  chat_agent_id=agent_id, chat_id=chat_id, session_id=session_id, task=task)
+        record = BrokerTask(
+            id=task_id or str(uuid.uuid4()),
+            agent=conn,
+            chat_agent_id=agent_id,
+            chat_id=chat_id,
+            text=task,
+            owner=owner,
+            session_id=session_id,
+            mac_address=mac_address,
+            observer=observer,
+        )
+        await self.store.add_task(
+            task_id=record.id,
+            owner=owner,
+            target_agent=conn.id,
+            agent_name=conn.name,
+            chat_agent_id=agent_id,
+            chat_id=chat_id,
+            session_id=session_id,
+            task=task,
+        )
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
         return {"taskId": record.id, "status": "accepted"}
 
-    async def _forward_dispatch(self, target_agent: str, observer: TaskObserver | None,
-                                body: dict[str, Any]) -> dict[str, Any]:
+    async def _forward_dispatch(
+        self, target_agent: str, observer: TaskObserver | None, body: dict[str, Any]
+    ) -> dict[str, Any]:
         assert self.cluster is not None
         try:
             entry = await self.cluster.directory.lookup(target_agent)
@@ -493,8 +576,11 @@ class Broker:
 
     async def _cancel_here(self, chat_id: str, owner: str | None) -> int:
         runners = []
-        for record in [t for t in self._tasks.values() if t.chat_id == chat_id and t.runner is not None
-                       and (owner is None or t.owner == owner)]:
+        for record in [
+            t
+            for t in self._tasks.values()
+            if t.chat_id == chat_id and t.runner is not None and (owner is None or t.owner == owner)
+        ]:
             record.cancel_requested = True
             runners.append(record.runner)
             record.runner.cancel()
@@ -511,12 +597,19 @@ class Broker:
         return list(reversed(self._recent))
 
     async def _inject(self, record: BrokerTask, text: str, mode: str) -> None:
-        inject = Inject(agent_id=record.chat_agent_id, chat_id=record.chat_id, text=f"[{record.agent.name}] {text}",
-                        mode=mode, task_id=record.id, session_id=record.session_id)
+        inject = Inject(
+            agent_id=record.chat_agent_id,
+            chat_id=record.chat_id,
+            text=f"[{record.agent.name}] {text}",
+            mode=mode,
+            task_id=record.id,
+            session_id=record.session_id,
+        )
         if mode == AUTO:  # the result is saved with the task's end before it is sent
             try:
-                outbox_id = await self.store.finish_task(record.id, record.state, inject,
-                                                         sent=not self.injects.configured)
+                outbox_id = await self.store.finish_task(
+                    record.id, record.state, inject, sent=not self.injects.configured
+                )
             except Exception:  # the database is down: send it anyway, it just is not durable
                 log.exception("could not save the result of task %s", record.id)
             else:
@@ -548,9 +641,15 @@ class Broker:
                         continue
                     if event.final:
                         # Interrupted states (input-required, auth-required) end the relay too, under their name.
-                        state = "failed" if event.state == "rejected" else (
-                            event.state if event.state in wire.TERMINAL_STATES | wire.INTERRUPTED_STATES
-                            else "completed")
+                        state = (
+                            "failed"
+                            if event.state == "rejected"
+                            else (
+                                event.state
+                                if event.state in wire.TERMINAL_STATES | wire.INTERRUPTED_STATES
+                                else "completed"
+                            )
+                        )
                         final_text = result.text(event)
                         break
                     if event.text:
@@ -565,8 +664,11 @@ class Broker:
             state, final_text = TIMEOUT, _("The task timed out: {reason}.").format(reason=exc)
         except ConnectionError:
             # The server closes agents' sockets first when it stops: that is not the agent's failure.
-            state, final_text = ("canceled", _(STOPPED)) if self._stopping else (
-                "failed", _("The task failed: the agent disconnected."))
+            state, final_text = (
+                ("canceled", _(STOPPED))
+                if self._stopping
+                else ("failed", _("The task failed: the agent disconnected."))
+            )
         except RemoteAgentError as exc:
             state, final_text = "failed", _("The task failed: {reason}.").format(reason=exc)
         except Exception as exc:  # a bug here must still tell the chat the task is over
@@ -574,11 +676,15 @@ class Broker:
             state, final_text = "failed", f"The task failed in the broker: {type(exc).__name__}."
         else:
             if state == "failed":
-                final_text = _("The task failed: {reason}").format(reason=final_text) if final_text \
-                    else _("The task failed.")
+                final_text = (
+                    _("The task failed: {reason}").format(reason=final_text) if final_text else _("The task failed.")
+                )
             elif state == "canceled":
-                final_text = _("The task was canceled: {reason}").format(reason=final_text) if final_text \
+                final_text = (
+                    _("The task was canceled: {reason}").format(reason=final_text)
+                    if final_text
                     else _("The task was canceled.")
+                )
             elif state in wire.INTERRUPTED_STATES:
                 final_text = final_text or _("The agent needs more from you ({state}).").format(state=state)
             final_text = final_text or _("The task completed.")
@@ -630,28 +736,48 @@ class Broker:
             **({"replica": self.cluster.replica_id, "agentsHere": len(self._connections)} if self.cluster else {}),
             "tasksRunning": len(self._tasks),
             "uptimeS": round(time.time() - self.started_at, 1),
-            "config": {"watching": self.reloader.watching, "lastReloadAt": self.reloader.last_reload_at,
-                       "lastError": self.reloader.last_error},
+            "config": {
+                "watching": self.reloader.watching,
+                "lastReloadAt": self.reloader.last_reload_at,
+                "lastError": self.reloader.last_error,
+            },
         }
 
     def stats(self) -> dict[str, Any]:
         """`GET /a2a/stats`: counters since start."""
         c = self.conn_stats
         by_state = Counter({"running": len(self._tasks), **self.tasks_finished})
-        cluster = {} if self.cluster is None else {"cluster": {
-            "replica": self.cluster.replica_id, "agentsHere": len(self._connections),
-            "forwarded": dict(self.cluster.forwarded)}}
+        cluster = (
+            {}
+            if self.cluster is None
+            else {
+                "cluster": {
+                    "replica": self.cluster.replica_id,
+                    "agentsHere": len(self._connections),
+                    "forwarded": dict(self.cluster.forwarded),
+                }
+            }
+        )
         return {
             "agentsOnline": len(self.agents()),
             **cluster,
             "connections": {"total": self.connections_total, "refused": self.connections_refused},
             "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
             "eventsRelayed": c.events_in,
-            "injects": {"sent": self.injects.sent, "throttled": self.injects_throttled,
-                        "dropped": self.injects.dropped, "queued": self.injects.outbox_size},
-            "lines": {"in": c.lines_in, "malformed": c.lines_malformed, "oversized": c.lines_oversized,
-                      "unknownResponses": c.unknown_responses, "agentRequests": c.agent_requests,
-                      "badEvents": c.bad_events},
+            "injects": {
+                "sent": self.injects.sent,
+                "throttled": self.injects_throttled,
+                "dropped": self.injects.dropped,
+                "queued": self.injects.outbox_size,
+            },
+            "lines": {
+                "in": c.lines_in,
+                "malformed": c.lines_malformed,
+                "oversized": c.lines_oversized,
+                "unknownResponses": c.unknown_responses,
+                "agentRequests": c.agent_requests,
+                "badEvents": c.bad_events,
+            },
             "redis": self.injects.state,
             "config": {"reloads": self.reloader.reloads, "rejected": self.reloader.rejected},
         }

@@ -54,12 +54,32 @@ class BrokerStore:
         self._ended: list[tuple[dict[str, Any], dict[str, Any], asyncio.Future[int | None]]] = []
         self._writer: asyncio.Task[None] | None = None
 
-    async def add_task(self, *, task_id: str, owner: str, target_agent: str, agent_name: str, chat_agent_id: Any,
-                       chat_id: str, session_id: str | None, task: str) -> None:
+    async def add_task(
+        self,
+        *,
+        task_id: str,
+        owner: str,
+        target_agent: str,
+        agent_name: str,
+        chat_agent_id: Any,
+        chat_id: str,
+        session_id: str | None,
+        task: str,
+    ) -> None:
         """Record an accepted task (before the dispatch is acknowledged)."""
-        row = {"id": task_id, "instance": self.instance, "owner": owner, "target_agent": target_agent,
-               "agent_name": agent_name, "chat_agent_id": chat_agent_id, "chat_id": chat_id,
-               "session_id": session_id, "task": task, "state": "submitted", "created_at": utcnow()}
+        row = {
+            "id": task_id,
+            "instance": self.instance,
+            "owner": owner,
+            "target_agent": target_agent,
+            "agent_name": agent_name,
+            "chat_agent_id": chat_agent_id,
+            "chat_id": chat_id,
+            "session_id": session_id,
+            "task": task,
+            "state": "submitted",
+            "created_at": utcnow(),
+        }
         future = asyncio.get_running_loop().create_future()
         self._added.append((row, future))
         await self._committed(future)
@@ -71,8 +91,15 @@ class BrokerStore:
         """
         now = utcnow()
         end = {"id": task_id, "state": state, "finished_at": now}
-        out = {"task_id": task_id, "chat_agent_id": result.agent_id, "chat_id": result.chat_id, "text": result.text,
-               "mode": AUTO, "created_at": now, "sent_at": now if sent else None}
+        out = {
+            "task_id": task_id,
+            "chat_agent_id": result.agent_id,
+            "chat_id": result.chat_id,
+            "text": result.text,
+            "mode": AUTO,
+            "created_at": now,
+            "sent_at": now if sent else None,
+        }
         future = asyncio.get_running_loop().create_future()
         self._ended.append((end, out, future))
         outbox_id = await self._committed(future)
@@ -99,7 +126,8 @@ class BrokerStore:
                         await s.exec(update(BrokerTaskRecord), params=[end for end, _, _ in ended])
                         rows = await s.exec(
                             insert(BrokerOutboxInject).returning(BrokerOutboxInject.id, sort_by_parameter_order=True),
-                            params=[out for _, out, _ in ended])
+                            params=[out for _, out, _ in ended],
+                        )
                         outbox_ids = list(rows.scalars())
                     await s.commit()
             except Exception as exc:  # every caller of this round hears it (a dispatch is then refused)
@@ -117,8 +145,9 @@ class BrokerStore:
     async def mark_sent(self, outbox_ids: list[int]) -> None:
         """Redis has these results."""
         async with self.db.session() as s:
-            await s.exec(update(BrokerOutboxInject).where(col(BrokerOutboxInject.id).in_(outbox_ids))
-                         .values(sent_at=utcnow()))
+            await s.exec(
+                update(BrokerOutboxInject).where(col(BrokerOutboxInject.id).in_(outbox_ids)).values(sent_at=utcnow())
+            )
             await s.commit()
 
     async def running_instances(self, *, chat_id: str | None = None, owner: str | None = None) -> set[str]:
@@ -143,9 +172,12 @@ class BrokerStore:
             ended = await self._end_running(s, {self.instance, *adopt}, now, sent=sent)
             old = now - KEEP_FINISHED
             await s.exec(delete(BrokerOutboxInject).where(col(BrokerOutboxInject.sent_at) < old))
-            await s.exec(delete(BrokerTaskRecord).where(
-                col(BrokerTaskRecord.finished_at) < old,
-                ~exists().where(col(BrokerOutboxInject.task_id) == BrokerTaskRecord.id)))
+            await s.exec(
+                delete(BrokerTaskRecord).where(
+                    col(BrokerTaskRecord.finished_at) < old,
+                    ~exists().where(col(BrokerOutboxInject.task_id) == BrokerTaskRecord.id),
+                )
+            )
             await s.commit()
         return len(ended)
 
@@ -160,28 +192,51 @@ class BrokerStore:
         async with self.db.session() as s:
             ended = await self._end_running(s, gone, utcnow(), sent=sent)
             await s.flush()  # the outbox ids
-            results = [Inject(agent_id=out.chat_agent_id, chat_id=out.chat_id, text=out.text, mode=AUTO,
-                              task_id=task.id, session_id=task.session_id, outbox_id=out.id) for task, out in ended]
+            results = [
+                Inject(
+                    agent_id=out.chat_agent_id,
+                    chat_id=out.chat_id,
+                    text=out.text,
+                    mode=AUTO,
+                    task_id=task.id,
+                    session_id=task.session_id,
+                    outbox_id=out.id,
+                )
+                for task, out in ended
+            ]
             await s.commit()
         return results
 
-    async def _end_running(self, s: AsyncSession, instances: set[str], now: datetime, *,
-                           sent: bool) -> list[tuple[BrokerTaskRecord, BrokerOutboxInject]]:
+    async def _end_running(
+        self, s: AsyncSession, instances: set[str], now: datetime, *, sent: bool
+    ) -> list[tuple[BrokerTaskRecord, BrokerOutboxInject]]:
         """End the running tasks of `instances` as failed (interrupted), each with its result, in session `s`.
 
         Rows another transaction holds are skipped (PostgreSQL `FOR UPDATE SKIP LOCKED`): a replica starting
         up and the reaper may adopt the same gone replica's tasks at once, and each task ends once.
         """
-        running = list((await s.exec(select(BrokerTaskRecord).where(
-            col(BrokerTaskRecord.instance).in_(instances),
-            col(BrokerTaskRecord.finished_at).is_(None)).with_for_update(skip_locked=True))).all())
+        running = list(
+            (
+                await s.exec(
+                    select(BrokerTaskRecord)
+                    .where(col(BrokerTaskRecord.instance).in_(instances), col(BrokerTaskRecord.finished_at).is_(None))
+                    .with_for_update(skip_locked=True)
+                )
+            ).all()
+        )
         ended = []
         for task in running:
             task.state, task.finished_at, task.instance = "failed", now, self.instance
             s.add(task)
-            out = BrokerOutboxInject(task_id=task.id, chat_agent_id=task.chat_agent_id, chat_id=task.chat_id,
-                                     text=f"[{task.agent_name}] {INTERRUPTED}", mode=AUTO, created_at=now,
-                                     sent_at=now if sent else None)
+            out = BrokerOutboxInject(
+                task_id=task.id,
+                chat_agent_id=task.chat_agent_id,
+                chat_id=task.chat_id,
+                text=f"[{task.agent_name}] {INTERRUPTED}",
+                mode=AUTO,
+                created_at=now,
+                sent_at=now if sent else None,
+            )
             s.add(out)
             ended.append((task, out))
         return ended
@@ -192,18 +247,33 @@ class BrokerStore:
         With `redis`: every result of this instance's tasks that Redis never got. And for the app's own
         chat, whatever Redis does: every result whose note is not in its chat session.
         """
-        query = (select(BrokerOutboxInject, BrokerTaskRecord)
-                 .join(BrokerTaskRecord, col(BrokerTaskRecord.id) == BrokerOutboxInject.task_id)
-                 .where(BrokerTaskRecord.instance == self.instance)
-                 .order_by(col(BrokerOutboxInject.id)))
-        note_saved = exists().where(col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
-                                    col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
-                                    col(AgentMessage.inject_mode) == AUTO)
+        query = (
+            select(BrokerOutboxInject, BrokerTaskRecord)
+            .join(BrokerTaskRecord, col(BrokerTaskRecord.id) == BrokerOutboxInject.task_id)
+            .where(BrokerTaskRecord.instance == self.instance)
+            .order_by(col(BrokerOutboxInject.id))
+        )
+        note_saved = exists().where(
+            col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
+            col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
+            col(AgentMessage.inject_mode) == AUTO,
+        )
         unsent = col(BrokerOutboxInject.sent_at).is_(None)
         undelivered = col(BrokerTaskRecord.session_id).is_not(None) & ~note_saved
         async with self.db.session() as s:
             rows = (await s.exec(query.where(unsent | undelivered if redis else undelivered))).all()
-        return [PendingInject(
-            Inject(agent_id=out.chat_agent_id, chat_id=out.chat_id, text=out.text, mode=AUTO, task_id=task.id,
-                   session_id=task.session_id, outbox_id=out.id),
-            to_redis=redis and out.sent_at is None) for out, task in rows]
+        return [
+            PendingInject(
+                Inject(
+                    agent_id=out.chat_agent_id,
+                    chat_id=out.chat_id,
+                    text=out.text,
+                    mode=AUTO,
+                    task_id=task.id,
+                    session_id=task.session_id,
+                    outbox_id=out.id,
+                ),
+                to_redis=redis and out.sent_at is None,
+            )
+            for out, task in rows
+        ]

@@ -52,8 +52,11 @@ class BrokerDispatchTools:
 
     def tools_for(self, agent_id: int | None, agent_slug: str) -> list[BrokerDispatchTool]:
         """The tools of the agents online now (cluster mode: on any replica) that are global or bound to this agent."""
-        return [BrokerDispatchTool(self, conn.id, conn.tool) for conn in self.broker.agents()
-                if conn.tool is not None and conn.closed is None and _binding_of(conn, agent_id, agent_slug)]
+        return [
+            BrokerDispatchTool(self, conn.id, conn.tool)
+            for conn in self.broker.agents()
+            if conn.tool is not None and conn.closed is None and _binding_of(conn, agent_id, agent_slug)
+        ]
 
 
 def _binding_of(conn: AgentConnection | DirectoryEntry, agent_id: int | None, agent_slug: str) -> Any:
@@ -84,8 +87,10 @@ class BrokerDispatchTool:
     @property
     def description(self) -> str:
         """From the agent's card and skills, plus how the call behaves."""
-        return (f"{self.spec['description']} Runs in the background: the call returns at once, and the "
-                "result arrives later in this chat as a system message.")
+        return (
+            f"{self.spec['description']} Runs in the background: the call returns at once, and the "
+            "result arrives later in this chat as a system message."
+        )
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -106,37 +111,61 @@ class BrokerDispatchTool:
         broker, metadata = self.family.broker, {"agentSlug": self.a2a_id}
         task = arguments.get("task") if isinstance(arguments, dict) else None
         if not isinstance(task, str) or not task.strip():
-            return ToolResult(False, error=f"Invalid {self.name} call: 'task' must be a non-empty string.",
-                              metadata=metadata)
+            return ToolResult(
+                False, error=f"Invalid {self.name} call: 'task' must be a non-empty string.", metadata=metadata
+            )
         if len(task) > MAX_TASK_CHARS:
-            return ToolResult(False, error=f"Invalid {self.name} call: the task is {len(task):,} characters "
-                              f"long; the limit is {MAX_TASK_CHARS:,}.", metadata=metadata)
+            return ToolResult(
+                False,
+                error=f"Invalid {self.name} call: the task is {len(task):,} characters "
+                f"long; the limit is {MAX_TASK_CHARS:,}.",
+                metadata=metadata,
+            )
         if ctx.session_id is None or ctx.recursion_depth > 0:
-            return ToolResult(False, error="Background tasks can only be started from a user's own chat; use "
-                              "agent_invoke to delegate and wait for the answer.", metadata=metadata)
+            return ToolResult(
+                False,
+                error="Background tasks can only be started from a user's own chat; use "
+                "agent_invoke to delegate and wait for the answer.",
+                metadata=metadata,
+            )
         conn = broker.agent(self.a2a_id)
         chat_agent_id = _binding_of(conn, ctx.agent_id, ctx.agent_slug) if conn is not None else None
         if conn is None or chat_agent_id is None:
-            return ToolResult(False, error=f"The agent {self.a2a_id!r} is no longer connected to the broker.",
-                              metadata=metadata)
+            return ToolResult(
+                False, error=f"The agent {self.a2a_id!r} is no longer connected to the broker.", metadata=metadata
+            )
         try:
             record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
         except DelegationRefused as exc:  # the user has too many tasks running: nothing was started
             return ToolResult(False, error=str(exc), metadata=metadata)
         metadata.update(taskId=record.task_id, calleeAgentName=conn.name, background=True)
         try:
-            ack = await broker.dispatch(task=task.strip(), target_agent=self.a2a_id, agent_id=chat_agent_id,
-                                        chat_id=ctx.session_id, owner=user_owner(ctx.user_id),
-                                        task_id=record.task_id, session_id=ctx.session_id, observer=record)
+            ack = await broker.dispatch(
+                task=task.strip(),
+                target_agent=self.a2a_id,
+                agent_id=chat_agent_id,
+                chat_id=ctx.session_id,
+                owner=user_owner(ctx.user_id),
+                task_id=record.task_id,
+                session_id=ctx.session_id,
+                observer=record,
+            )
         except SQLAlchemyError:
             log.exception("could not save the background task %s", record.task_id)
             ack = {"status": "not_saved"}
         if ack.get("status") != "accepted":
-            reason = (f"{conn.name} disconnected before the task could be sent." if ack.get("status") == "no_agent"
-                      else "The task could not be saved (the database is unavailable); nothing was started.")
+            reason = (
+                f"{conn.name} disconnected before the task could be sent."
+                if ack.get("status") == "no_agent"
+                else "The task could not be saved (the database is unavailable); nothing was started."
+            )
             await record.on_end("failed", reason)
             return ToolResult(False, error=reason, metadata=metadata)
-        return ToolResult(True, data=(
-            f"{conn.name} is working on it in the background (task {record.task_id}). Its progress and "
-            "result will arrive in this chat as system messages; tell the user it is under way."),
-            metadata=metadata)
+        return ToolResult(
+            True,
+            data=(
+                f"{conn.name} is working on it in the background (task {record.task_id}). Its progress and "
+                "result will arrive in this chat as system messages; tell the user it is under way."
+            ),
+            metadata=metadata,
+        )

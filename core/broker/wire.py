@@ -133,14 +133,19 @@ def card_request(id: int, method: str = CARD_METHODS[0]) -> dict[str, Any]:
     return request(id, method, {})
 
 
-def stream_request(id: int, text: str, *, message_id: str, context_id: str | None = None,
-                   v1: bool = False) -> dict[str, Any]:
+def stream_request(
+    id: int, text: str, *, message_id: str, context_id: str | None = None, v1: bool = False
+) -> dict[str, Any]:
     """`message/stream` with one text part (v0.3, as the seed shows), or v1.0 `SendStreamingMessage`."""
     if v1:
         message: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
     else:
-        message = {"kind": "message", "role": "user", "parts": [{"kind": "text", "text": text}],
-                   "messageId": message_id}
+        message = {
+            "kind": "message",
+            "role": "user",
+            "parts": [{"kind": "text", "text": text}],
+            "messageId": message_id,
+        }
     if context_id:
         message["contextId"] = context_id
     return request(id, STREAM_METHOD_V10 if v1 else STREAM_METHOD_V03, {"message": message})
@@ -240,8 +245,14 @@ def _message_text(message: Any) -> str:
     return parts_text(message.get("parts"))
 
 
-_V1_KEYS = {"task": "task", "message": "message", "statusUpdate": "status", "status_update": "status",
-            "artifactUpdate": "artifact", "artifact_update": "artifact"}
+_V1_KEYS = {
+    "task": "task",
+    "message": "message",
+    "statusUpdate": "status",
+    "status_update": "status",
+    "artifactUpdate": "artifact",
+    "artifact_update": "artifact",
+}
 _V03_KINDS = {"task": "task", "message": "message", "status-update": "status", "artifact-update": "artifact"}
 
 
@@ -264,16 +275,24 @@ def parse_stream_result(result: Any) -> WireEvent:
             )
         kind, body = _V1_KEYS[present[0]], result[present[0]]
     if kind == "message":
-        return WireEvent("message", text=_message_text(body), state="completed", final=True,
-                         task_id=_str(body.get("taskId") or body.get("task_id")))
+        return WireEvent(
+            "message",
+            text=_message_text(body),
+            state="completed",
+            final=True,
+            task_id=_str(body.get("taskId") or body.get("task_id")),
+        )
     if kind == "artifact":
         artifact = body.get("artifact")
         if not isinstance(artifact, dict):
             raise WireError('an artifact update needs an "artifact" object')
-        return WireEvent("artifact", text=parts_text(artifact.get("parts")),
-                         task_id=_str(body.get("taskId") or body.get("task_id")),
-                         artifact_id=_str(artifact.get("artifactId") or artifact.get("artifact_id")),
-                         append=bool(body.get("append")))
+        return WireEvent(
+            "artifact",
+            text=parts_text(artifact.get("parts")),
+            task_id=_str(body.get("taskId") or body.get("task_id")),
+            artifact_id=_str(artifact.get("artifactId") or artifact.get("artifact_id")),
+            append=bool(body.get("append")),
+        )
     status = body.get("status")
     if not isinstance(status, dict):
         raise WireError(f'a {"task" if kind == "task" else "status update"} needs a "status" object')
@@ -343,27 +362,42 @@ def parse_card(obj: Any) -> AgentCard:
         problems.append("skills (a list)")
     parsed: list[Skill] = []
     for i, skill in enumerate(skills if isinstance(skills, list) else []):
-        if not (isinstance(skill, dict) and isinstance(skill.get("id"), str) and skill["id"]
-                and isinstance(skill.get("name"), str) and skill["name"]):
+        if not (
+            isinstance(skill, dict)
+            and isinstance(skill.get("id"), str)
+            and skill["id"]
+            and isinstance(skill.get("name"), str)
+            and skill["name"]
+        ):
             problems.append(f"skills[{i}].id and skills[{i}].name (strings)")
             continue
         parsed.append(Skill(skill["id"], skill["name"], str(skill.get("description") or "")))
     if problems:
         raise WireError("the agent card lacks " + ", ".join(problems))
     interfaces = obj.get("supportedInterfaces") or obj.get("supported_interfaces") or []
-    versions = [str(i.get("protocolVersion") or i.get("protocol_version") or "")
-                for i in interfaces if isinstance(i, dict)]
+    versions = [
+        str(i.get("protocolVersion") or i.get("protocol_version") or "") for i in interfaces if isinstance(i, dict)
+    ]
     v1 = any(v.startswith("1") for v in versions) and not any(v.startswith("0.") for v in versions)
-    return AgentCard(name=name.strip(), description=description.strip(), skills=tuple(parsed),
-                     version=_str(obj.get("version")), v1=v1, raw=obj)
+    return AgentCard(
+        name=name.strip(),
+        description=description.strip(),
+        skills=tuple(parsed),
+        version=_str(obj.get("version")),
+        v1=v1,
+        raw=obj,
+    )
 
 
 def tool_definition(a2a_id: str, card: AgentCard) -> dict[str, Any]:
     """The LLM tool that stands for the agent (seed 003: `a2a_<id>`, input `{task: string}`)."""
     lines = [card.description or f"Delegate a task to the remote agent {card.name}."]
     if card.skills:
-        lines.append("Skills: " + "; ".join(
-            f"{s.name} ({s.description})" if s.description else s.name for s in card.skills) + ".")
+        lines.append(
+            "Skills: "
+            + "; ".join(f"{s.name} ({s.description})" if s.description else s.name for s in card.skills)
+            + "."
+        )
     return {
         "name": f"{TOOL_NAME_PREFIX}{a2a_id}",
         "description": f"[{card.name}] " + " ".join(lines),

@@ -106,8 +106,9 @@ async def get_default_agent(session: AsyncSession, slug: str = DEFAULT_AGENT_SLU
 
 async def agent_tool_rows(session: AsyncSession, agent_id: int) -> list[tuple[str, dict[str, Any]]]:
     """`(tool_type, config)` of the agent's enabled tools."""
-    rows = await session.exec(select(AgentTool).where(AgentTool.agent_id == agent_id, AgentTool.enabled)
-                              .order_by(AgentTool.tool_type))
+    rows = await session.exec(
+        select(AgentTool).where(AgentTool.agent_id == agent_id, AgentTool.enabled).order_by(AgentTool.tool_type)
+    )
     return [(row.tool_type, dict(row.config or {})) for row in rows.all()]
 
 
@@ -121,7 +122,10 @@ async def tools_by_agent(session: AsyncSession) -> dict[int, dict[str, dict[str,
 
 
 async def update_agent(
-    session: AsyncSession, agent: Agent, changes: dict[str, Any], tools: dict[str, dict[str, Any]] | None = None,
+    session: AsyncSession,
+    agent: Agent,
+    changes: dict[str, Any],
+    tools: dict[str, dict[str, Any]] | None = None,
 ) -> Agent:
     """Write `changes` (column name → value) and, when given, replace the agent's tools; commits."""
     for name, value in changes.items():
@@ -136,8 +140,10 @@ async def update_agent(
 
 
 async def _replace_tools(session: AsyncSession, agent_id: int, tools: dict[str, dict[str, Any]]) -> None:
-    existing = {row.tool_type: row for row in (await session.exec(
-        select(AgentTool).where(AgentTool.agent_id == agent_id))).all()}
+    existing = {
+        row.tool_type: row
+        for row in (await session.exec(select(AgentTool).where(AgentTool.agent_id == agent_id))).all()
+    }
     for tool_type, row in existing.items():
         if tool_type not in tools:
             await session.delete(row)
@@ -159,8 +165,11 @@ async def delete_agent(session: AsyncSession, agent: Agent) -> list[str]:
     agent.deleted_at = agent.updated_at = utcnow()
     session.add(agent)
     changed = []
-    rows = await session.exec(select(AgentTool, Agent).join(Agent, Agent.id == AgentTool.agent_id)
-                              .where(AgentTool.tool_type == AGENT_INVOKE, Agent.deleted_at.is_(None)))
+    rows = await session.exec(
+        select(AgentTool, Agent)
+        .join(Agent, Agent.id == AgentTool.agent_id)
+        .where(AgentTool.tool_type == AGENT_INVOKE, Agent.deleted_at.is_(None))
+    )
     for tool, owner in rows.all():
         allowed = (tool.config or {}).get("allowedAgents")
         if isinstance(allowed, list) and agent.slug in allowed:
@@ -194,11 +203,13 @@ async def create_agent(
     existing = await get_agent_by_slug(session, slug, include_deleted=True)
     if existing is not None:
         if existing.deleted_at is not None:
-            raise AgentExists(f"the id {slug!r} belonged to a deleted agent, whose chats and audit records keep it; "
-                              "choose another id")
+            raise AgentExists(
+                f"the id {slug!r} belonged to a deleted agent, whose chats and audit records keep it; choose another id"
+            )
         raise AgentExists(f"an agent with the id {slug!r} already exists")
-    agent = Agent(slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt,
-                  **settings)
+    agent = Agent(
+        slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt, **settings
+    )
     session.add(agent)
     await session.flush()
     for tool_type, config in (tools or {}).items():

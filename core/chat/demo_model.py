@@ -162,7 +162,7 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
 
     background = text.startswith(BACKGROUND_COMMAND)
     if background:
-        text = text[len(BACKGROUND_COMMAND):].strip()
+        text = text[len(BACKGROUND_COMMAND) :].strip()
     timeout_ms: int | None = None
     timeout = _TIMEOUT.fullmatch(text)
     if timeout:
@@ -178,13 +178,17 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     dispatches = [(slug, body) for slug, body in mentions if f"{DISPATCH_TOOL_PREFIX}{slug}" in tool_names]
     if dispatches and (background or AGENT_INVOKE_TOOL not in tool_names):
         calls = [
-            DemoToolCall(id=f"call_{i}_{slug}"[:40], name=f"{DISPATCH_TOOL_PREFIX}{slug}",
-                         arguments=json.dumps({"task": body}, ensure_ascii=False))
+            DemoToolCall(
+                id=f"call_{i}_{slug}"[:40],
+                name=f"{DISPATCH_TOOL_PREFIX}{slug}",
+                arguments=json.dumps({"task": body}, ensure_ascii=False),
+            )
             for i, (slug, body) in enumerate(dispatches)
         ]
         names = ", ".join(f"@{slug}" for slug, _ in dispatches)
-        return DemoReply(tokenize(_("Sending this to {names} in the background.").format(names=names) + "\n\n"),
-                         tool_calls=calls)
+        return DemoReply(
+            tokenize(_("Sending this to {names} in the background.").format(names=names) + "\n\n"), tool_calls=calls
+        )
     if mentions and AGENT_INVOKE_TOOL in tool_names:
         return _delegate(mentions, timeout_ms)
 
@@ -231,8 +235,11 @@ def _delegate(mentions: list[tuple[str, str]], timeout_ms: int | None) -> DemoRe
         arguments: dict[str, Any] = {"agentSlug": slug, "input": body}
         if timeout_ms is not None:
             arguments["timeoutMs"] = timeout_ms
-        calls.append(DemoToolCall(id=f"call_{i}_{slug}"[:40], name=AGENT_INVOKE_TOOL,
-                                  arguments=json.dumps(arguments, ensure_ascii=False)))
+        calls.append(
+            DemoToolCall(
+                id=f"call_{i}_{slug}"[:40], name=AGENT_INVOKE_TOOL, arguments=json.dumps(arguments, ensure_ascii=False)
+            )
+        )
     return DemoReply(tokenize(_("Delegating to {names}.").format(names=names) + "\n\n"), tool_calls=calls)
 
 
@@ -242,8 +249,9 @@ def _history(earlier: list[dict[str, Any]]) -> str:
     if not said:
         return _("Nothing came before this message in our conversation.")
     you, me = _("you"), _("me")
-    lines = [f"- {you if role == 'user' else me}: {text if len(text) <= 80 else text[:79] + '…'}"
-             for role, text in said]
+    lines = [
+        f"- {you if role == 'user' else me}: {text if len(text) <= 80 else text[:79] + '…'}" for role, text in said
+    ]
     return _("Earlier in our conversation:") + "\n\n" + "\n".join(lines)
 
 
@@ -308,10 +316,12 @@ def _describe_result(name: str, payload: Any) -> str:
         who = payload.get("agentSlug") or name
         if payload.get("ok") is False or payload.get("error"):
             return _("The call to **{who}** failed: {error}").format(
-                who=who, error=payload.get("error") or _("unknown error"))
+                who=who, error=payload.get("error") or _("unknown error")
+            )
         if payload.get("background"):
-            return _("**{who}** is working on it in the background; I will tell you the result when it arrives."
-                     ).format(who=who)
+            return _(
+                "**{who}** is working on it in the background; I will tell you the result when it arrives."
+            ).format(who=who)
         output = payload.get("output", payload)
         text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
         quoted = "\n".join(f"> {line}" for line in text.splitlines()) or "> " + _("(empty)")

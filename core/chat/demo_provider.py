@@ -22,8 +22,9 @@ from core.chat import demo_model
 _ZERO_DELAY_SLICE_S = 0.002
 
 
-async def demo_chunks(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                      delay: float) -> AsyncIterator[dict[str, Any]]:
+async def demo_chunks(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, delay: float
+) -> AsyncIterator[dict[str, Any]]:
     """The demo model's reply to `messages` as LiteLLM `GenericStreamingChunk`s, `delay` s apart.
 
     Text tokens, then each tool call in two fragments, then a last chunk with the finish reason and
@@ -59,14 +60,32 @@ async def demo_chunks(messages: list[dict[str, Any]], tools: list[dict[str, Any]
             await asyncio.sleep(delay)
         # The id must be on the first fragment, or stream_chunk_builder drops the call.
         half = len(call.arguments) // 2
-        yield _chunk(tool_use={"id": call.id, "type": "function", "index": index,
-                               "function": {"name": call.name, "arguments": call.arguments[:half]}})
-        yield _chunk(tool_use={"id": None, "type": "function", "index": index,
-                               "function": {"name": None, "arguments": call.arguments[half:]}})
+        yield _chunk(
+            tool_use={
+                "id": call.id,
+                "type": "function",
+                "index": index,
+                "function": {"name": call.name, "arguments": call.arguments[:half]},
+            }
+        )
+        yield _chunk(
+            tool_use={
+                "id": None,
+                "type": "function",
+                "index": index,
+                "function": {"name": None, "arguments": call.arguments[half:]},
+            }
+        )
         emitted += 1
-    yield _chunk(finished=True, finish_reason=reply.finish_reason,
-                 usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": emitted,
-                        "total_tokens": reply.prompt_tokens + emitted})
+    yield _chunk(
+        finished=True,
+        finish_reason=reply.finish_reason,
+        usage={
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": emitted,
+            "total_tokens": reply.prompt_tokens + emitted,
+        },
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +99,9 @@ class DemoEnd:
     finish_reason: str
 
 
-async def demo_stream(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                      delay: float) -> AsyncIterator[str | DemoEnd]:
+async def demo_stream(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, delay: float
+) -> AsyncIterator[str | DemoEnd]:
     """`demo_chunks` read as LiteLLM passes them on: each text piece, then one `DemoEnd`.
 
     Raises:
@@ -102,8 +122,13 @@ async def demo_stream(messages: list[dict[str, Any]], tools: list[dict[str, Any]
             call[2].append(fragment["function"]["arguments"] or "")
         if chunk["is_finished"]:
             finish_reason, usage = chunk["finish_reason"] or "stop", chunk["usage"] or {}
-    yield DemoEnd("".join(text), [(i, n, "".join(pieces)) for i, n, pieces in calls.values()],
-                  usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), finish_reason)
+    yield DemoEnd(
+        "".join(text),
+        [(i, n, "".join(pieces)) for i, n, pieces in calls.values()],
+        usage.get("prompt_tokens", 0),
+        usage.get("completion_tokens", 0),
+        finish_reason,
+    )
 
 
 def demo_delay(api_base: str | None) -> float:
@@ -125,13 +150,37 @@ def make_demo_handler(litellm: Any) -> Any:
     class LocalDemoLLM(litellm.CustomLLM):
         """The offline demo model as a LiteLLM provider (streaming only, plus a non-stream fallback)."""
 
-        async def astreaming(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                             encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+        async def astreaming(
+            self,
+            model,
+            messages,
+            api_base,
+            custom_prompt_dict,
+            model_response,
+            print_verbose,
+            encoding,
+            api_key,
+            logging_obj,
+            optional_params,
+            **kwargs,
+        ):  # noqa: D102
             async for chunk in demo_chunks(messages, optional_params.get("tools"), demo_delay(api_base)):
                 yield chunk
 
-        async def acompletion(self, model, messages, api_base, custom_prompt_dict, model_response, print_verbose,
-                              encoding, api_key, logging_obj, optional_params, **kwargs):  # noqa: D102
+        async def acompletion(
+            self,
+            model,
+            messages,
+            api_base,
+            custom_prompt_dict,
+            model_response,
+            print_verbose,
+            encoding,
+            api_key,
+            logging_obj,
+            optional_params,
+            **kwargs,
+        ):  # noqa: D102
             reply = demo_model.plan_reply(messages, optional_params.get("tools"))
             return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
 
@@ -168,7 +217,19 @@ class _Pace:
             await asyncio.sleep(self.due - now)
 
 
-def _chunk(*, text: str = "", tool_use: dict | None = None, finished: bool = False, finish_reason: str = "",
-           usage: dict | None = None) -> dict[str, Any]:
-    return {"text": text, "tool_use": tool_use, "is_finished": finished, "finish_reason": finish_reason,
-            "usage": usage, "index": 0}
+def _chunk(
+    *,
+    text: str = "",
+    tool_use: dict | None = None,
+    finished: bool = False,
+    finish_reason: str = "",
+    usage: dict | None = None,
+) -> dict[str, Any]:
+    return {
+        "text": text,
+        "tool_use": tool_use,
+        "is_finished": finished,
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "index": 0,
+    }

@@ -96,8 +96,15 @@ class DraftSaver:
         writer: the writer shared by the engine's turns.
     """
 
-    def __init__(self, db: Database, message_id: int, text: Callable[[], str], *, interval_s: float = 1.0,
-                 writer: DraftWriter | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        message_id: int,
+        text: Callable[[], str],
+        *,
+        interval_s: float = 1.0,
+        writer: DraftWriter | None = None,
+    ) -> None:
         self.db = db
         self.message_id = message_id
         self.text = text
@@ -117,8 +124,7 @@ class DraftSaver:
         text = self.text()
         if len(text) == self._saved_chars:  # the text only grows; nothing new
             return
-        self._in_flight = asyncio.get_running_loop().create_task(
-            self._save(text), name=f"save draft {self.message_id}")
+        self._in_flight = asyncio.get_running_loop().create_task(self._save(text), name=f"save draft {self.message_id}")
 
     async def _save(self, text: str) -> None:
         try:
@@ -126,8 +132,12 @@ class DraftSaver:
             self.saves += 1
             self._saved_chars = len(text)
         except Exception:
-            log.warning("could not save the draft answer %s; trying again in %g s", self.message_id,
-                        self.interval_s, exc_info=True)
+            log.warning(
+                "could not save the draft answer %s; trying again in %g s",
+                self.message_id,
+                self.interval_s,
+                exc_info=True,
+            )
         finally:
             self._in_flight = None
 
@@ -139,5 +149,10 @@ class DraftSaver:
 
 def draft_fields(agent: Agent) -> dict[str, Any]:
     """The row a session turn's answer is streamed into until the turn saves it (`core.chat.sessions.STREAMING`)."""
-    return {"role": "assistant", "content": "", "model_id": agent.model, "status": sessions_store.STREAMING,
-            "source": "user"}
+    return {
+        "role": "assistant",
+        "content": "",
+        "model_id": agent.model,
+        "status": sessions_store.STREAMING,
+        "source": "user",
+    }

@@ -63,8 +63,18 @@ from models import Agent, AgentMessage
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "RUNNING_LIMIT_RETRY_AFTER_S", "AgentNotFound", "AgentRun", "ChatEngine", "ChatError", "InvalidMessage",
-    "SessionChange", "SessionNotFound", "TooManyRunningTurns", "TurnInProgress", "TurnOutcome", "TurnStarted",
+    "RUNNING_LIMIT_RETRY_AFTER_S",
+    "AgentNotFound",
+    "AgentRun",
+    "ChatEngine",
+    "ChatError",
+    "InvalidMessage",
+    "SessionChange",
+    "SessionNotFound",
+    "TooManyRunningTurns",
+    "TurnInProgress",
+    "TurnOutcome",
+    "TurnStarted",
 ]
 
 
@@ -150,8 +160,7 @@ class ChatEngine:
         self.turn_timeout_s = turn_timeout_s
         self.max_message_chars = max_message_chars
         self.draft_interval_s = draft_interval_s
-        self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s,
-                                  open_secret=open_secret)
+        self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s, open_secret=open_secret)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
         self._turns: dict[str, _TurnClaim] = {}
@@ -172,8 +181,11 @@ class ChatEngine:
         if not isinstance(text, str) or not text.strip():
             raise InvalidMessage(_("The message is empty; type something first."))
         if len(text) > self.max_message_chars:
-            raise InvalidMessage(_("The message is {length} characters long; the limit is {limit}.").format(
-                length=format_number(len(text)), limit=format_number(self.max_message_chars)))
+            raise InvalidMessage(
+                _("The message is {length} characters long; the limit is {limit}.").format(
+                    length=format_number(len(text)), limit=format_number(self.max_message_chars)
+                )
+            )
         return text.strip()
 
     async def start_turn(self, *, session_id: str, user_id: int, text: str) -> TurnStarted:
@@ -195,9 +207,12 @@ class ChatEngine:
                 chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
                 if chat is None:
                     raise SessionNotFound(_("There is no such chat session."))
-                claim = await self._claim_shared(session_id,
-                                                 _("This chat is still answering; wait for it or press Stop."),
-                                                 user_id=user_id, limit=limit)
+                claim = await self._claim_shared(
+                    session_id,
+                    _("This chat is still answering; wait for it or press Stop."),
+                    user_id=user_id,
+                    limit=limit,
+                )
                 if limit is not None and self._shared:
                     # A cluster: the user's turns on every replica are their drafts in the database. The user's
                     # starts take turns (a lock held until this transaction commits its draft), so the count
@@ -207,12 +222,19 @@ class ChatEngine:
                         raise TooManyRunningTurns(self._limit_message(limit))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
-                    raise AgentNotFound(_("The agent of this chat was deleted; its messages stay readable. "
-                                          "Start a new chat with another agent."))
+                    raise AgentNotFound(
+                        _(
+                            "The agent of this chat was deleted; its messages stay readable. "
+                            "Start a new chat with another agent."
+                        )
+                    )
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-                user_row, draft = await sessions_store.add_messages(s, session_id=session_id, messages=[
-                    {"role": "user", "content": text, "source": "user"}, draft_fields(agent)])
+                user_row, draft = await sessions_store.add_messages(
+                    s,
+                    session_id=session_id,
+                    messages=[{"role": "user", "content": text, "source": "user"}, draft_fields(agent)],
+                )
             return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
             if claim is not None:
@@ -245,8 +267,9 @@ class ChatEngine:
         finally:
             await self._release_unlaunched(session_id, claim)
 
-    def _claim(self, session_id: str, busy_message: str, *, user_id: int | None = None,
-               limit: int | None = None) -> _TurnClaim:
+    def _claim(
+        self, session_id: str, busy_message: str, *, user_id: int | None = None, limit: int | None = None
+    ) -> _TurnClaim:
         """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
 
         With a `limit`, raise TooManyRunningTurns when `user_id` has that many turns claimed here.
@@ -269,10 +292,13 @@ class ChatEngine:
             "You already have {limit} answer being written, the most one account may have at once. "
             "Wait for it to finish, or stop it, then send again.",
             "You already have {limit} answers being written, the most one account may have at once. "
-            "Wait for one to finish, or stop one, then send again.", limit).format(limit=format_number(limit))
+            "Wait for one to finish, or stop one, then send again.",
+            limit,
+        ).format(limit=format_number(limit))
 
-    async def _claim_shared(self, session_id: str, busy_message: str, *, user_id: int | None = None,
-                            limit: int | None = None) -> _TurnClaim:
+    async def _claim_shared(
+        self, session_id: str, busy_message: str, *, user_id: int | None = None, limit: int | None = None
+    ) -> _TurnClaim:
         """`_claim`, and in a cluster the session's buffer opened in the shared hub (atomic across replicas)."""
         claim = self._claim(session_id, busy_message, user_id=user_id, limit=limit)
         if self._shared:
@@ -299,13 +325,24 @@ class ChatEngine:
                 with contextlib.suppress(Exception):
                     await self.hub.finish(session_id)
 
-    async def _launch(self, claim: _TurnClaim, session_id: str, user_id: int, agent: Agent,
-                      tool_rows: list[tuple[str, dict[str, Any]]], history: list[AgentMessage],
-                      draft_id: int) -> TurnStarted:
+    async def _launch(
+        self,
+        claim: _TurnClaim,
+        session_id: str,
+        user_id: int,
+        agent: Agent,
+        tool_rows: list[tuple[str, dict[str, Any]]],
+        history: list[AgentMessage],
+        draft_id: int,
+    ) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
-        meta = {"userSortOrder": anchor.sort_order, "userMessageId": anchor.id, "agentSlug": agent.slug,
-                "draftId": draft_id}
+        meta = {
+            "userSortOrder": anchor.sort_order,
+            "userMessageId": anchor.id,
+            "agentSlug": agent.slug,
+            "draftId": draft_id,
+        }
         try:
             if claim.shared:  # opened by the claim
                 await self.hub.update_meta(session_id, **meta)
@@ -338,8 +375,9 @@ class ChatEngine:
         async with self.db.session() as s:
             if await sessions_store.get_session(s, session_id) is None:
                 raise SessionNotFound(_("There is no such chat session."))
-            rows = await sessions_store.add_messages(s, session_id=session_id, messages=[
-                {"role": "system", "source": "user", **note} for note in notes])
+            rows = await sessions_store.add_messages(
+                s, session_id=session_id, messages=[{"role": "system", "source": "user", **note} for note in notes]
+            )
         self._notify(SessionChange(session_id, messages=rows))
         return rows
 
@@ -391,8 +429,11 @@ class ChatEngine:
             self._announced.pop(info.key, None)
             return
         message_id = info.meta.get("userMessageId")
-        if (info.key not in self._watchers or "draftId" not in info.meta
-                or self._announced.get(info.key) == info.first_id):
+        if (
+            info.key not in self._watchers
+            or "draftId" not in info.meta
+            or self._announced.get(info.key) == info.first_id
+        ):
             return
         self._announced[info.key] = info.first_id
         rows: list[AgentMessage] = []
@@ -401,8 +442,7 @@ class ChatEngine:
                 row = await s.get(AgentMessage, message_id)
             if row is not None and row.role == "user":
                 rows = [row]
-        started = TurnStarted(info.key, message_id if isinstance(message_id, int) else 0, info.key,
-                              info.first_id - 1)
+        started = TurnStarted(info.key, message_id if isinstance(message_id, int) else 0, info.key, info.first_id - 1)
         self._notify(SessionChange(info.key, messages=rows, turn=started))
 
     async def _cancel_here(self, key: str) -> bool:
@@ -425,8 +465,9 @@ class ChatEngine:
         info = self.hub.get(session_id)
         draft_id = info.meta.get("draftId") if info is not None else None
         text = "".join(str(e.data.get("delta", "")) for e in events if e.type == "text-delta")
-        error = ("Interrupted: the server running this answer stopped while it was being written; "
-                 "what it had said is kept.")
+        error = (
+            "Interrupted: the server running this answer stopped while it was being written; what it had said is kept."
+        )
         if isinstance(draft_id, int):
             try:
                 async with self.db.session() as s:
@@ -434,8 +475,9 @@ class ChatEngine:
             except Exception:
                 log.exception("could not save the interrupted answer of session %s", session_id)
         await self._emit(session_id, "error", {"errorText": error})
-        await self._emit(session_id, "finish", {"finishReason": "error", "usage": {"inputTokens": 0,
-                                                                                   "outputTokens": 0}})
+        await self._emit(
+            session_id, "finish", {"finishReason": "error", "usage": {"inputTokens": 0, "outputTokens": 0}}
+        )
         await self.hub.finish(session_id, error=error)
 
     async def wait(self, session_id: str, timeout: float | None = None) -> None:
@@ -458,8 +500,13 @@ class ChatEngine:
             return await sessions_store.mark_interrupted(s)
 
     async def _run_session_turn(
-        self, session_id: str, agent: Agent, messages: list[dict[str, Any]], tools: dict[str, BoundTool],
-        ctx: ToolContext, draft_id: int,
+        self,
+        session_id: str,
+        agent: Agent,
+        messages: list[dict[str, Any]],
+        tools: dict[str, BoundTool],
+        ctx: ToolContext,
+        draft_id: int,
     ) -> None:
         run = AgentRun(agent=agent, messages=messages, fields={"source": "user"})
         draft = DraftSaver(self.db, draft_id, run.text_so_far, interval_s=self.draft_interval_s, writer=self._drafts)
@@ -471,8 +518,9 @@ class ChatEngine:
             await draft.settle()
             await self._save_and_finish(session_id, session_id, run.outcome, draft_id)
 
-    async def _save_and_finish(self, session_id: str, stream_key: str, outcome: TurnOutcome | None,
-                               draft_id: int) -> None:
+    async def _save_and_finish(
+        self, session_id: str, stream_key: str, outcome: TurnOutcome | None, draft_id: int
+    ) -> None:
         """Save the turn's answer in place of its draft, then end its stream.
 
         When the answer cannot be saved, the draft keeps the text saved last; the next start marks it
@@ -480,8 +528,9 @@ class ChatEngine:
         """
         try:
             async with self.db.session() as s:
-                await sessions_store.replace_draft(s, session_id=session_id, message_id=draft_id,
-                                                   messages=outcome.rows if outcome is not None else [])
+                await sessions_store.replace_draft(
+                    s, session_id=session_id, message_id=draft_id, messages=outcome.rows if outcome is not None else []
+                )
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
             await self._emit(stream_key, "error", {"errorText": _("The answer could not be saved.")})

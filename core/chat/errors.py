@@ -7,8 +7,13 @@ Raised by `ChatEngine` (`core.chat.engine`, which exports them too); the routes 
 from __future__ import annotations
 
 __all__ = [
-    "RUNNING_LIMIT_RETRY_AFTER_S", "AgentNotFound", "ChatError", "InvalidMessage", "SessionNotFound",
-    "TooManyRunningTurns", "TurnInProgress",
+    "RUNNING_LIMIT_RETRY_AFTER_S",
+    "AgentNotFound",
+    "ChatError",
+    "InvalidMessage",
+    "SessionNotFound",
+    "TooManyRunningTurns",
+    "TurnInProgress",
 ]
 
 # How long a caller refused for too much running work (turns here, delegated tasks in `core.delegation`) is told

@@ -170,8 +170,13 @@ class LLMGateway:
         """
         litellm = await _ensure_litellm()
         try:
-            route = model_route(provider=_provider(litellm, model), agent_base=api_base, agent_key=api_key,
-                                global_base=self.api_base, global_key=self.api_key)
+            route = model_route(
+                provider=_provider(litellm, model),
+                agent_base=api_base,
+                agent_key=api_key,
+                global_base=self.api_base,
+                global_key=self.api_key,
+            )
         except RouteRefused as exc:
             raise LLMError(f"The model {model!r} cannot be called: {exc}.") from None
         if route.endpoint != "provider" and route.api_base:
@@ -183,8 +188,13 @@ class LLMGateway:
     async def api_base_problem(self, model: str, api_base: str) -> str | None:
         """Why an agent of `model` may not have `api_base` (the model's provider, or the address), or None."""
         try:
-            model_route(provider=_provider(await _ensure_litellm(), model), agent_base=api_base, agent_key=None,
-                        global_base=None, global_key=None)
+            model_route(
+                provider=_provider(await _ensure_litellm(), model),
+                agent_base=api_base,
+                agent_key=None,
+                global_base=None,
+                global_key=None,
+            )
         except RouteRefused as exc:
             return str(exc)
         return await self.endpoint_problem(api_base)
@@ -326,8 +336,12 @@ def _plain_text(chunk: Any) -> str | None:
     if _field(choice, "finish_reason") or delta is None:
         return None
     content = _field(delta, "content")
-    if not isinstance(content, str) or _field(delta, "tool_calls") or _field(delta, "function_call") \
-            or _field(delta, "reasoning_content"):
+    if (
+        not isinstance(content, str)
+        or _field(delta, "tool_calls")
+        or _field(delta, "function_call")
+        or _field(delta, "reasoning_content")
+    ):
         return None
     return content
 
@@ -418,8 +432,10 @@ class StreamAssembly:
         usage = self._usage
         return ModelResult(
             text="".join(self._text),
-            tool_calls=[ToolCall(id=call_id or f"call_{i}", name=name or "", arguments="".join(pieces))
-                        for i, (call_id, name, pieces) in enumerate(self._calls.values())],
+            tool_calls=[
+                ToolCall(id=call_id or f"call_{i}", name=name or "", arguments="".join(pieces))
+                for i, (call_id, name, pieces) in enumerate(self._calls.values())
+            ],
             usage=Usage(
                 input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                 output_tokens=getattr(usage, "completion_tokens", 0) or 0,
@@ -430,7 +446,7 @@ class StreamAssembly:
 
 
 async def provider_of(model: str) -> str | None:
-    """LiteLLM's provider of `model` (`openai`, `anthropic`, `local` for the demo model), or None when it cannot tell."""
+    """LiteLLM's provider of `model` (`openai`, `anthropic`, `local` for the demo model), or None if unknown."""
     return _provider(await _ensure_litellm(), model)
 
 
@@ -446,9 +462,11 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
         return None
     if _knows_model(await _ensure_litellm(), model):
         return None
-    return (f"LiteLLM does not know the model {model!r}: write it as provider/model (for example "
-            "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
-            "server")
+    return (
+        f"LiteLLM does not know the model {model!r}: write it as provider/model (for example "
+        "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
+        "server"
+    )
 
 
 def _knows_model(litellm: Any, model: str) -> bool:
@@ -463,18 +481,27 @@ def _provider(litellm: Any, model: str) -> str | None:
         return None
 
 
-async def _demo_without_litellm(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                                delay: float) -> AsyncIterator[LLMEvent]:
-    """The demo model's events while LiteLLM is still being imported; tests/test_first_turn.py checks they
-    are the ones LiteLLM gives (docs/ARCHITECTURE.md "Lazy imports that keep start-up fast")."""
+async def _demo_without_litellm(
+    model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, delay: float
+) -> AsyncIterator[LLMEvent]:
+    """The demo model's events while LiteLLM is still being imported.
+
+    tests/test_first_turn.py checks they are the ones LiteLLM gives (docs/ARCHITECTURE.md "Lazy imports that
+    keep start-up fast").
+    """
     try:
         async for piece in demo_stream(messages, tools, delay):
             if isinstance(piece, DemoEnd):
-                yield ModelResult(text=piece.text, tool_calls=[
-                    ToolCall(id=call_id or f"call_{i}", name=name or "", arguments=arguments)
-                    for i, (call_id, name, arguments) in enumerate(piece.tool_calls)],
-                    usage=Usage(piece.prompt_tokens, piece.completion_tokens), finish_reason=piece.finish_reason,
-                    model=model)
+                yield ModelResult(
+                    text=piece.text,
+                    tool_calls=[
+                        ToolCall(id=call_id or f"call_{i}", name=name or "", arguments=arguments)
+                        for i, (call_id, name, arguments) in enumerate(piece.tool_calls)
+                    ],
+                    usage=Usage(piece.prompt_tokens, piece.completion_tokens),
+                    finish_reason=piece.finish_reason,
+                    model=model,
+                )
             else:
                 yield TextDelta(piece)
     except demo_model.DemoModelError as exc:
@@ -496,18 +523,19 @@ def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
         return LLMTimeout(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.AuthenticationError):
-        return LLMError(f"The model {model!r} rejected the API key; check the agent's API key (or LLM_API_KEY).",
-                        status_code=status)
+        return LLMError(
+            f"The model {model!r} rejected the API key; check the agent's API key (or LLM_API_KEY).", status_code=status
+        )
     if isinstance(exc, litellm.NotFoundError):
-        return LLMError(f"The model {model!r} was not found at its provider; check the model name.",
-                        status_code=status)
+        return LLMError(f"The model {model!r} was not found at its provider; check the model name.", status_code=status)
     if isinstance(exc, litellm.BadRequestError):
         return LLMError(f"The model {model!r} refused the request: {_short(exc)}", status_code=status)
     if isinstance(exc, litellm.RateLimitError):
         return LLMError(f"The model {model!r} is rate limited; try again shortly.", status_code=status, retryable=True)
     if isinstance(exc, litellm.APIConnectionError):
-        return LLMError(f"Cannot reach the model {model!r} (check its base URL): {_short(exc)}", status_code=status,
-                        retryable=True)
+        return LLMError(
+            f"Cannot reach the model {model!r} (check its base URL): {_short(exc)}", status_code=status, retryable=True
+        )
     return LLMError(f"The model {model!r} failed: {_short(original)}", status_code=status)
 
 

@@ -34,10 +34,23 @@ NO_KEY = "no-key"
 #: main.py's openai branch; AnthropicModelInfo.get_api_key; _complete_ollama_chat; the
 #: `_get_openai_compatible_provider_info` of groq, hosted_vllm, lm_studio, llamafile, fireworks_ai,
 #: deepseek, cerebras, nvidia_nim, ollama in litellm_core_utils/get_llm_provider_logic.py).
-CUSTOM_BASE_PROVIDERS = frozenset({
-    "openai", "text-completion-openai", "anthropic", "ollama", "ollama_chat", "hosted_vllm", "lm_studio",
-    "llamafile", "groq", "fireworks_ai", "deepseek", "cerebras", "nvidia_nim",
-})
+CUSTOM_BASE_PROVIDERS = frozenset(
+    {
+        "openai",
+        "text-completion-openai",
+        "anthropic",
+        "ollama",
+        "ollama_chat",
+        "hosted_vllm",
+        "lm_studio",
+        "llamafile",
+        "groq",
+        "fireworks_ai",
+        "deepseek",
+        "cerebras",
+        "nvidia_nim",
+    }
+)
 
 #: The providers the operator's `LLM_API_BASE`/`LLM_API_KEY` serve (and models LiteLLM does not know).
 GLOBAL_BASE_PROVIDERS = frozenset({"openai"})
@@ -67,8 +80,14 @@ class ModelRoute:
     endpoint: Endpoint
 
 
-def model_route(*, provider: str | None, agent_base: str | None, agent_key: str | None,
-                global_base: str | None, global_key: str | None) -> ModelRoute:
+def model_route(
+    *,
+    provider: str | None,
+    agent_base: str | None,
+    agent_key: str | None,
+    global_base: str | None,
+    global_key: str | None,
+) -> ModelRoute:
     """The base URL and key of one call (the rule is the module docstring's).
 
     Args:
@@ -91,17 +110,21 @@ def model_route(*, provider: str | None, agent_base: str | None, agent_key: str 
         if global_base:
             return ModelRoute(global_base, agent_key or global_key or NO_KEY, custom, "operator")
         if provider is None:
-            raise RouteRefused("LiteLLM does not know this model and it has no apiBase: write it as provider/model, "
-                               "or give the agent the apiBase of an OpenAI-compatible server")
+            raise RouteRefused(
+                "LiteLLM does not know this model and it has no apiBase: write it as provider/model, "
+                "or give the agent the apiBase of an OpenAI-compatible server"
+            )
         return ModelRoute(None, agent_key or global_key or None, None, "provider")
     return ModelRoute(None, agent_key, None, "provider")
 
 
 def custom_base_refusal(provider: str) -> str:
     """Why a model of `provider` cannot have an `apiBase` (for the agent editor and the model call)."""
-    return (f"a {provider}/... model cannot have an apiBase: {provider} authenticates with credentials taken from "
-            "this server's environment, which must not go to another address; use openai/<model> for an "
-            "OpenAI-compatible server, or remove the apiBase")
+    return (
+        f"a {provider}/... model cannot have an apiBase: {provider} authenticates with credentials taken from "
+        "this server's environment, which must not go to another address; use openai/<model> for an "
+        "OpenAI-compatible server, or remove the apiBase"
+    )
 
 
 def same_base(a: str | None, b: str | None) -> bool:
@@ -119,5 +142,12 @@ def _normalised(url: str | None) -> tuple[str, ...] | None:
         port = parts.port or {"http": 80, "https": 443}.get(scheme)
     except ValueError:
         return (text,)
-    return (scheme, (parts.hostname or "").lower(), str(port), parts.username or "", parts.password or "",
-            parts.path.rstrip("/") or "", parts.query)
+    return (
+        scheme,
+        (parts.hostname or "").lower(),
+        str(port),
+        parts.username or "",
+        parts.password or "",
+        parts.path.rstrip("/") or "",
+        parts.query,
+    )

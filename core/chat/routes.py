@@ -44,8 +44,11 @@ class SessionOut(BaseModel):
     created_at: datetime = Field(serialization_alias="createdAt")
     updated_at: datetime = Field(serialization_alias="updatedAt")
     running: bool
-    agent_deleted: bool = Field(False, serialization_alias="agentDeleted",
-                                description="Its agent was deleted: the chat stays readable, it takes no new messages")
+    agent_deleted: bool = Field(
+        False,
+        serialization_alias="agentDeleted",
+        description="Its agent was deleted: the chat stays readable, it takes no new messages",
+    )
 
 
 class MessageCreate(RequestBody):
@@ -72,8 +75,11 @@ class MessageOut(BaseModel):
     a2a_task_id: str | None = Field(serialization_alias="a2aTaskId")
     caller_agent_id: int | None = Field(serialization_alias="callerAgentId")
     caller_session_id: str | None = Field(serialization_alias="callerSessionId")
-    inject_mode: str | None = Field(None, serialization_alias="injectMode",
-                                    description="'delay' or 'auto' on a system message from a background task")
+    inject_mode: str | None = Field(
+        None,
+        serialization_alias="injectMode",
+        description="'delay' or 'auto' on a system message from a background task",
+    )
     created_at: datetime = Field(serialization_alias="createdAt")
 
 
@@ -105,17 +111,23 @@ def chat_router() -> APIRouter:
             if body.agent_id:
                 agent = await agents_store.get_agent_by_slug(s, body.agent_id)
                 if agent is None:
-                    raise ApiError(404, "agent_not_found", detail=_("There is no agent {name!r}.").format(
-                        name=body.agent_id))
+                    raise ApiError(
+                        404, "agent_not_found", detail=_("There is no agent {name!r}.").format(name=body.agent_id)
+                    )
             else:
                 agent = await agents_store.get_default_agent(s, services.settings.default_agent)
                 if agent is None:
-                    raise ApiError(404, "default_agent_missing", detail=_(
-                        "The default agent {name!r} does not exist: name one with "
-                        "agentId (GET /api/agents lists them), or set DEFAULT_AGENT.").format(
-                        name=services.settings.default_agent))
-            row = await sessions_store.create_session(s, user_id=user.id, agent_id=agent.id,
-                                                      title=body.title or "New chat")
+                    raise ApiError(
+                        404,
+                        "default_agent_missing",
+                        detail=_(
+                            "The default agent {name!r} does not exist: name one with "
+                            "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."
+                        ).format(name=services.settings.default_agent),
+                    )
+            row = await sessions_store.create_session(
+                s, user_id=user.id, agent_id=agent.id, title=body.title or "New chat"
+            )
         return _session_out(row, {agent.id: (agent.slug, False)}, services)
 
     @router.get("/sessions/{session_id}", response_model=SessionOut, response_model_by_alias=True)
@@ -145,8 +157,9 @@ def chat_router() -> APIRouter:
             rows = await sessions_store.list_messages(s, session_id=session_id)
         return [message_out(m) for m in rows]
 
-    @router.post("/sessions/{session_id}/messages", status_code=202, response_model=TurnOut,
-                 response_model_by_alias=True)
+    @router.post(
+        "/sessions/{session_id}/messages", status_code=202, response_model=TurnOut, response_model_by_alias=True
+    )
     async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, services: ServicesDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
         try:  # the engine checks the chat is the user's before it checks it is busy (404 before 409)
@@ -193,16 +206,34 @@ async def _agent_slugs(s) -> dict[int, tuple[str, bool]]:
 def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], services: Services) -> SessionOut:
     slug, deleted = slugs.get(row.agent_id, ("", True))
     return SessionOut(
-        id=row.id, title=row.title, agent_id=slug, created_at=row.created_at,
-        updated_at=row.updated_at, running=services.chat.is_running(row.id), agent_deleted=deleted,
+        id=row.id,
+        title=row.title,
+        agent_id=slug,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        running=services.chat.is_running(row.id),
+        agent_deleted=deleted,
     )
 
 
 def message_out(m: AgentMessage) -> MessageOut:
     """A saved message as the API shows it (also inside a task's detail)."""
     return MessageOut(
-        id=m.id, role=m.role, content=m.content, sort_order=m.sort_order, status=m.status, error=m.error,
-        model_id=m.model_id, input_tokens=m.input_tokens, output_tokens=m.output_tokens, tool_calls=m.tool_calls,
-        tool_results=m.tool_results, source=m.source, a2a_task_id=m.a2a_task_id, caller_agent_id=m.caller_agent_id,
-        caller_session_id=m.caller_session_id, inject_mode=m.inject_mode, created_at=m.created_at,
+        id=m.id,
+        role=m.role,
+        content=m.content,
+        sort_order=m.sort_order,
+        status=m.status,
+        error=m.error,
+        model_id=m.model_id,
+        input_tokens=m.input_tokens,
+        output_tokens=m.output_tokens,
+        tool_calls=m.tool_calls,
+        tool_results=m.tool_results,
+        source=m.source,
+        a2a_task_id=m.a2a_task_id,
+        caller_agent_id=m.caller_agent_id,
+        caller_session_id=m.caller_session_id,
+        inject_mode=m.inject_mode,
+        created_at=m.created_at,
     )

@@ -58,8 +58,15 @@ class AgentRunner:
         open_secret: reads an agent's stored (sealed) API key back (`LazySecretBox.open`).
     """
 
-    def __init__(self, hub: StreamHub, llm: LLMGateway, *, max_steps: int = 8, turn_timeout_s: float = 600.0,
-                 open_secret: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        hub: StreamHub,
+        llm: LLMGateway,
+        *,
+        max_steps: int = 8,
+        turn_timeout_s: float = 600.0,
+        open_secret: Callable[[str], str] | None = None,
+    ) -> None:
         self.hub = hub
         self.llm = llm
         self.max_steps = max_steps
@@ -81,8 +88,12 @@ class AgentRunner:
             except SecretUnreadable as exc:
                 raise LLMError(f"The API key of {agent.name} cannot be read ({exc}); set it again on /agents.") from exc
         limits = [n for n in (agent.max_output_tokens, max_output_tokens) if n]
-        return {"api_base": agent.api_base or None, "api_key": api_key, "temperature": agent.temperature,
-                "max_tokens": min(limits) if limits else None}
+        return {
+            "api_base": agent.api_base or None,
+            "api_key": api_key,
+            "temperature": agent.temperature,
+            "max_tokens": min(limits) if limits else None,
+        }
 
     async def run(
         self,
@@ -108,8 +119,13 @@ class AgentRunner:
             run.finish("canceled", status="canceled")
             raise
         except TimeoutError:
-            await self._fail(stream_key, run, _("The answer took longer than {seconds} s and was stopped.").format(
-                seconds=f"{self.turn_timeout_s:g}"))
+            await self._fail(
+                stream_key,
+                run,
+                _("The answer took longer than {seconds} s and was stopped.").format(
+                    seconds=f"{self.turn_timeout_s:g}"
+                ),
+            )
         except LLMError as exc:
             await self._fail(stream_key, run, exc.message)
         except Exception:
@@ -149,13 +165,16 @@ class AgentRunner:
             run.messages.append(_assistant_message(result.text or "".join(run.step_text), result.tool_calls))
             for call in result.tool_calls:
                 await self._emit(
-                    stream_key, "tool-input-available",
+                    stream_key,
+                    "tool-input-available",
                     {"toolCallId": call.id, "toolName": call.name, "input": _input_for_display(call)},
                 )
             gates = CallTurnstile.chain(len(result.tool_calls))
             outputs = await asyncio.gather(
-                *(self._call_tool(stream_key, call, tools, ctx, gate) for call, gate in zip(
-                    result.tool_calls, gates, strict=True))
+                *(
+                    self._call_tool(stream_key, call, tools, ctx, gate)
+                    for call, gate in zip(result.tool_calls, gates, strict=True)
+                )
             )
             run.step_results = [
                 {"toolCallId": call.id, "toolName": call.name, **output}
@@ -163,14 +182,22 @@ class AgentRunner:
             ]
             for call, output in zip(result.tool_calls, outputs, strict=True):
                 run.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "name": call.name,
-                     "content": json.dumps(output["output"], ensure_ascii=False)}
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.id,
+                        "name": call.name,
+                        "content": json.dumps(output["output"], ensure_ascii=False),
+                    }
                 )
             run.close_step(text=result.text or "".join(run.step_text))
         await self._fail(stream_key, run, f"Stopped after {self.max_steps} model calls without a final answer.")
 
     async def _call_tool(
-        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
+        self,
+        stream_key: str,
+        call: ToolCall,
+        tools: dict[str, BoundTool],
+        ctx: ToolContext,
         gate: CallTurnstile | None = None,
     ) -> dict[str, Any]:
         try:
@@ -180,14 +207,19 @@ class AgentRunner:
                 gate.release()
 
     async def _run_tool(
-        self, stream_key: str, call: ToolCall, tools: dict[str, BoundTool], ctx: ToolContext,
+        self,
+        stream_key: str,
+        call: ToolCall,
+        tools: dict[str, BoundTool],
+        ctx: ToolContext,
         gate: CallTurnstile | None,
     ) -> dict[str, Any]:
         started = time.monotonic()
         bound = tools.get(call.name)
         if bound is None:
-            result = ToolResult(False, error=f"There is no tool named {call.name!r}; "
-                                f"available: {sorted(tools) or 'none'}.")
+            result = ToolResult(
+                False, error=f"There is no tool named {call.name!r}; available: {sorted(tools) or 'none'}."
+            )
         else:
             try:
                 arguments = call.parsed_arguments()
@@ -195,9 +227,16 @@ class AgentRunner:
                 result = ToolResult(False, error=f"Invalid arguments for {call.name}: {exc}.")
             else:
                 call_ctx = ToolContext(
-                    user_id=ctx.user_id, agent_id=ctx.agent_id, agent_slug=ctx.agent_slug, session_id=ctx.session_id,
-                    recursion_depth=ctx.recursion_depth, tool_call_id=call.id, task_id=ctx.task_id, chain=ctx.chain,
-                    emit=lambda type, data: self._emit(stream_key, type, data), turnstile=gate,
+                    user_id=ctx.user_id,
+                    agent_id=ctx.agent_id,
+                    agent_slug=ctx.agent_slug,
+                    session_id=ctx.session_id,
+                    recursion_depth=ctx.recursion_depth,
+                    tool_call_id=call.id,
+                    task_id=ctx.task_id,
+                    chain=ctx.chain,
+                    emit=lambda type, data: self._emit(stream_key, type, data),
+                    turnstile=gate,
                 )
                 try:
                     result = await bound.tool.execute(arguments, bound.config, call_ctx)
@@ -209,7 +248,8 @@ class AgentRunner:
         result.metadata.setdefault("durationMs", int((time.monotonic() - started) * 1000))
         output = result.for_model()
         await self._emit(
-            stream_key, "tool-output-available",
+            stream_key,
+            "tool-output-available",
             {"toolCallId": call.id, "output": output, "metadata": result.metadata, "isError": not result.success},
         )
         return {"output": output, "metadata": result.metadata, "isError": not result.success}
@@ -273,29 +313,44 @@ class AgentRun:
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.step_calls] or None
         results = self.step_results
         if calls and results is None:  # stopped while the tools ran
-            results = [{"toolCallId": c["id"], "toolName": c["name"], "isError": True,
-                        "output": {"ok": False, "error": f"the call was {status}"}, "metadata": {}} for c in calls]
+            results = [
+                {
+                    "toolCallId": c["id"],
+                    "toolName": c["name"],
+                    "isError": True,
+                    "output": {"ok": False, "error": f"the call was {status}"},
+                    "metadata": {},
+                }
+                for c in calls
+            ]
         if not content and not calls and status == "complete":
             return
-        self.rows.append({
-            "role": "assistant",
-            "content": content,
-            "model_id": self.agent.model,
-            "input_tokens": self.step_input_tokens or None,
-            "output_tokens": self.step_output_tokens or None,
-            "tool_calls": calls,
-            "tool_results": results,
-            "status": status,
-            "error": error,
-            **self.fields,
-        })
+        self.rows.append(
+            {
+                "role": "assistant",
+                "content": content,
+                "model_id": self.agent.model,
+                "input_tokens": self.step_input_tokens or None,
+                "output_tokens": self.step_output_tokens or None,
+                "tool_calls": calls,
+                "tool_results": results,
+                "status": status,
+                "error": error,
+                **self.fields,
+            }
+        )
 
     def finish(self, finish_reason: str, *, status: str = "complete", error: str | None = None) -> None:
         """Set `outcome` from the closed steps."""
         text = "".join(r["content"] for r in self.rows if r["content"])
         self.outcome = TurnOutcome(
-            text=text, status=status, error=error, finish_reason=finish_reason,
-            input_tokens=self.input_tokens, output_tokens=self.output_tokens, rows=self.rows,
+            text=text,
+            status=status,
+            error=error,
+            finish_reason=finish_reason,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            rows=self.rows,
         )
 
 
@@ -310,14 +365,20 @@ def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict
         elif row.role == "assistant":
             calls = row.tool_calls or []
             if calls:
-                messages.append(_assistant_message(
-                    row.content, [ToolCall(c["id"], c["name"], c.get("arguments") or "{}") for c in calls]
-                ))
+                messages.append(
+                    _assistant_message(
+                        row.content, [ToolCall(c["id"], c["name"], c.get("arguments") or "{}") for c in calls]
+                    )
+                )
                 for result in row.tool_results or []:
-                    messages.append({
-                        "role": "tool", "tool_call_id": result["toolCallId"], "name": result.get("toolName", ""),
-                        "content": json.dumps(result.get("output"), ensure_ascii=False),
-                    })
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": result["toolCallId"],
+                            "name": result.get("toolName", ""),
+                            "content": json.dumps(result.get("output"), ensure_ascii=False),
+                        }
+                    )
             elif row.content:
                 messages.append({"role": "assistant", "content": row.content})
         elif row.role == "system" and row.content:

@@ -31,12 +31,15 @@ STREAMING = "streaming"  # the status of a running turn's draft answer
 # (`idx_agent_messages_streaming`, migration 0009) covers the query.
 _STREAMING_LITERAL = literal_column(f"'{STREAMING}'")
 INTERRUPTED = "interrupted"  # a draft found at start-up: the server stopped (or crashed) while it was written
-INTERRUPTED_ERROR = ("Interrupted by a server restart: the server stopped while this answer was being written; "
-                     "this is what it had said. Send the message again for a full answer.")
+INTERRUPTED_ERROR = (
+    "Interrupted by a server restart: the server stopped while this answer was being written; "
+    "this is what it had said. Send the message again for a full answer."
+)
 
 
-async def create_session(session: AsyncSession, *, user_id: int, agent_id: int,
-                         title: str = "New chat") -> AgentSession:
+async def create_session(
+    session: AsyncSession, *, user_id: int, agent_id: int, title: str = "New chat"
+) -> AgentSession:
     """A new, empty chat session."""
     row = add_session(session, user_id=user_id, agent_id=agent_id, title=title)
     await session.commit()
@@ -63,8 +66,9 @@ async def get_user_session(session: AsyncSession, *, session_id: str, user_id: i
     return row if row is not None and row.user_id == user_id else None
 
 
-async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200,
-                        search: str | None = None) -> list[AgentSession]:
+async def list_sessions(
+    session: AsyncSession, *, user_id: int, limit: int = 200, search: str | None = None
+) -> list[AgentSession]:
     """The user's visible sessions, most recently active first.
 
     `search` keeps the sessions whose title or any message contains it (case-insensitive).
@@ -85,8 +89,9 @@ async def list_sessions(session: AsyncSession, *, user_id: int, limit: int = 200
         pattern = f"%{_escape_like(words)}%"
         in_messages = (
             select(AgentMessage.id)
-            .where(AgentMessage.session_id == AgentSession.id,
-                   func.lower(AgentMessage.content).like(pattern, escape="\\"))
+            .where(
+                AgentMessage.session_id == AgentSession.id, func.lower(AgentMessage.content).like(pattern, escape="\\")
+            )
             .exists()
         )
         query = query.where(or_(func.lower(AgentSession.title).like(pattern, escape="\\"), in_messages))
@@ -154,9 +159,7 @@ async def list_messages(session: AsyncSession, *, session_id: str) -> list[Agent
 
 async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
     """The highest sort order used in the session (0 when empty)."""
-    result = await session.exec(
-        select(func.max(AgentMessage.sort_order)).where(AgentMessage.session_id == session_id)
-    )
+    result = await session.exec(select(func.max(AgentMessage.sort_order)).where(AgentMessage.session_id == session_id))
     return result.one() or 0
 
 
@@ -167,8 +170,9 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
     return rows
 
 
-async def append_messages(session: AsyncSession, *, session_id: str,
-                          messages: list[dict[str, Any]]) -> list[AgentMessage]:
+async def append_messages(
+    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]
+) -> list[AgentMessage]:
     """Append messages (dicts of `AgentMessage` fields) after the last one, in `session`'s transaction.
 
     Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
@@ -190,8 +194,12 @@ async def append_messages(session: AsyncSession, *, session_id: str,
     if chat is None and first_user is None:
         # Only the time to bump, and the row is not loaded: one UPDATE, no read first. (Every turn's
         # answer and every task's end come here; a statement is a trip to the database's thread.)
-        await session.exec(update(AgentSession).where(col(AgentSession.id) == session_id)  # type: ignore[call-overload]
-                           .values(updated_at=utcnow()).execution_options(synchronize_session=False))
+        await session.exec(
+            update(AgentSession)
+            .where(col(AgentSession.id) == session_id)  # type: ignore[call-overload]
+            .values(updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
         return rows
     if chat is None:
         chat = await session.get(AgentSession, session_id)
@@ -239,8 +247,9 @@ async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     await session.commit()
 
 
-async def replace_draft(session: AsyncSession, *, session_id: str, message_id: int | None,
-                        messages: list[dict[str, Any]]) -> list[AgentMessage]:
+async def replace_draft(
+    session: AsyncSession, *, session_id: str, message_id: int | None, messages: list[dict[str, Any]]
+) -> list[AgentMessage]:
     """End a turn: drop its draft and append the answer's rows (`add_messages`), in one transaction.
 
     The rows go after everything saved while the turn ran (notes of background tasks), as they
@@ -248,7 +257,8 @@ async def replace_draft(session: AsyncSession, *, session_id: str, message_id: i
     """
     if message_id is not None:
         await session.exec(  # type: ignore[call-overload]
-            delete(AgentMessage).where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+            delete(AgentMessage)
+            .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
             .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
         )
     if messages:
@@ -263,9 +273,7 @@ async def mark_interrupted(session: AsyncSession) -> int:
     Returns how many there were.
     """
     result = await session.exec(  # type: ignore[call-overload]
-        update(AgentMessage)
-        .where(AgentMessage.status == STREAMING)
-        .values(status=INTERRUPTED, error=INTERRUPTED_ERROR)
+        update(AgentMessage).where(AgentMessage.status == STREAMING).values(status=INTERRUPTED, error=INTERRUPTED_ERROR)
     )
     await session.commit()
     return result.rowcount or 0
@@ -274,7 +282,8 @@ async def mark_interrupted(session: AsyncSession) -> int:
 async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
     """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
     query = (
-        select(func.count()).select_from(AgentMessage)
+        select(func.count())
+        .select_from(AgentMessage)
         .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
         .where(col(AgentMessage.status) == _STREAMING_LITERAL, AgentSession.user_id == user_id)
     )

@@ -187,8 +187,9 @@ class ToolRegistry:
         """Every registered tool type (families included)."""
         return sorted({*self._by_type, *self._families})
 
-    def bind(self, rows: list[tuple[str, dict[str, Any]]], *, agent_id: int | None = None,
-             agent_slug: str = "") -> dict[str, BoundTool]:
+    def bind(
+        self, rows: list[tuple[str, dict[str, Any]]], *, agent_id: int | None = None, agent_slug: str = ""
+    ) -> dict[str, BoundTool]:
         """Bound tools by function name, from an agent's `(tool_type, config)` pairs; unknown types are skipped.
 
         Families expand to their functions for that agent; a family function never replaces a plain tool.

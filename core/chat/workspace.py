@@ -32,8 +32,9 @@ class SessionView:
 class Workspace:
     """Read and change a user's chats."""
 
-    def __init__(self, db: Database, hub: StreamHub, chat: ChatEngine,
-                 default_agent_slug: str = agents_store.DEFAULT_AGENT_SLUG) -> None:
+    def __init__(
+        self, db: Database, hub: StreamHub, chat: ChatEngine, default_agent_slug: str = agents_store.DEFAULT_AGENT_SLUG
+    ) -> None:
         self.db = db
         self.hub = hub
         self.chat = chat
@@ -103,8 +104,12 @@ class Workspace:
         info = await refresh(self.hub, session_id)  # a cluster: the turn may run on another replica
         # Live while the turn's answer is not saved: nothing the agent said comes after the message it answers
         # (a background task's note may, when it was saved just as the turn began).
-        live = info is not None and info.state is BufferState.OPEN and not any(
-            m.role == "assistant" and m.sort_order > int(info.meta.get("userSortOrder", 0)) for m in messages
+        live = (
+            info is not None
+            and info.state is BufferState.OPEN
+            and not any(
+                m.role == "assistant" and m.sort_order > int(info.meta.get("userSortOrder", 0)) for m in messages
+            )
         )
         return SessionView(row, agent, messages, live)
 

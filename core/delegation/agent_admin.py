@@ -141,8 +141,9 @@ class TryResult:
 class AgentAdmin:
     """Reads and edits agents under the rules above."""
 
-    def __init__(self, db: Database, registry: AgentRegistry, llm: LLMGateway, secrets: LazySecretBox,
-                 default_model: str) -> None:
+    def __init__(
+        self, db: Database, registry: AgentRegistry, llm: LLMGateway, secrets: LazySecretBox, default_model: str
+    ) -> None:
         self.db = db
         self.registry = registry
         self.llm = llm
@@ -175,13 +176,27 @@ class AgentAdmin:
         views = [_local_view(a, tools.get(a.id, {})) for a in rows]
         online = {r.id: r for r in self.registry.remote_agents()}
         for remote in online.values():
-            views.append(AgentView(id=remote.id, name=remote.name, description=remote.description or "",
-                                   kind=KIND_BROKER if remote.kind == "ws" else KIND_HTTP, online=True))
+            views.append(
+                AgentView(
+                    id=remote.id,
+                    name=remote.name,
+                    description=remote.description or "",
+                    kind=KIND_BROKER if remote.kind == "ws" else KIND_HTTP,
+                    online=True,
+                )
+            )
         for row in registered:
             if row.id not in online:
                 card = row.card or {}
-                views.append(AgentView(id=row.id, name=str(card.get("name") or row.id),
-                                       description=str(card.get("description") or ""), kind=KIND_HTTP, online=False))
+                views.append(
+                    AgentView(
+                        id=row.id,
+                        name=str(card.get("name") or row.id),
+                        description=str(card.get("description") or ""),
+                        kind=KIND_HTTP,
+                        online=False,
+                    )
+                )
         return views
 
     async def get(self, agent_id: str) -> AgentView:
@@ -209,13 +224,19 @@ class AgentAdmin:
             if invoke is not None:
                 allowed = invoke.get("allowedAgents")
                 if allowed is None:
-                    edges += [Edge(caller.id, v.id, agents_store.AGENT_INVOKE, any=True) for v in views
-                              if v.id != caller.id and self._may_reach(v, caller)]
+                    edges += [
+                        Edge(caller.id, v.id, agents_store.AGENT_INVOKE, any=True)
+                        for v in views
+                        if v.id != caller.id and self._may_reach(v, caller)
+                    ]
                 else:
                     edges += [Edge(caller.id, a, agents_store.AGENT_INVOKE) for a in allowed if a in ids]
             if caller.tool(agents_store.A2A_DISPATCH) is not None:
-                edges += [Edge(caller.id, v.id, agents_store.A2A_DISPATCH) for v in views
-                          if v.kind == KIND_BROKER and self._may_reach(v, caller)]
+                edges += [
+                    Edge(caller.id, v.id, agents_store.A2A_DISPATCH)
+                    for v in views
+                    if v.kind == KIND_BROKER and self._may_reach(v, caller)
+                ]
         return edges
 
     def _may_reach(self, callee: AgentView, caller: AgentView) -> bool:
@@ -232,8 +253,10 @@ class AgentAdmin:
         """
         slug = str(fields.get("id") or "")
         if not agents_store.SLUG_PATTERN.fullmatch(slug):
-            raise AgentRuleError(_("An agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter "
-                                   "or digit."), ("id",))
+            raise AgentRuleError(
+                _("An agent id is 1-64 lowercase letters, digits, '-' or '_', starting with a letter or digit."),
+                ("id",),
+            )
         if not str(fields.get("name") or "").strip():
             raise AgentRuleError(_("An agent needs a name."), ("name",))
         await self._check_id_free(slug)
@@ -244,15 +267,25 @@ class AgentAdmin:
         if fields.get("can_delegate") and agents_store.AGENT_INVOKE not in tools:
             tools[agents_store.AGENT_INVOKE] = _invoke_config(fields.get("delegation") or {}, ("delegation",))
         await self._check_allowed(slug, tools, _allowed_loc(fields))
-        settings = {"api_base": api_base, "temperature": fields.get("temperature"),
-                    "max_output_tokens": fields.get("max_output_tokens")}
+        settings = {
+            "api_base": api_base,
+            "temperature": fields.get("temperature"),
+            "max_output_tokens": fields.get("max_output_tokens"),
+        }
         if fields.get("api_key"):
             settings["api_key"] = self.secrets.seal(fields["api_key"])
         async with self.db.session() as s:
             try:
                 agent = await agents_store.create_agent(
-                    s, slug=slug, name=fields["name"], model=model, description=fields.get("description") or "",
-                    system_prompt=fields.get("system_prompt") or "", tools=tools, **settings)
+                    s,
+                    slug=slug,
+                    name=fields["name"],
+                    model=model,
+                    description=fields.get("description") or "",
+                    system_prompt=fields.get("system_prompt") or "",
+                    tools=tools,
+                    **settings,
+                )
             except agents_store.AgentExists as exc:
                 raise AgentConflict(_("Cannot create the agent: {reason}.").format(reason=exc), ("id",)) from exc
             except agents_store.AgentError as exc:
@@ -322,29 +355,48 @@ class AgentAdmin:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             if agent is None:
                 raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
-            running = list((await s.exec(
-                select(A2ATaskSession.id).where(
-                    col(A2ATaskSession.state).in_([SUBMITTED, WORKING]),
-                    (A2ATaskSession.callee_agent_id == agent.id) | (A2ATaskSession.caller_agent_id == agent.id),
-                ).order_by(col(A2ATaskSession.created_at)))).all())
+            running = list(
+                (
+                    await s.exec(
+                        select(A2ATaskSession.id)
+                        .where(
+                            col(A2ATaskSession.state).in_([SUBMITTED, WORKING]),
+                            (A2ATaskSession.callee_agent_id == agent.id) | (A2ATaskSession.caller_agent_id == agent.id),
+                        )
+                        .order_by(col(A2ATaskSession.created_at))
+                    )
+                ).all()
+            )
             if running:
                 raise AgentConflict(
                     _("{name} has running tasks ({tasks}); wait until they end or stop them, then delete it.").format(
-                        name=agent.name, tasks=", ".join(running)))
+                        name=agent.name, tasks=", ".join(running)
+                    )
+                )
             # A chat answering with it, on any replica: its turn's draft is in the database from the turn's start.
             answering = await sessions_store.sessions_answering_with(s, agent_id=agent.id)
             if answering:
                 raise AgentConflict(
-                    _("{name} is answering in chats right now (running answers: {count}); wait until those "
-                      "answers end or stop them, then delete it.").format(name=agent.name, count=format_number(len(answering))))
+                    _(
+                        "{name} is answering in chats right now (running answers: {count}); wait until those "
+                        "answers end or stop them, then delete it."
+                    ).format(name=agent.name, count=format_number(len(answering)))
+                )
             removed_from = await agents_store.delete_agent(s, agent)
         await self._told(agent_id, "deleted")
         return Deleted(agent_id, removed_from)
 
     # -- trying --------------------------------------------------------------------------
 
-    async def try_model(self, fields: dict[str, Any], agent_id: str | None = None, prompt: str = TRY_PROMPT, *,
-                        user_id: int | None, multi_user: bool) -> TryResult:
+    async def try_model(
+        self,
+        fields: dict[str, Any],
+        agent_id: str | None = None,
+        prompt: str = TRY_PROMPT,
+        *,
+        user_id: int | None,
+        multi_user: bool,
+    ) -> TryResult:
         """Send one short prompt through the model the fields describe, for a user who may change agents.
 
         Nothing is saved. Missing fields come from the stored agent; its stored key too, unless the
@@ -379,8 +431,14 @@ class AgentAdmin:
         text: list[str] = []
         try:
             async with asyncio.timeout(TRY_TIMEOUT_S):
-                async for event in self.llm.stream(model, messages, max_tokens=200, api_base=api_base,
-                                                   api_key=api_key, temperature=fields.get("temperature")):
+                async for event in self.llm.stream(
+                    model,
+                    messages,
+                    max_tokens=200,
+                    api_base=api_base,
+                    api_key=api_key,
+                    temperature=fields.get("temperature"),
+                ):
                     if hasattr(event, "tool_calls"):
                         text = [event.text or "".join(text)]
                     else:
@@ -397,13 +455,17 @@ class AgentAdmin:
     async def _check_id_free(self, slug: str) -> None:
         remote = self.registry.remote(slug)
         if remote is not None:
-            message = _("{id!r} is the id of a broker agent; choose another id.") if remote.kind == "ws" \
+            message = (
+                _("{id!r} is the id of a broker agent; choose another id.")
+                if remote.kind == "ws"
                 else _("{id!r} is the id of a remote HTTP agent; choose another id.")
+            )
             raise AgentConflict(message.format(id=slug), ("id",))
         async with self.db.session() as s:
             if await s.get(RemoteA2AAgent, slug) is not None:
-                raise AgentConflict(_("{id!r} is the id of a registered remote HTTP agent; choose another id.").format(
-                    id=slug), ("id",))
+                raise AgentConflict(
+                    _("{id!r} is the id of a registered remote HTTP agent; choose another id.").format(id=slug), ("id",)
+                )
 
     async def _check_model(self, model: str, api_base: str | None) -> None:
         problem = await model_problem(model, api_base=api_base)
@@ -423,15 +485,23 @@ class AgentAdmin:
         known = {v.id for v in await self.list()}
         unknown = [a for a in allowed if a not in known]
         if unknown:
-            raise AgentRuleError(_("allowedAgents names agents that do not exist: {ids} "
-                                   "(a broker agent must be connected to be named).").format(
-                                       ids=", ".join(unknown)), loc)
+            raise AgentRuleError(
+                _(
+                    "allowedAgents names agents that do not exist: {ids} "
+                    "(a broker agent must be connected to be named)."
+                ).format(ids=", ".join(unknown)),
+                loc,
+            )
 
 
-async def _key_stays_with_its_endpoint(saved_model: str, saved_base: str | None, model: str,
-                                      api_base: str | None) -> bool:
-    """Whether an agent's stored key would still go where it was saved for: the same `apiBase`, or without
-    one the same provider's endpoint (a key saved for `openai/...` must not go to Anthropic with `anthropic/...`)."""
+async def _key_stays_with_its_endpoint(
+    saved_model: str, saved_base: str | None, model: str, api_base: str | None
+) -> bool:
+    """Whether an agent's stored key would still go where it was saved for.
+
+    That is the same `apiBase`, or without one the same provider's endpoint (a key saved
+    for `openai/...` must not go to Anthropic with `anthropic/...`).
+    """
     if saved_base or api_base:
         return same_base(saved_base, api_base)
     return await provider_of(saved_model) == await provider_of(model)
@@ -439,10 +509,14 @@ async def _key_stays_with_its_endpoint(saved_model: str, saved_base: str | None,
 
 def _stored_key_elsewhere(saved_model: str, saved_base: str | None) -> str:
     if saved_base:
-        return _("The stored API key was saved for {base}; give the key again for another base URL, "
-                 "or remove it (apiKey null).").format(base=saved_base)
-    return _("The stored API key was saved for the provider of {model}; give the key again for another "
-             "provider or base URL, or remove it (apiKey null).").format(model=saved_model)
+        return _(
+            "The stored API key was saved for {base}; give the key again for another base URL, "
+            "or remove it (apiKey null)."
+        ).format(base=saved_base)
+    return _(
+        "The stored API key was saved for the provider of {model}; give the key again for another "
+        "provider or base URL, or remove it (apiKey null)."
+    ).format(model=saved_model)
 
 
 def _allowed_loc(fields: dict[str, Any]) -> Loc:
@@ -454,9 +528,16 @@ def _allowed_loc(fields: dict[str, Any]) -> Loc:
 
 def _local_view(agent: Agent, tools: dict[str, dict[str, Any]]) -> AgentView:
     return AgentView(
-        id=agent.slug, name=agent.name, description=agent.description, kind=KIND_LOCAL, model=agent.model,
-        system_prompt=agent.system_prompt, api_base=agent.api_base, has_api_key=bool(agent.api_key),
-        temperature=agent.temperature, max_output_tokens=agent.max_output_tokens,
+        id=agent.slug,
+        name=agent.name,
+        description=agent.description,
+        kind=KIND_LOCAL,
+        model=agent.model,
+        system_prompt=agent.system_prompt,
+        api_base=agent.api_base,
+        has_api_key=bool(agent.api_key),
+        temperature=agent.temperature,
+        max_output_tokens=agent.max_output_tokens,
         tools=[{"type": t, "config": _shown_config(t, tools[t])} for t in sorted(tools)],
     )
 
@@ -473,8 +554,9 @@ def _api_base(value: Any) -> str | None:
         return None
     parts = urlsplit(text)
     if parts.scheme not in {"http", "https"} or not parts.netloc:
-        raise AgentRuleError(_("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1."),
-                             ("apiBase",))
+        raise AgentRuleError(
+            _("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1."), ("apiBase",)
+        )
     return text
 
 
@@ -484,12 +566,16 @@ def _tools(specs: Any) -> dict[str, dict[str, Any]]:
     for index, spec in enumerate(specs or []):
         tool_type = spec.get("type")
         if tool_type not in TOOL_TYPES:
-            raise AgentRuleError(_("Unknown tool type {type!r}; the tools are {types}.").format(
-                type=tool_type, types=", ".join(TOOL_TYPES)),
-                                 ("tools", index, "type"))
+            raise AgentRuleError(
+                _("Unknown tool type {type!r}; the tools are {types}.").format(
+                    type=tool_type, types=", ".join(TOOL_TYPES)
+                ),
+                ("tools", index, "type"),
+            )
         if tool_type in tools:
-            raise AgentRuleError(_("The tool {type!r} is listed twice.").format(type=tool_type),
-                                 ("tools", index, "type"))
+            raise AgentRuleError(
+                _("The tool {type!r} is listed twice.").format(type=tool_type), ("tools", index, "type")
+            )
         config = spec.get("config") or {}
         if tool_type == agents_store.A2A_DISPATCH:
             if config:
@@ -508,8 +594,9 @@ def _invoke_config(config: dict[str, Any], loc: Loc) -> dict[str, Any]:
                 continue
             maximum = agents_store.AGENT_INVOKE_MAXIMA[name]
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
-                raise AgentRuleError(_("{name} is a whole number from 1 to {maximum}.").format(
-                    name=name, maximum=maximum), (*loc, name))
+                raise AgentRuleError(
+                    _("{name} is a whole number from 1 to {maximum}.").format(name=name, maximum=maximum), (*loc, name)
+                )
             result[name] = value
         elif name == "allowedAgents":
             if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):

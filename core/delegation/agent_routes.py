@@ -24,16 +24,30 @@ from core.web.schemas import RequestBody
 class InvokeConfig(RequestBody):
     """The `agent-invoke` limits; unset ones take the defaults (shown in the answers)."""
 
-    max_recursion_depth: int | None = Field(None, alias="maxRecursionDepth", ge=1,
-                                            le=AGENT_INVOKE_MAXIMA["maxRecursionDepth"],
-                                            description="How deep a chain of delegations may go (default 3)")
-    timeout_ms: int | None = Field(None, alias="timeoutMs", ge=1, le=AGENT_INVOKE_MAXIMA["timeoutMs"],
-                                   description="Longest a delegated task may run (default 120000, at most an hour)")
-    max_output_tokens: int | None = Field(None, alias="maxOutputTokens", ge=1,
-                                          le=AGENT_INVOKE_MAXIMA["maxOutputTokens"],
-                                          description="Longest answer of a delegated agent (default 4096)")
-    allowed_agents: list[str] | None = Field(None, alias="allowedAgents", max_length=200,
-                                             description="Agent ids it may call; null: any agent")
+    max_recursion_depth: int | None = Field(
+        None,
+        alias="maxRecursionDepth",
+        ge=1,
+        le=AGENT_INVOKE_MAXIMA["maxRecursionDepth"],
+        description="How deep a chain of delegations may go (default 3)",
+    )
+    timeout_ms: int | None = Field(
+        None,
+        alias="timeoutMs",
+        ge=1,
+        le=AGENT_INVOKE_MAXIMA["timeoutMs"],
+        description="Longest a delegated task may run (default 120000, at most an hour)",
+    )
+    max_output_tokens: int | None = Field(
+        None,
+        alias="maxOutputTokens",
+        ge=1,
+        le=AGENT_INVOKE_MAXIMA["maxOutputTokens"],
+        description="Longest answer of a delegated agent (default 4096)",
+    )
+    allowed_agents: list[str] | None = Field(
+        None, alias="allowedAgents", max_length=200, description="Agent ids it may call; null: any agent"
+    )
 
     def as_config(self) -> dict[str, Any]:
         """The stored config (API names)."""
@@ -57,13 +71,19 @@ class AgentFields(RequestBody):
     description: str = Field("", max_length=2000)
     system_prompt: str = Field("", alias="systemPrompt", max_length=20_000)
     model: str | None = Field(None, max_length=255, description="Any LiteLLM model string; default DEFAULT_MODEL")
-    api_base: str | None = Field(None, alias="apiBase", max_length=1000,
-                                 description="Base URL of its model's server (OpenAI-compatible for unknown models)")
-    api_key: str | None = Field(None, alias="apiKey", max_length=4000,
-                                description="Write-only, stored encrypted; answers show hasApiKey")
+    api_base: str | None = Field(
+        None,
+        alias="apiBase",
+        max_length=1000,
+        description="Base URL of its model's server (OpenAI-compatible for unknown models)",
+    )
+    api_key: str | None = Field(
+        None, alias="apiKey", max_length=4000, description="Write-only, stored encrypted; answers show hasApiKey"
+    )
     temperature: float | None = Field(None, ge=0, le=2)
-    max_output_tokens: int | None = Field(None, alias="maxOutputTokens", ge=1, le=1_000_000,
-                                          description="Longest answer of this agent")
+    max_output_tokens: int | None = Field(
+        None, alias="maxOutputTokens", ge=1, le=1_000_000, description="Longest answer of this agent"
+    )
     tools: list[ToolSpec] | None = Field(None, max_length=10)
 
 
@@ -169,15 +189,24 @@ async def _call(awaitable):
         code = "agent_not_found" if isinstance(exc, UnknownAgent) else "agent_conflict"
         raise ApiError(exc.status_code, code, detail=exc.message) from exc
     except AgentRuleError as exc:
-        raise ApiError(422, "invalid_request",
-                       detail=[{"loc": ["body", *exc.loc], "msg": exc.message, "type": "value_error"}]) from exc
+        raise ApiError(
+            422, "invalid_request", detail=[{"loc": ["body", *exc.loc], "msg": exc.message, "type": "value_error"}]
+        ) from exc
 
 
 def _out(view: AgentView) -> AgentOut:
     return AgentOut(
-        id=view.id, name=view.name, description=view.description, model=view.model, kind=view.kind,
-        online=view.online, system_prompt=view.system_prompt, api_base=view.api_base, has_api_key=view.has_api_key,
-        temperature=view.temperature, max_output_tokens=view.max_output_tokens,
+        id=view.id,
+        name=view.name,
+        description=view.description,
+        model=view.model,
+        kind=view.kind,
+        online=view.online,
+        system_prompt=view.system_prompt,
+        api_base=view.api_base,
+        has_api_key=view.has_api_key,
+        temperature=view.temperature,
+        max_output_tokens=view.max_output_tokens,
         can_delegate=view.tool("agent-invoke") is not None,
         tools=[ToolOut(type=t["type"], config=t["config"]) for t in view.tools],
     )

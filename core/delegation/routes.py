@@ -77,22 +77,23 @@ def tasks_router() -> APIRouter:
         (unknown, or finished and evicted: read it from `/api/tasks/{id}` then).
         """
         if not task_id:
-            raise ApiError(400, "task_id_missing",
-                           detail=_("Missing taskId: call /api/agents/a2a/stream?taskId=<task id>."))
+            raise ApiError(
+                400, "task_id_missing", detail=_("Missing taskId: call /api/agents/a2a/stream?taskId=<task id>.")
+            )
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
         if await services.delegation.owned_task(user.id, task_id) is None or await refresh(services.hub, key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
-        return hub_sse_response(services.hub, key, last_event_id(request), shape=seed_task_shape(task_id),
-                                headers=RESUMABLE)
+        return hub_sse_response(
+            services.hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE
+        )
 
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
     async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
         """Your delegated tasks, newest first (what the audit view lists)."""
         return [_task_out(t) for t in await services.delegation.list_tasks(user.id)]
 
-    @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True,
-                tags=["delegation"])
+    @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True, tags=["delegation"])
     async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
         """One delegated task with the callee's messages and its nested delegations."""
         detail = await services.delegation.task_detail(user.id, task_id)
@@ -109,10 +110,21 @@ def tasks_router() -> APIRouter:
 
 def _task_out(t: TaskView) -> dict[str, Any]:
     return dict(
-        id=t.id, session_id=t.session_id, parent_task_id=t.parent_task_id, caller_session_id=t.caller_session_id,
-        caller_agent_id=t.caller_agent_slug, callee_agent_id=t.callee_agent_slug,
-        callee_agent_name=t.callee_agent_name, tool_call_id=t.tool_call_id, input=t.input, state=t.state,
-        error=t.error, recursion_depth=t.recursion_depth, input_tokens=t.input_tokens,
-        output_tokens=t.output_tokens, duration_ms=t.duration_ms, created_at=t.created_at, finished_at=t.finished_at,
+        id=t.id,
+        session_id=t.session_id,
+        parent_task_id=t.parent_task_id,
+        caller_session_id=t.caller_session_id,
+        caller_agent_id=t.caller_agent_slug,
+        callee_agent_id=t.callee_agent_slug,
+        callee_agent_name=t.callee_agent_name,
+        tool_call_id=t.tool_call_id,
+        input=t.input,
+        state=t.state,
+        error=t.error,
+        recursion_depth=t.recursion_depth,
+        input_tokens=t.input_tokens,
+        output_tokens=t.output_tokens,
+        duration_ms=t.duration_ms,
+        created_at=t.created_at,
+        finished_at=t.finished_at,
     )
-

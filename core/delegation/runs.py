@@ -55,8 +55,11 @@ class LocalRun:
     def result(self) -> tuple[str, str | None]:
         """(the task's end state, its error) from how the run ended."""
         outcome = self.run.outcome
-        return (COMPLETED, None) if outcome is not None and outcome.status == "complete" else (
-            FAILED, outcome.error if outcome else "the agent did not answer")
+        return (
+            (COMPLETED, None)
+            if outcome is not None and outcome.status == "complete"
+            else (FAILED, outcome.error if outcome else "the agent did not answer")
+        )
 
     def mark_stopped(self, *, status: str, error: str | None) -> None:
         """The task was stopped (timeout: `error`; cancel: kept as the engine saved it)."""
@@ -108,8 +111,16 @@ class RemoteRun:
         """The assistant row to save in the task's hidden session (none for an empty, complete answer)."""
         if not self.chunks and self.answer is None and self.status == "complete":
             return []
-        return [{"role": "assistant", "content": self.text(), "model_id": f"a2a/{self.agent_id}",
-                 "status": self.status, "error": self.error, **self.fields}]
+        return [
+            {
+                "role": "assistant",
+                "content": self.text(),
+                "model_id": f"a2a/{self.agent_id}",
+                "status": self.status,
+                "error": self.error,
+                **self.fields,
+            }
+        ]
 
     def text(self) -> str:
         """The remote agent's answer: what it gave as its result, else everything it streamed."""
@@ -121,8 +132,12 @@ RunRecord = LocalRun | RemoteRun
 
 def message_fields(task_id: str, ctx: ToolContext) -> dict[str, Any]:
     """The columns every message of a delegated task carries (seed 000 §3.1)."""
-    return {"source": "a2a", "a2a_task_id": task_id, "caller_agent_id": ctx.agent_id,
-            "caller_session_id": ctx.session_id}
+    return {
+        "source": "a2a",
+        "a2a_task_id": task_id,
+        "caller_agent_id": ctx.agent_id,
+        "caller_session_id": ctx.session_id,
+    }
 
 
 class BackgroundTask:
@@ -134,8 +149,7 @@ class BackgroundTask:
 
     # The broker's end states, as task states: a timeout is a failure, an agent that needs
     # more input has ended its turn (its text says what it needs).
-    _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED,
-               "auth-required": COMPLETED}
+    _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED, "auth-required": COMPLETED}
 
     def __init__(self, service: DelegationService, task_id: str, session_id: str, record: RemoteRun) -> None:
         self.service = service

@@ -85,8 +85,14 @@ class DelegationService:
     """
 
     def __init__(
-        self, db: Database, hub: StreamHub, engine: ChatEngine, tools: ToolRegistry,
-        registry: AgentRegistry | None = None, *, max_running_tasks_per_user: int | None = None,
+        self,
+        db: Database,
+        hub: StreamHub,
+        engine: ChatEngine,
+        tools: ToolRegistry,
+        registry: AgentRegistry | None = None,
+        *,
+        max_running_tasks_per_user: int | None = None,
     ) -> None:
         self.max_running_tasks_per_user = max_running_tasks_per_user
         self.db = db
@@ -118,9 +124,16 @@ class DelegationService:
             if ctx.turnstile is not None:
                 ctx.turnstile.release()
 
-    async def _invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext, *,
-                      session_id: str | None = None, message_id: str | None = None,
-                      task_row: asyncio.Future[A2ATaskSession] | None = None) -> ToolResult:
+    async def _invoke(
+        self,
+        arguments: Any,
+        config: dict[str, Any],
+        ctx: ToolContext,
+        *,
+        session_id: str | None = None,
+        message_id: str | None = None,
+        task_row: asyncio.Future[A2ATaskSession] | None = None,
+    ) -> ToolResult:
         """Run one delegation; `session_id` continues a hidden session (an A2A context), see `create_task`.
 
         `task_row` is given the task's row as written once the task is announced.
@@ -137,10 +150,16 @@ class DelegationService:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
 
         remote = self.registry.remote(slug) if self.registry is not None else None
-        if remote is not None and ctx.agent_id is not None and not (
-                remote.visible_to(ctx.agent_id) or remote.visible_to(ctx.agent_slug)):
-            return ToolResult(False, error=f"Delegation refused: {slug!r} is bound to another agent and serves "
-                              "only that agent.", metadata={"agentSlug": slug, "recursionDepth": depth})
+        if (
+            remote is not None
+            and ctx.agent_id is not None
+            and not (remote.visible_to(ctx.agent_id) or remote.visible_to(ctx.agent_slug))
+        ):
+            return ToolResult(
+                False,
+                error=f"Delegation refused: {slug!r} is bound to another agent and serves only that agent.",
+                metadata={"agentSlug": slug, "recursionDepth": depth},
+            )
         async with self.db.session() as s:
             callee = await agents_store.get_agent_by_slug(s, slug)
             if callee is None and remote is None:
@@ -156,23 +175,36 @@ class DelegationService:
             try:
                 await self._check_running_tasks(s, ctx.user_id)
             except TooManyRunningTasks as exc:
-                return ToolResult(False, error=str(exc), metadata={
-                    "agentSlug": slug, "recursionDepth": depth, "code": TOO_MANY_RUNNING_TASKS})
+                return ToolResult(
+                    False,
+                    error=str(exc),
+                    metadata={"agentSlug": slug, "recursionDepth": depth, "code": TOO_MANY_RUNNING_TASKS},
+                )
             task, user_row = await self.records.create_task(
-                s, slug, callee.id if callee is not None else None, text, depth, ctx,
-                session_id=session_id, message_id=message_id,
+                s,
+                slug,
+                callee.id if callee is not None else None,
+                text,
+                depth,
+                ctx,
+                session_id=session_id,
+                message_id=message_id,
             )
             # In a continued context the callee sees the earlier exchanges too.
-            history = await sessions_store.list_messages(s, session_id=task.session_id) \
-                if session_id is not None else [user_row]
+            history = (
+                await sessions_store.list_messages(s, session_id=task.session_id)
+                if session_id is not None
+                else [user_row]
+            )
         await self._announce(task.id, slug, callee_name, depth, ctx)
         if task_row is not None and not task_row.done():  # done: the caller gave up waiting (cancelled)
             task_row.set_result(task)
         key = task_stream_key(task.id)
         fields = message_fields(task.id, ctx)
         if callee is not None:
-            record: RunRecord = LocalRun(AgentRun(agent=callee, messages=build_model_messages(callee, history),
-                                                    fields=fields))
+            record: RunRecord = LocalRun(
+                AgentRun(agent=callee, messages=build_model_messages(callee, history), fields=fields)
+            )
         else:
             record = RemoteRun(slug, fields)
         state, error = FAILED, None
@@ -181,12 +213,20 @@ class DelegationService:
             async with asyncio.timeout(limits.timeout_s):
                 if isinstance(record, LocalRun):
                     callee_ctx = ToolContext(
-                        user_id=ctx.user_id, agent_id=callee.id, agent_slug=callee.slug, session_id=task.session_id,
-                        recursion_depth=depth, task_id=task.id, chain=(*ctx.chain, callee.slug),
+                        user_id=ctx.user_id,
+                        agent_id=callee.id,
+                        agent_slug=callee.slug,
+                        session_id=task.session_id,
+                        recursion_depth=depth,
+                        task_id=task.id,
+                        chain=(*ctx.chain, callee.slug),
                     )
                     tools = self.tools.bind(tool_rows, agent_id=callee.id, agent_slug=callee.slug)
                     await self.engine.runner.run(
-                        stream_key=key, run=record.run, tools=tools, ctx=callee_ctx,
+                        stream_key=key,
+                        run=record.run,
+                        tools=tools,
+                        ctx=callee_ctx,
                         max_output_tokens=limits.max_output_tokens,
                     )
                 else:
@@ -194,13 +234,19 @@ class DelegationService:
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
-                name=callee_name, seconds=f"{limits.timeout_s:g}")
+                name=callee_name, seconds=f"{limits.timeout_s:g}"
+            )
             await self.hub.append(key, "error", {"errorText": error, "code": TIMED_OUT})
             record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
-            state, error = CANCELED, (
-                _("The delegation was stopped because the calling turn was stopped.") if ctx.session_id
-                else _("The caller canceled the task."))
+            state, error = (
+                CANCELED,
+                (
+                    _("The delegation was stopped because the calling turn was stopped.")
+                    if ctx.session_id
+                    else _("The caller canceled the task.")
+                ),
+            )
             record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
             await asyncio.shield(self._finish(task.id, task.session_id, record, state, error, started))
@@ -208,8 +254,12 @@ class DelegationService:
         await self._finish(task.id, task.session_id, record, state, error, started)
 
         metadata = {
-            "taskId": task.id, "agentSlug": slug, "calleeAgentName": callee_name,
-            "recursionDepth": depth, "state": state, "durationMs": int((time.monotonic() - started) * 1000),
+            "taskId": task.id,
+            "agentSlug": slug,
+            "calleeAgentName": callee_name,
+            "recursionDepth": depth,
+            "state": state,
+            "durationMs": int((time.monotonic() - started) * 1000),
             "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
         }
         text_out = record.text()
@@ -279,29 +329,41 @@ class DelegationService:
             raise TooManyRunningTasks(
                 f"Delegation refused: this user already has {limit} delegated tasks running, the most one "
                 f"account may have at once. Wait for one of them to finish (try again in about "
-                f"{RUNNING_LIMIT_RETRY_AFTER_S} s), or answer without delegating.")
+                f"{RUNNING_LIMIT_RETRY_AFTER_S} s), or answer without delegating."
+            )
 
     async def _announce(self, task_id: str, slug: str, callee_name: str, depth: int, ctx: ToolContext) -> None:
         """Open a new task's buffer and tell the caller (`a2a-task-started`); the next call may then start."""
         key = task_stream_key(task_id)
         meta = {
-            "taskId": task_id, "userId": ctx.user_id, "callerSessionId": ctx.session_id,
-            "calleeAgentSlug": slug, "calleeAgentName": callee_name, "parentTaskId": ctx.task_id,
-            "toolCallId": ctx.tool_call_id, "recursionDepth": depth,
+            "taskId": task_id,
+            "userId": ctx.user_id,
+            "callerSessionId": ctx.session_id,
+            "calleeAgentSlug": slug,
+            "calleeAgentName": callee_name,
+            "parentTaskId": ctx.task_id,
+            "toolCallId": ctx.tool_call_id,
+            "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
         await self.hub.append(key, "state", state_event(SUBMITTED, None))
         self.tasks_started += 1
         if ctx.emit is not None:
-            await ctx.emit("a2a-task-started", {
-                "taskId": task_id, "calleeAgentSlug": slug, "calleeAgentName": callee_name,
-                "toolCallId": ctx.tool_call_id, "parentTaskId": ctx.task_id, "recursionDepth": depth,
-            })
+            await ctx.emit(
+                "a2a-task-started",
+                {
+                    "taskId": task_id,
+                    "calleeAgentSlug": slug,
+                    "calleeAgentName": callee_name,
+                    "toolCallId": ctx.tool_call_id,
+                    "parentTaskId": ctx.task_id,
+                    "recursionDepth": depth,
+                },
+            )
         if ctx.turnstile is not None:
             ctx.turnstile.release()  # announced: the next call of this step may start
 
-    async def open_background_task(self, agent_id: str, agent_name: str, text: str,
-                                   ctx: ToolContext) -> BackgroundTask:
+    async def open_background_task(self, agent_id: str, agent_name: str, text: str, ctx: ToolContext) -> BackgroundTask:
         """A delegated task for work that runs elsewhere while the caller's turn goes on (a broker dispatch).
 
         The task is recorded like any delegation (task row, hidden session, `source='a2a'`
@@ -316,33 +378,53 @@ class DelegationService:
         await self.records.set_state(task.id, WORKING, SUBMITTED)
         return BackgroundTask(self, task.id, task.session_id, RemoteRun(agent_id, message_fields(task.id, ctx)))
 
-    async def _finish(self, task_id: str, session_id: str, record: RunRecord, state: str, error: str | None,
-                      started: float) -> None:
+    async def _finish(
+        self, task_id: str, session_id: str, record: RunRecord, state: str, error: str | None, started: float
+    ) -> None:
         """Save the callee's answer (into its hidden session `session_id`) and totals, then end the task's stream.
 
         Runs once per task.
         """
         key = task_stream_key(task_id)
         try:
-            await self.records.end_task(task_id, session_id, state, error, rows=record.rows(),
-                                        input_tokens=record.input_tokens, output_tokens=record.output_tokens)
+            await self.records.end_task(
+                task_id,
+                session_id,
+                state,
+                error,
+                rows=record.rows(),
+                input_tokens=record.input_tokens,
+                output_tokens=record.output_tokens,
+            )
             if state == CANCELED:
                 await self.hub.append(key, "error", {"errorText": error})
             await self.records.announce_state(task_id, state, WORKING, error)
         except Exception:
             log.exception("could not record the end of task %s", task_id)
         finally:
-            await self.hub.append(key, "done", {
-                "state": state, "error": error, "durationMs": int((time.monotonic() - started) * 1000),
-                "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
-            })
+            await self.hub.append(
+                key,
+                "done",
+                {
+                    "state": state,
+                    "error": error,
+                    "durationMs": int((time.monotonic() - started) * 1000),
+                    "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
+                },
+            )
             await self.hub.finish(key, error=error if state != COMPLETED else None)
 
     # -- tasks for callers outside the app (A2A JSON-RPC, issue 6) ---------------------------
 
     async def start_external_task(
-        self, agent_slug: str, text: str, *, user_id: int, config: dict[str, Any] | None = None,
-        session_id: str | None = None, message_id: str | None = None,
+        self,
+        agent_slug: str,
+        text: str,
+        *,
+        user_id: int,
+        config: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        message_id: str | None = None,
     ) -> A2ATaskSession:
         """Start a delegation for a caller outside the app (an A2A client); returns its row, as written, once it exists.
 
@@ -363,9 +445,10 @@ class DelegationService:
         # No caller agent or session: the task and its messages record None for both.
         ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)  # type: ignore[arg-type]
         arguments = {"agentSlug": agent_slug, "input": text}
-        run = self._external.spawn(self._invoke(arguments, config or {}, ctx, session_id=session_id,
-                                                message_id=message_id, task_row=task_row),
-                                   name=f"a2a task for {agent_slug}")
+        run = self._external.spawn(
+            self._invoke(arguments, config or {}, ctx, session_id=session_id, message_id=message_id, task_row=task_row),
+            name=f"a2a task for {agent_slug}",
+        )
         await asyncio.wait([task_row, run], return_when=asyncio.FIRST_COMPLETED)
         if not task_row.done():  # refused before a task existed
             result: ToolResult = run.result()
@@ -413,8 +496,11 @@ class DelegationService:
             await self.records.set_state(task_id, FAILED, WORKING, error)
         except Exception:
             log.exception("could not record the interruption of task %s", task_id)
-        await self.hub.append(key, "done", {"state": FAILED, "error": error, "durationMs": 0,
-                                            "usage": {"inputTokens": 0, "outputTokens": 0}})
+        await self.hub.append(
+            key,
+            "done",
+            {"state": FAILED, "error": error, "durationMs": 0, "usage": {"inputTokens": 0, "outputTokens": 0}},
+        )
         await self.hub.finish(key, error=error)
 
     async def shutdown_external_tasks(self) -> None:

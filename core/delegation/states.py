@@ -17,8 +17,14 @@ from core.delegation.tasks import CANCELED, COMPLETED, FAILED, SUBMITTED, TERMIN
 from core.i18n import N_, _, pgettext
 
 __all__ = [
-    "CONNECTION_LOST", "STATE_WORDS", "SHORT_TEXT_CHARS", "TIMED_OUT", "is_terminal", "short_task_text",
-    "state_label", "state_word",
+    "CONNECTION_LOST",
+    "STATE_WORDS",
+    "SHORT_TEXT_CHARS",
+    "TIMED_OUT",
+    "is_terminal",
+    "short_task_text",
+    "state_label",
+    "state_word",
 ]
 
 # The words, in a task's life order; the API's `state` values are the same strings.

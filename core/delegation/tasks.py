@@ -67,8 +67,12 @@ def seed_task_shape(task_id: str) -> Shape:
         if kind == "error":
             return kind, {"message": data.get("errorText") or data.get("message") or ""}
         if kind == "state":
-            seed = {"taskId": task_id, "from": data.get("previous"), "to": data.get("state"),
-                    "timestamp": data.get("timestamp")}
+            seed = {
+                "taskId": task_id,
+                "from": data.get("previous"),
+                "to": data.get("state"),
+                "timestamp": data.get("timestamp"),
+            }
             return kind, {**seed, "error": data["error"]} if data.get("error") else seed
         return kind, data
 
@@ -133,8 +137,16 @@ class TaskRecords:
     # -- writing -------------------------------------------------------------------------
 
     async def create_task(
-        self, s, slug: str, callee_id: int | None, text: str, depth: int, ctx: ToolContext, *,
-        session_id: str | None = None, message_id: str | None = None,
+        self,
+        s,
+        slug: str,
+        callee_id: int | None,
+        text: str,
+        depth: int,
+        ctx: ToolContext,
+        *,
+        session_id: str | None = None,
+        message_id: str | None = None,
     ) -> tuple[A2ATaskSession, AgentMessage]:
         """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`.
 
@@ -156,20 +168,34 @@ class TaskRecords:
             owner_id = callee_id if callee_id is not None else ctx.agent_id
             if owner_id is None:
                 owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
-            hidden = sessions_store.add_session(s, user_id=ctx.user_id, agent_id=owner_id,
-                                                title=sessions_store.make_title(f"Task: {text}"))
+            hidden = sessions_store.add_session(
+                s, user_id=ctx.user_id, agent_id=owner_id, title=sessions_store.make_title(f"Task: {text}")
+            )
             await s.flush()  # before the task row, which refers to it (the models declare no relationship)
             session_id = hidden.id
         task = A2ATaskSession(
-            session_id=session_id, callee_agent_id=callee_id, callee_agent_slug=slug,
-            caller_user_id=ctx.user_id, caller_agent_id=ctx.agent_id, caller_session_id=ctx.session_id,
-            parent_task_id=ctx.task_id, recursion_depth=depth, state=SUBMITTED, visible_in_sidebar=0,
-            input=text, tool_call_id=ctx.tool_call_id or None, input_message_id=message_id,
+            session_id=session_id,
+            callee_agent_id=callee_id,
+            callee_agent_slug=slug,
+            caller_user_id=ctx.user_id,
+            caller_agent_id=ctx.agent_id,
+            caller_session_id=ctx.session_id,
+            parent_task_id=ctx.task_id,
+            recursion_depth=depth,
+            state=SUBMITTED,
+            visible_in_sidebar=0,
+            input=text,
+            tool_call_id=ctx.tool_call_id or None,
+            input_message_id=message_id,
         )
         s.add(task)
         user_message = {
-            "role": "user", "content": text, "source": "a2a", "a2a_task_id": task.id,
-            "caller_agent_id": ctx.agent_id, "caller_session_id": ctx.session_id,
+            "role": "user",
+            "content": text,
+            "source": "a2a",
+            "a2a_task_id": task.id,
+            "caller_agent_id": ctx.agent_id,
+            "caller_session_id": ctx.session_id,
         }
         # One transaction for the session, the task and the input: every task's start pays for it.
         if hidden is not None:
@@ -182,8 +208,11 @@ class TaskRecords:
     @staticmethod
     async def count_running(s, user_id: int) -> int:
         """How many tasks of `user_id` are running (`submitted` or `working`), on any replica, read in session `s`."""
-        query = select(func.count()).select_from(A2ATaskSession).where(
-            A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_(_RUNNING_LITERALS))
+        query = (
+            select(func.count())
+            .select_from(A2ATaskSession)
+            .where(A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_(_RUNNING_LITERALS))
+        )
         return (await s.exec(query)).one()
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
@@ -193,8 +222,17 @@ class TaskRecords:
             await s.commit()
         await self.announce_state(task_id, state, previous, error)
 
-    async def end_task(self, task_id: str, session_id: str, state: str, error: str | None, *,
-                       rows: list[dict[str, Any]], input_tokens: int, output_tokens: int) -> None:
+    async def end_task(
+        self,
+        task_id: str,
+        session_id: str,
+        state: str,
+        error: str | None,
+        *,
+        rows: list[dict[str, Any]],
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
         """Save the callee's answer into the task's hidden session `session_id`, its totals and its terminal state.
 
         One transaction, and no event: the caller tells the stream (`announce_state`) once it is saved.
@@ -202,8 +240,9 @@ class TaskRecords:
         async with self.db.session() as s:
             if rows:
                 await sessions_store.append_messages(s, session_id=session_id, messages=rows)
-            await s.exec(_state_update(task_id, state, error)  # type: ignore[call-overload]
-                         .values(input_tokens=input_tokens, output_tokens=output_tokens))
+            await s.exec(
+                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[call-overload]
+            )
             await s.commit()
 
     async def announce_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
@@ -222,9 +261,9 @@ class TaskRecords:
         """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
         reason = "The server stopped while this task was running."
         async with self.db.session() as s:
-            rows = list((await s.exec(select(A2ATaskSession).where(
-                col(A2ATaskSession.state).in_([SUBMITTED, WORKING])
-            ))).all())
+            rows = list(
+                (await s.exec(select(A2ATaskSession).where(col(A2ATaskSession.state).in_([SUBMITTED, WORKING])))).all()
+            )
             now = utcnow()
             for row in rows:
                 row.state, row.error, row.updated_at, row.finished_at = FAILED, reason, now, now
@@ -240,9 +279,13 @@ class TaskRecords:
             frontier = [session_id]
             seen: set[str] = set()
             while frontier:
-                query = select(A2ATaskSession).where(
-                    col(A2ATaskSession.caller_session_id).in_(frontier), A2ATaskSession.caller_user_id == user_id
-                ).order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
+                query = (
+                    select(A2ATaskSession)
+                    .where(
+                        col(A2ATaskSession.caller_session_id).in_(frontier), A2ATaskSession.caller_user_id == user_id
+                    )
+                    .order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
+                )
                 rows = [r for r in (await s.exec(query)).all() if r.id not in seen]
                 seen.update(r.id for r in rows)
                 found.extend(rows)
@@ -254,8 +297,10 @@ class TaskRecords:
         async with self.db.session() as s:
             names = await _agent_names(s)
             query = (
-                select(A2ATaskSession).where(A2ATaskSession.caller_user_id == user_id)
-                .order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id)).limit(limit)
+                select(A2ATaskSession)
+                .where(A2ATaskSession.caller_user_id == user_id)
+                .order_by(col(A2ATaskSession.created_at).desc(), col(A2ATaskSession.id))
+                .limit(limit)
             )
             rows = list((await s.exec(query)).all())
         return [self._view(r, names) for r in rows]
@@ -268,8 +313,10 @@ class TaskRecords:
                 return None
             names = await _agent_names(s)
             messages = await sessions_store.list_messages(s, session_id=row.session_id)
-            query = select(A2ATaskSession).where(A2ATaskSession.parent_task_id == task_id).order_by(
-                col(A2ATaskSession.created_at), col(A2ATaskSession.id)
+            query = (
+                select(A2ATaskSession)
+                .where(A2ATaskSession.parent_task_id == task_id)
+                .order_by(col(A2ATaskSession.created_at), col(A2ATaskSession.id))
             )
             children = list((await s.exec(query)).all())
         return TaskDetail(self._view(row, names), messages, [self._view(c, names) for c in children])
@@ -281,13 +328,23 @@ class TaskRecords:
         if remote is not None:
             callee = (remote.id, remote.name)
         return TaskView(
-            id=row.id, session_id=row.session_id, parent_task_id=row.parent_task_id,
+            id=row.id,
+            session_id=row.session_id,
+            parent_task_id=row.parent_task_id,
             caller_session_id=row.caller_session_id,
-            caller_agent_slug=caller[0] if caller else None, caller_agent_name=caller[1] if caller else None,
-            callee_agent_slug=row.callee_agent_slug, callee_agent_name=callee[1] if callee else row.callee_agent_slug,
-            tool_call_id=row.tool_call_id, input=row.input, state=row.state, error=row.error,
-            recursion_depth=row.recursion_depth, input_tokens=row.input_tokens, output_tokens=row.output_tokens,
-            created_at=row.created_at, finished_at=row.finished_at,
+            caller_agent_slug=caller[0] if caller else None,
+            caller_agent_name=caller[1] if caller else None,
+            callee_agent_slug=row.callee_agent_slug,
+            callee_agent_name=callee[1] if callee else row.callee_agent_slug,
+            tool_call_id=row.tool_call_id,
+            input=row.input,
+            state=row.state,
+            error=row.error,
+            recursion_depth=row.recursion_depth,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            created_at=row.created_at,
+            finished_at=row.finished_at,
             live=self.hub.get(task_stream_key(row.id)) is not None,
         )
 
@@ -298,8 +355,12 @@ def _state_update(task_id: str, state: str, error: str | None) -> Any:
     values: dict[str, Any] = {"state": state, "error": error, "updated_at": now}
     if state in TERMINAL_STATES:
         values["finished_at"] = now
-    return update(A2ATaskSession).where(col(A2ATaskSession.id) == task_id).values(**values) \
-        .execution_options(synchronize_session=False)  # the row is not loaded in the session
+    return (
+        update(A2ATaskSession)
+        .where(col(A2ATaskSession.id) == task_id)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )  # the row is not loaded in the session
 
 
 DELETED_MARK = " (agent deleted)"
@@ -307,5 +368,7 @@ DELETED_MARK = " (agent deleted)"
 
 async def _agent_names(s) -> dict[int, tuple[str, str]]:
     # A deleted agent's tasks stay readable; its name says it is gone.
-    return {a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
-            for a in await agents_store.list_agents(s, include_deleted=True)}
+    return {
+        a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
+        for a in await agents_store.list_agents(s, include_deleted=True)
+    }

@@ -46,7 +46,6 @@ class InvokeLimits:
             allowed_agents=frozenset(str(a) for a in allowed) if isinstance(allowed, list) else None,
         )
 
-
     def for_call(self, arguments: Any) -> InvokeLimits:
         """These limits, with the timeout a call asks for (`timeoutMs`), which may only shorten it."""
         requested = arguments.get("timeoutMs") if isinstance(arguments, dict) else None
@@ -79,7 +78,6 @@ def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
     return slug.strip(), text.strip()
 
 
-
 class AgentInvokeTool:
     """The `agent_invoke` tool (seed 000 §3.2.4): delegate a request to another agent and wait for its answer."""
 
@@ -94,9 +92,11 @@ class AgentInvokeTool:
         "properties": {
             "agentSlug": {"type": "string", "description": "Id of the agent to delegate to, e.g. coding-assistant"},
             "input": {"type": "string", "description": "The complete request for that agent"},
-            "timeoutMs": {"type": "integer", "minimum": 1,
-                          "description": "Optional: give up after this many milliseconds (never later than the "
-                                         "configured limit)"},
+            "timeoutMs": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Optional: give up after this many milliseconds (never later than the configured limit)",
+            },
         },
         "required": ["agentSlug", "input"],
         "additionalProperties": False,

@@ -30,9 +30,27 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
-    "DEFAULT_LANGUAGE", "LANGUAGES", "LOCALE_DIR", "N_", "_", "current_language", "current_timezone",
-    "format_datetime", "format_number", "gettext", "html_lang", "negotiate", "ngettext", "normalize",
-    "npgettext", "pgettext", "set_language", "set_language_resolver", "translations", "use_language", "use_timezone",
+    "DEFAULT_LANGUAGE",
+    "LANGUAGES",
+    "LOCALE_DIR",
+    "N_",
+    "_",
+    "current_language",
+    "current_timezone",
+    "format_datetime",
+    "format_number",
+    "gettext",
+    "html_lang",
+    "negotiate",
+    "ngettext",
+    "normalize",
+    "npgettext",
+    "pgettext",
+    "set_language",
+    "set_language_resolver",
+    "translations",
+    "use_language",
+    "use_timezone",
 ]
 
 LOCALE_DIR = Path(__file__).parent / "locale"
@@ -224,4 +242,3 @@ def format_datetime(moment: datetime | None, *, format: str = "medium") -> str: 
     except (ZoneInfoNotFoundError, ValueError):
         zone = ZoneInfo("UTC")
     return babel_format_datetime(moment, format=format, tzinfo=zone, locale=current_language())
-

@@ -204,8 +204,9 @@ class RedisSubscription:
                 continue
             if self._queue.empty() and self._overflowed:
                 self._unregister()
-                raise SubscriberOverflow(f"subscriber of {self.key!r} fell behind by {self._hub.subscriber_queue} "
-                                         "events")
+                raise SubscriberOverflow(
+                    f"subscriber of {self.key!r} fell behind by {self._hub.subscriber_queue} events"
+                )
             item = await self._queue.get()
             if item is _END:
                 self._closed = True
@@ -324,8 +325,7 @@ class RedisStreamHub:
     """
 
     @classmethod
-    def from_url(cls, url: str, *, command_connections: int = COMMAND_CONNECTIONS,
-                 **options: Any) -> RedisStreamHub:
+    def from_url(cls, url: str, *, command_connections: int = COMMAND_CONNECTIONS, **options: Any) -> RedisStreamHub:
         """A hub on the Redis at `url`, its commands and its followers' blocking reads on pools of their own.
 
         Commands share `command_connections` connections; one waits for a free connection, up to
@@ -333,13 +333,26 @@ class RedisStreamHub:
         out of connections for its appends: redis-py's limit is 100, and with 80 turns streaming on
         one replica an append failed with "Too many connections" and ended its turn.
         """
-        commands = Redis(connection_pool=BlockingConnectionPool.from_url(
-            url, decode_responses=True, max_connections=command_connections, timeout=COMMAND_WAIT_S))
+        commands = Redis(
+            connection_pool=BlockingConnectionPool.from_url(
+                url, decode_responses=True, max_connections=command_connections, timeout=COMMAND_WAIT_S
+            )
+        )
         readers = Redis.from_url(url, decode_responses=True, max_connections=MAX_FOLLOWED_STREAMS)
         return cls(commands, readers=readers, **options)
 
-    def __init__(self, redis: Redis, *, readers: Redis | None = None, prefix: str, owner: str, lease_s: float = 15.0,
-                 max_events: int = 20_000, ttl_s: float = 300.0, subscriber_queue: int = 10_000) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        readers: Redis | None = None,
+        prefix: str,
+        owner: str,
+        lease_s: float = 15.0,
+        max_events: int = 20_000,
+        ttl_s: float = 300.0,
+        subscriber_queue: int = 10_000,
+    ) -> None:
         self.redis = redis
         self.readers = readers if readers is not None else redis
         self.prefix = f"{prefix}hub:"
@@ -363,9 +376,18 @@ class RedisStreamHub:
         self._stopped = False
         self._replica_key = f"{self.prefix}replica:{owner}"
         self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
-        self._scripts = {name: redis.register_script(body) for name, body in {
-            "create": _CREATE, "append": _APPEND, "finish": _FINISH, "meta": _UPDATE_META, "renew": _RENEW,
-            "take_over": _TAKE_OVER, "cancel": _REQUEST_CANCEL}.items()}
+        self._scripts = {
+            name: redis.register_script(body)
+            for name, body in {
+                "create": _CREATE,
+                "append": _APPEND,
+                "finish": _FINISH,
+                "meta": _UPDATE_META,
+                "renew": _RENEW,
+                "take_over": _TAKE_OVER,
+                "cancel": _REQUEST_CANCEL,
+            }.items()
+        }
         self._appends = _AppendBatches(redis, self._scripts["append"])
 
     def _stream(self, key: str) -> str:
@@ -389,8 +411,10 @@ class RedisStreamHub:
         if await self.redis.get(self._replica_key) != self._boot:  # `claim_name` was not called before serving
             if not await self.redis.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000)):
                 raise DuplicateReplica(self._duplicate_message())
-        self._tasks = [asyncio.create_task(self._listen(), name="redis hub: changes and cancels"),
-                       asyncio.create_task(self._renew_forever(), name="redis hub: leases")]
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="redis hub: changes and cancels"),
+            asyncio.create_task(self._renew_forever(), name="redis hub: leases"),
+        ]
 
     def claim_name(self, url: str) -> None:
         """Before serving (blocking, a client of its own): take this replica's INSTANCE_ID for this process.
@@ -419,8 +443,10 @@ class RedisStreamHub:
             client.close()
 
     def _duplicate_message(self) -> str:
-        return (f"another replica runs with INSTANCE_ID={self.owner!r} (or one with that name stopped less than "
-                f"{self.lease_s:g} s ago): give every replica its own INSTANCE_ID")
+        return (
+            f"another replica runs with INSTANCE_ID={self.owner!r} (or one with that name stopped less than "
+            f"{self.lease_s:g} s ago): give every replica its own INSTANCE_ID"
+        )
 
     async def stop(self) -> None:
         """Stop the listeners and followers (open buffers stay in Redis: their leases run out)."""
@@ -459,12 +485,21 @@ class RedisStreamHub:
         meta_json = json.dumps(meta or {})
         first = await self._scripts["create"](
             keys=[self._stream(key), self._hash(key), self.open_set],
-            args=[key, meta_json, self.owner, self._lease_until(), self.changes_channel])
+            args=[key, meta_json, self.owner, self._lease_until(), self.changes_channel],
+        )
         if first == -1:
             raise StreamBusy(f"stream {key!r} is still open")
         self._owned.add(key)
-        info = BufferInfo(key=key, state=BufferState.OPEN, first_id=first, last_id=first - 1, dropped=0, error=None,
-                          meta=dict(meta or {}), subscribers=len(self._subscribers.get(key, ())))
+        info = BufferInfo(
+            key=key,
+            state=BufferState.OPEN,
+            first_id=first,
+            last_id=first - 1,
+            dropped=0,
+            error=None,
+            meta=dict(meta or {}),
+            subscribers=len(self._subscribers.get(key, ())),
+        )
         self._mirror[key] = info
         self._finished_at.pop(key, None)
         return info
@@ -478,8 +513,9 @@ class RedisStreamHub:
         """
         # A cancel (Stop) during the call must not leave it half known: the caller has counted the event (a turn
         # saves the text it appended), so the append completes, then the cancel goes on.
-        call = self._appends.submit([self._stream(key), self._hash(key)],
-                                    [type, json.dumps(data or {}, default=str), self.max_events])
+        call = self._appends.submit(
+            [self._stream(key), self._hash(key)], [type, json.dumps(data or {}, default=str), self.max_events]
+        )
         try:
             event_id = await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -502,7 +538,8 @@ class RedisStreamHub:
         """Mark the buffer done (or errored with `error`); every replica's subscribers end after what they have."""
         last = await self._scripts["finish"](
             keys=[self._stream(key), self._hash(key), self.open_set],
-            args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel])
+            args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel],
+        )
         owned = key in self._owned
         self._owned.discard(key)
         if last == -2:
@@ -516,8 +553,9 @@ class RedisStreamHub:
 
     async def update_meta(self, key: str, **meta: Any) -> None:
         """Merge `meta` into the buffer's metadata."""
-        done = await self._scripts["meta"](keys=[self._hash(key)],
-                                           args=[json.dumps(meta, default=str), self.changes_channel, key])
+        done = await self._scripts["meta"](
+            keys=[self._hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
+        )
         if done == -1:
             if await self.redis.exists(self._hash(key)):
                 raise StreamClosed(f"stream {key!r} is finished")
@@ -544,9 +582,15 @@ class RedisStreamHub:
             if not seq:
                 first = max(first, number)
         info = BufferInfo(
-            key=key, state=BufferState(state["state"]), first_id=first, last_id=int(state.get("next", 1)) - 1,
-            dropped=0, error=state.get("error") or None, meta=json.loads(state.get("meta") or "{}"),
-            subscribers=len(self._subscribers.get(key, ())))
+            key=key,
+            state=BufferState(state["state"]),
+            first_id=first,
+            last_id=int(state.get("next", 1)) - 1,
+            dropped=0,
+            error=state.get("error") or None,
+            meta=json.loads(state.get("meta") or "{}"),
+            subscribers=len(self._subscribers.get(key, ())),
+        )
         self._mirror[key] = info
         if info.state is not BufferState.OPEN:
             self._finished_at.setdefault(key, time.monotonic())
@@ -638,8 +682,9 @@ class RedisStreamHub:
 
     async def take_over(self, key: str) -> bool:
         """Become the owner of an open buffer whose lease expired (to end it); False when it was not expired."""
-        taken = await self._scripts["take_over"](keys=[self._hash(key)],
-                                                 args=[self.owner, _now_ms(), self._lease_until()])
+        taken = await self._scripts["take_over"](
+            keys=[self._hash(key)], args=[self.owner, _now_ms(), self._lease_until()]
+        )
         if taken == 1:
             self._owned.add(key)
             return True
@@ -740,8 +785,11 @@ class RedisStreamHub:
 
     @staticmethod
     def _event(number: int, fields: dict[str, str]) -> StreamEvent:
-        return StreamEvent(number, fields.get("t", ""), json.loads(fields.get("d") or "{}")
-                           if fields.get("t") != END_TYPE else {"error": fields.get("d") or None})
+        return StreamEvent(
+            number,
+            fields.get("t", ""),
+            json.loads(fields.get("d") or "{}") if fields.get("t") != END_TYPE else {"error": fields.get("d") or None},
+        )
 
     def _register(self, sub: RedisSubscription) -> None:
         self._subscribers.setdefault(sub.key, set()).add(sub)
@@ -751,7 +799,8 @@ class RedisStreamHub:
     def _follow_soon(self, key: str, after: int | None = None) -> None:
         if key not in self._followers:
             self._followers[key] = asyncio.get_running_loop().create_task(
-                self._follow(key, after), name=f"redis hub: follow {key}")
+                self._follow(key, after), name=f"redis hub: follow {key}"
+            )
 
     def _deliver(self, key: str, item: tuple[str, int, StreamEvent]) -> None:
         """Hand one live event (or the end) to this replica's subscribers of `key`.

@@ -308,8 +308,11 @@ def hub_sse_response(
         subscription = hub.subscribe(key, after=after)
         if subscription.gap or subscription.ahead:
             subscription.close()
-            reset_reason = (f"events after {after} are no longer buffered" if subscription.gap
-                            else f"event {after} does not belong to this stream")
+            reset_reason = (
+                f"events after {after} are no longer buffered"
+                if subscription.gap
+                else f"event {after} does not belong to this stream"
+            )
             subscription, after = hub.subscribe(key), None
     except UnknownStream:
         return stream_not_found()
@@ -337,14 +340,19 @@ def _hub_frame(event: StreamEvent, named: frozenset[str], shape: Shape | None = 
     try:
         text = _encoder.encode(payload)
     except (TypeError, ValueError, RecursionError):
-        log.exception("hub event %d (%s) is not JSON-serialisable; sent with str() for unknown values",
-                      event.id, event.type)
+        log.exception(
+            "hub event %d (%s) is not JSON-serialisable; sent with str() for unknown values", event.id, event.type
+        )
         text = _lenient_encoder.encode(payload)
     return encode_event(text, event=name, id=event.id)
 
 
 async def _hub_connection(
-    subscription: Subscription, reset_reason: str | None, named: frozenset[str], prefix: bytes, after: int,
+    subscription: Subscription,
+    reset_reason: str | None,
+    named: frozenset[str],
+    prefix: bytes,
+    after: int,
     shape: Shape | None = None,
 ) -> AsyncIterator[bytes]:
     last_id = after
@@ -356,8 +364,11 @@ async def _hub_connection(
         try:
             async for events in batches:
                 last_id = events[-1].id
-                chunk = b"".join([_hub_frame(event, named, shape) for event in events]) if len(events) > 1 else \
-                    _hub_frame(events[0], named, shape)
+                chunk = (
+                    b"".join([_hub_frame(event, named, shape) for event in events])
+                    if len(events) > 1
+                    else _hub_frame(events[0], named, shape)
+                )
                 if prefix:
                     chunk = prefix + chunk
                     prefix = b""

@@ -89,9 +89,7 @@ def _check_event_name(event: Any) -> None:
         raise ValueError(f"an event type must be one line, got {event!r}")
 
 
-
 _resume_id_of = last_event_id  # `SSEStream.attach` has a parameter of that name
-
 
 
 # -- SSEStream ----------------------------------------------------------------------------------

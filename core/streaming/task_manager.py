@@ -146,8 +146,14 @@ class TaskEvents:
             return None
         meta = info.meta
         return TaskSnapshot(
-            task_id=task_id, state=meta.get("state"), message=meta.get("message"), progress=meta.get("progress"),
-            open=info.state is BufferState.OPEN, error=info.error, last_event_id=info.last_id, meta=dict(meta),
+            task_id=task_id,
+            state=meta.get("state"),
+            message=meta.get("message"),
+            progress=meta.get("progress"),
+            open=info.state is BufferState.OPEN,
+            error=info.error,
+            last_event_id=info.last_id,
+            meta=dict(meta),
         )
 
     def subscribe(self, task_id: str, after: int | None = None) -> Subscription:

@@ -5,7 +5,8 @@ answer (`schemas.py`); limits on what is read from outside, body sizes and JSON 
 (`input_limits.py`); the names the server answers to and no changes from other sites
 (`request_guards.py`); requests that arrive together start a few per pass of the event loop
 (`start_gate.py`); slow and greedy clients: a deadline for request headers, a cap on one
-address's connections, the open-files limit (`connections.py`); `/openapi.json`, `/docs` and `/redoc` served offline (`api_docs.py`); and
+address's connections, the open-files limit (`connections.py`); `/openapi.json`, `/docs` and `/redoc`
+served offline (`api_docs.py`); and
 external text in log lines (`logtext.py`); errors with a machine `code`, in the caller's
 `Accept-Language` (`errors.py`); which addresses a URL that people name may reach, for card
 fetches and model endpoints alike (`outbound_policy.py`: it decides, it does not fetch).

@@ -53,25 +53,29 @@ def _api_docs_router(title: str) -> APIRouter:
     async def read_swagger_ui(request: Request) -> HTMLResponse:
         """Swagger UI."""
         root = request.scope.get("root_path", "")
-        return _same_origin_only(get_swagger_ui_html(
-            openapi_url=f"{root}{OPENAPI_URL}",
-            title=f"{title} - Swagger UI",
-            swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-        ))
+        return _same_origin_only(
+            get_swagger_ui_html(
+                openapi_url=f"{root}{OPENAPI_URL}",
+                title=f"{title} - Swagger UI",
+                swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
+                swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
+                swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+            )
+        )
 
     @router.get(REDOC_URL)
     async def read_redoc(request: Request) -> HTMLResponse:
         """ReDoc."""
         root = request.scope.get("root_path", "")
-        return _same_origin_only(get_redoc_html(
-            openapi_url=f"{root}{OPENAPI_URL}",
-            title=f"{title} - ReDoc",
-            redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-            with_google_fonts=False,
-        ))
+        return _same_origin_only(
+            get_redoc_html(
+                openapi_url=f"{root}{OPENAPI_URL}",
+                title=f"{title} - ReDoc",
+                redoc_js_url=f"{root}{ASSETS_URL}/redoc.standalone.js",
+                redoc_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
+                with_google_fonts=False,
+            )
+        )
 
     return router
 

@@ -83,7 +83,15 @@ def _content_length(scope: Scope) -> int | None:
 
 async def _refuse(send: Send, limit: int) -> None:
     body = json.dumps({"detail": _too_large(limit), "code": "too_large"}, ensure_ascii=True).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

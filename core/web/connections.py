@@ -56,9 +56,13 @@ def _answer(status: str, body: dict[str, str] | None = None) -> bytes:
 
 
 # Written before any request is read, so there is no Accept-Language to translate to: English.
-TOO_MANY_CONNECTIONS = _answer("429 Too Many Requests", {
-    "detail": "Too many open connections from your address. Close some, or wait, and try again.",
-    "code": "too_many_connections"})
+TOO_MANY_CONNECTIONS = _answer(
+    "429 Too Many Requests",
+    {
+        "detail": "Too many open connections from your address. Close some, or wait, and try again.",
+        "code": "too_many_connections",
+    },
+)
 HEADERS_TOO_SLOW = _answer("408 Request Timeout")
 
 
@@ -111,8 +115,11 @@ class ConnectionLimits:
         now = time.monotonic()
         if now - self._warned.get(address, -CAP_WARNING_INTERVAL_S) >= CAP_WARNING_INTERVAL_S:
             self._warned[address] = now
-            log.warning("%s holds %d connections, MAX_CONNECTIONS_PER_ADDRESS: its new ones are closed",
-                        address, self.max_per_address)
+            log.warning(
+                "%s holds %d connections, MAX_CONNECTIONS_PER_ADDRESS: its new ones are closed",
+                address,
+                self.max_per_address,
+            )
 
 
 class GuardedHttpProtocol(HttpToolsProtocol):

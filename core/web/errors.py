@@ -26,9 +26,19 @@ __all__ = ["STATUS_CODES", "ApiError", "LanguageMiddleware", "error_code", "inst
 
 # The code of an error that names none of its own, by HTTP status.
 STATUS_CODES: dict[int, str] = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-    409: "conflict", 413: "too_large", 415: "unsupported_media_type", 422: "invalid_request",
-    429: "too_many_requests", 500: "internal_error", 502: "bad_gateway", 503: "unavailable",
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    500: "internal_error",
+    502: "bad_gateway",
+    503: "unavailable",
 }
 API_PREFIXES = ("/api", "/a2a")
 API_FOLDERS = tuple(f"{prefix}/" for prefix in API_PREFIXES)  # every address under them is the API's
@@ -87,8 +97,9 @@ def install_error_handlers(app: FastAPI) -> None:
         # API answers, not with NiceGUI's page: that page makes a NiceGUI client of a request that has no
         # browser session (API callers get none, ui/asgi_middlewares.py), and NiceGUI's storage pruning
         # then fails on it every 10 s (`KeyError: 'id'`) until the client is dropped a minute later.
-        if (routed and path.startswith(API_PREFIXES) or path.startswith(API_FOLDERS)) \
-                and isinstance(exc, StarletteHTTPException):
+        if (routed and path.startswith(API_PREFIXES) or path.startswith(API_FOLDERS)) and isinstance(
+            exc, StarletteHTTPException
+        ):
             return await api_error_response(request, exc)
         if page_404 is not None:
             return await page_404(request, exc)

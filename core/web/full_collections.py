@@ -40,8 +40,14 @@ class FullCollections:
             (if the young ones ran since), even before CPython would ask for one.
     """
 
-    def __init__(self, busy: Callable[[], bool], *, check_s: float = 0.25, max_interval_s: float = 60.0,
-                 quiet_after_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        busy: Callable[[], bool],
+        *,
+        check_s: float = 0.25,
+        max_interval_s: float = 60.0,
+        quiet_after_s: float = 5.0,
+    ) -> None:
         self.busy = busy
         self.check_s = check_s
         self.max_interval_s = max_interval_s
@@ -87,8 +93,11 @@ class FullCollections:
         gc.collect(2)
         self._last = time.monotonic()
         self.collections += 1
-        log.debug("full garbage collection: %.1f ms%s", (time.perf_counter() - started) * 1000,
-                  " (overdue)" if overdue else "")
+        log.debug(
+            "full garbage collection: %.1f ms%s",
+            (time.perf_counter() - started) * 1000,
+            " (overdue)" if overdue else "",
+        )
         return True
 
     async def _run(self) -> None:

@@ -35,7 +35,9 @@ def _escape(ch: str) -> str:
 # Records are known by their message: what failed is the client's request, whatever the exception.
 SDK_CLIENT_FAULTS = {
     "a2a.server.routes.jsonrpc_dispatcher": (
-        {"Failed to parse request params", "Failed to validate base JSON-RPC request"}, True),
+        {"Failed to parse request params", "Failed to validate base JSON-RPC request"},
+        True,
+    ),
     "a2a.compat.v0_3.jsonrpc_adapter": ({"Failed to validate base JSON-RPC request for v0.3"}, False),
 }
 

@@ -98,13 +98,17 @@ class LoopProbe:
     def report(self) -> str:
         """Log the longest block since the last report, and start a new window; returns the line."""
         now = time.perf_counter()
-        line = (f"{LINE_PREFIX} {self.longest_s * 1000:.1f} ms at {self.longest_at_s:.2f} s "
-                f"over {now - self.window_start:.2f} s ({self.ticks:,} ticks, {self.long_blocks} over "
-                f"{LONG_BLOCK_S * 1000:.0f} ms); longest gc {self.longest_gc_s * 1000:.1f} ms "
-                f"(generation {self.longest_gc_generation}), {self.full_collections} full")
+        line = (
+            f"{LINE_PREFIX} {self.longest_s * 1000:.1f} ms at {self.longest_at_s:.2f} s "
+            f"over {now - self.window_start:.2f} s ({self.ticks:,} ticks, {self.long_blocks} over "
+            f"{LONG_BLOCK_S * 1000:.0f} ms); longest gc {self.longest_gc_s * 1000:.1f} ms "
+            f"(generation {self.longest_gc_generation}), {self.full_collections} full"
+        )
         if self.busy is not None:
-            line += (f"; while streams run: longest {self.longest_streaming_s * 1000:.1f} ms, "
-                     f"{self.streaming_long_blocks} over {LONG_BLOCK_S * 1000:.0f} ms")
+            line += (
+                f"; while streams run: longest {self.longest_streaming_s * 1000:.1f} ms, "
+                f"{self.streaming_long_blocks} over {LONG_BLOCK_S * 1000:.0f} ms"
+            )
         log.info("%s", line)
         self.longest_s, self.longest_at_s, self.long_blocks, self.ticks, self.window_start = 0.0, 0.0, 0, 0, now
         self.longest_streaming_s, self.streaming_long_blocks = 0.0, 0

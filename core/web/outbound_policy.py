@@ -114,9 +114,14 @@ def refusal(address: IPAddress) -> str | None:
         return METADATA
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    for test, what in (("is_unspecified", "an unspecified address"), ("is_loopback", "a loopback address"),
-                       ("is_link_local", "a link-local address"), ("is_multicast", "a multicast address"),
-                       ("is_private", "a private address"), ("is_reserved", "a reserved address")):
+    for test, what in (
+        ("is_unspecified", "an unspecified address"),
+        ("is_loopback", "a loopback address"),
+        ("is_link_local", "a link-local address"),
+        ("is_multicast", "a multicast address"),
+        ("is_private", "a private address"),
+        ("is_reserved", "a reserved address"),
+    ):
         if getattr(address, test):
             return what
     if not address.is_global:

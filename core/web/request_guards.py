@@ -70,13 +70,17 @@ class RequestGuardMiddleware:
 
     def _refusal(self, scope: Scope, host: str, origin: str | None) -> tuple[int, str] | None:
         if not self.any_host and host_name(host) not in self.trusted_hosts:
-            return 400, (f"This server does not answer to the name {host_name(host)[:100]!r}. If that is how you "
-                         "reach it, add the name to TRUSTED_HOSTS or set PUBLIC_BASE_URL.")
+            return 400, (
+                f"This server does not answer to the name {host_name(host)[:100]!r}. If that is how you "
+                "reach it, add the name to TRUSTED_HOSTS or set PUBLIC_BASE_URL."
+            )
         state_changing = scope["type"] == "websocket" or scope.get("method", "GET") not in SAFE_METHODS
         if origin is None or not state_changing:
             return None
         netloc = urlsplit(origin).netloc.lower() if origin != "null" else ""
         if netloc and (netloc == host.strip().lower() or netloc in self.trusted_netlocs):
             return None
-        return 403, (f"Refused a request from another site (Origin {origin[:100]!r}): this app accepts changes "
-                     "and WebSockets only from its own pages.")
+        return 403, (
+            f"Refused a request from another site (Origin {origin[:100]!r}): this app accepts changes "
+            "and WebSockets only from its own pages."
+        )

@@ -54,6 +54,7 @@ class RequestBody(BaseModel):
 async def validation_error_response(_request: Request, exc: Exception) -> Response:
     """FastAPI's 422 (`{"detail": [errors]}`, with `code` as every API error, errors.py), as ASCII JSON."""
     assert isinstance(exc, RequestValidationError)
-    body = json.dumps({"detail": jsonable_encoder(exc.errors()), "code": "invalid_request"}, ensure_ascii=True,
-                      default=repr)
+    body = json.dumps(
+        {"detail": jsonable_encoder(exc.errors()), "code": "invalid_request"}, ensure_ascii=True, default=repr
+    )
     return Response(body, status_code=422, media_type="application/json")

@@ -26,8 +26,9 @@ from tests.utils.broker import FakeAgent, broker_app, serve_app, wait_for
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory):
-    with app_process(tmp_path_factory.mktemp("bad-input") / "data", DEMO_MODEL_DELAY_MS="1",
-                     BROKER_DISPATCH_TOKEN="bad-input-token") as running:
+    with app_process(
+        tmp_path_factory.mktemp("bad-input") / "data", DEMO_MODEL_DELAY_MS="1", BROKER_DISPATCH_TOKEN="bad-input-token"
+    ) as running:
         running.wait_until_serving()
         yield running
 
@@ -79,20 +80,30 @@ async def test_a_number_of_5000_digits_is_a_parse_error_in_our_words(tmp_path: P
 SURROGATE = "hi \ud800 there"
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/api/sessions", {"title": SURROGATE}, "title"),
-    ("/api/a2a/keys", {"name": SURROGATE}, "name"),
-    ("/api/agents", {"id": "x", "name": SURROGATE}, "name"),
-    ("/a2a/tasks/dispatch", {"task": SURROGATE, "targetAgent": "t", "agentId": 1, "chatId": "c"}, "task"),
-    ("/a2a/tasks/dispatch", {"task": "t", "targetAgent": "t", "agentId": 1, "chatId": "c",
-                             "macAddress": SURROGATE}, "macAddress"),
-    ("/api/sessions/{sid}/messages", {"content": SURROGATE}, "content"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/sessions", {"title": SURROGATE}, "title"),
+        ("/api/a2a/keys", {"name": SURROGATE}, "name"),
+        ("/api/agents", {"id": "x", "name": SURROGATE}, "name"),
+        ("/a2a/tasks/dispatch", {"task": SURROGATE, "targetAgent": "t", "agentId": 1, "chatId": "c"}, "task"),
+        (
+            "/a2a/tasks/dispatch",
+            {"task": "t", "targetAgent": "t", "agentId": 1, "chatId": "c", "macAddress": SURROGATE},
+            "macAddress",
+        ),
+        ("/api/sessions/{sid}/messages", {"content": SURROGATE}, "content"),
+    ],
+)
 def test_a_lone_surrogate_is_422_naming_the_field(app: AppProcess, path: str, body: dict, field: str) -> None:
     sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
     raw = json.dumps(body).encode()  # JSON's own escape (\ud800), as a client sends it
-    response = httpx.post(f"{app.base_url}{path.format(sid=sid)}", content=raw, timeout=5,
-                          headers={"content-type": "application/json", "authorization": "Bearer bad-input-token"})
+    response = httpx.post(
+        f"{app.base_url}{path.format(sid=sid)}",
+        content=raw,
+        timeout=5,
+        headers={"content-type": "application/json", "authorization": "Bearer bad-input-token"},
+    )
     assert response.status_code == 422, response.text
     [error] = response.json()["detail"]
     assert error["loc"][-1] == field and "unicode" in error["msg"].lower()
@@ -109,8 +120,9 @@ def test_an_impossible_key_id_is_422(app: AppProcess, key_id: str) -> None:
 def test_an_impossible_last_event_id_restarts_the_stream_with_a_reason(app: AppProcess, last_id: str) -> None:
     sid = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=5).json()["id"]
     httpx.post(f"{app.base_url}/api/sessions/{sid}/messages", json={"content": "hello"}, timeout=5)
-    with httpx.stream("GET", f"{app.base_url}/api/sessions/{sid}/stream", headers={"Last-Event-ID": last_id},
-                      timeout=10) as response:
+    with httpx.stream(
+        "GET", f"{app.base_url}/api/sessions/{sid}/stream", headers={"Last-Event-ID": last_id}, timeout=10
+    ) as response:
         assert response.status_code == 200
         first = next(line for line in response.iter_lines() if line.startswith("data:"))
     assert '"reset"' in first or "reset" in first
@@ -118,13 +130,16 @@ def test_an_impossible_last_event_id_restarts_the_stream_with_a_reason(app: AppP
     assert after is None and ("out of range" in reason or "not a number" in reason) and len(reason) < 100
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("plain 中文 text", "plain 中文 text"),
-    ("forged\r\n2026-01-01 INFO core: all good", "forged\\r\\n2026-01-01 INFO core: all good"),
-    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
-    ("line\u2028sep", "line\\u2028sep"),
-    ("x" * 300, "x" * 200 + "… (+100 characters)"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("plain 中文 text", "plain 中文 text"),
+        ("forged\r\n2026-01-01 INFO core: all good", "forged\\r\\n2026-01-01 INFO core: all good"),
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("line\u2028sep", "line\\u2028sep"),
+        ("x" * 300, "x" * 200 + "… (+100 characters)"),
+    ],
+)
 def test_loggable(text: str, expected: str) -> None:
     assert loggable(text) == expected
 
@@ -146,8 +161,7 @@ async def test_a_bad_agent_line_is_one_warning_without_forged_lines(tmp_path: Pa
 
 
 @pytest.mark.parametrize("path", ["/api/../../bar", "/a2a/%2e%2e/%2e%2e/bar", "/api/nope", "/a2a/agents/x/y/z"])
-def test_an_unknown_api_address_is_a_json_404_and_leaves_nicegui_nothing_to_trip_on(app: AppProcess,
-                                                                                   path: str) -> None:
+def test_an_unknown_api_address_is_a_json_404_and_leaves_nicegui_nothing_to_trip_on(app: AppProcess, path: str) -> None:
     """Sent raw (no client normalises the dots); NiceGUI's 404 page would leave it a client without a session."""
     host, port = app.base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
@@ -169,43 +183,71 @@ def rpc(app: AppProcess):
     key = httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "fuzz"}, timeout=5).json()["key"]
 
     def call(content: bytes, **headers: str) -> httpx.Response:
-        return httpx.post(f"{app.base_url}/a2a/agents/coding-assistant", content=content, timeout=10,
-                          headers={"authorization": f"Bearer {key}", "content-type": "application/json", **headers})
+        return httpx.post(
+            f"{app.base_url}/a2a/agents/coding-assistant",
+            content=content,
+            timeout=10,
+            headers={"authorization": f"Bearer {key}", "content-type": "application/json", **headers},
+        )
 
     return call
 
 
-MESSAGE_03 = {"message": {"role": "user", "messageId": "m1", "kind": "message",
-                          "parts": [{"kind": "text", "text": "hi"}]}}
+MESSAGE_03 = {
+    "message": {"role": "user", "messageId": "m1", "kind": "message", "parts": [{"kind": "text", "text": "hi"}]}
+}
 
 
 def rpc_body(method: str, params: object) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
 
 
-@pytest.mark.parametrize(("body", "headers", "code", "words"), [
-    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\xff"}}', {}, -32700, "not UTF-8"),
-    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":' + b"[" * 3000 + b"]" * 3000 + b"}", {}, -32700,
-     "nests more than 64"),
-    (b'{"jsonrpc": "2.0", "id": 1, "method"', {}, -32700, "Expecting"),
-    (rpc_body("ListTasks", {"pageToken": "abc"}), {"A2A-Version": "1.0"}, -32602, "pageToken 'abc'"),
-    (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
-    (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
-    (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
-    # A method of one protocol version asked for under another: -32009 naming the version it is of.
-    (rpc_body("message/send", MESSAGE_03), {"A2A-Version": "1.0"}, -32009,
-     "message/send is a method of A2A 0.3, but the request asks for A2A '1.0'. Expected version '0.3': send "
-     "'A2A-Version: 0.3' or none, or call SendMessage, its A2A 1.0 name."),
-    (rpc_body("tasks/get", {"id": "x"}), {"A2A-Version": "1.1"}, -32009, "or call GetTask, its A2A 1.0 name"),
-    (rpc_body("message/stream", MESSAGE_03), {"A2A-Version": "2.0"}, -32009,
-     "A2A '2.0', which this server does not speak (it speaks 1.0 and 0.3)"),
-    (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "0.3"}, -32009, "or call tasks/get, its A2A 0.3 name"),
-    (rpc_body("SendMessage", {}), {}, -32009, "asks for A2A '0.3' (no A2A-Version header means 0.3)"),
-    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","n":' + b"9" * 5000 + b"}}",
-     {"A2A-Version": "1.0"}, -32700, "Parse error: a number has more than 4300 digits"),
-    (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"tasks/get","params":{"id":"x"}}', {}, -32700,
-     "Parse error: a number has more than 4300 digits"),
-])
+@pytest.mark.parametrize(
+    ("body", "headers", "code", "words"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"\xff"}}', {}, -32700, "not UTF-8"),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":' + b"[" * 3000 + b"]" * 3000 + b"}",
+            {},
+            -32700,
+            "nests more than 64",
+        ),
+        (b'{"jsonrpc": "2.0", "id": 1, "method"', {}, -32700, "Expecting"),
+        (rpc_body("ListTasks", {"pageToken": "abc"}), {"A2A-Version": "1.0"}, -32602, "pageToken 'abc'"),
+        (rpc_body("ListTasks", {"pageToken": "9" * 30}), {"A2A-Version": "1.0"}, -32602, "not one this server"),
+        (rpc_body("Frobnicate", {}), {}, -32601, "Method not found: 'Frobnicate'"),
+        (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "9.9"}, -32009, "9.9"),
+        # A method of one protocol version asked for under another: -32009 naming the version it is of.
+        (
+            rpc_body("message/send", MESSAGE_03),
+            {"A2A-Version": "1.0"},
+            -32009,
+            "message/send is a method of A2A 0.3, but the request asks for A2A '1.0'. Expected version '0.3': send "
+            "'A2A-Version: 0.3' or none, or call SendMessage, its A2A 1.0 name.",
+        ),
+        (rpc_body("tasks/get", {"id": "x"}), {"A2A-Version": "1.1"}, -32009, "or call GetTask, its A2A 1.0 name"),
+        (
+            rpc_body("message/stream", MESSAGE_03),
+            {"A2A-Version": "2.0"},
+            -32009,
+            "A2A '2.0', which this server does not speak (it speaks 1.0 and 0.3)",
+        ),
+        (rpc_body("GetTask", {"id": "x"}), {"A2A-Version": "0.3"}, -32009, "or call tasks/get, its A2A 0.3 name"),
+        (rpc_body("SendMessage", {}), {}, -32009, "asks for A2A '0.3' (no A2A-Version header means 0.3)"),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","n":' + b"9" * 5000 + b"}}",
+            {"A2A-Version": "1.0"},
+            -32700,
+            "Parse error: a number has more than 4300 digits",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"tasks/get","params":{"id":"x"}}',
+            {},
+            -32700,
+            "Parse error: a number has more than 4300 digits",
+        ),
+    ],
+)
 def test_json_rpc_errors_have_their_own_code_and_say_what_is_wrong(rpc, body, headers, code, words) -> None:
     response = rpc(body, **headers)
     assert response.status_code < 500
@@ -218,13 +260,29 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
-methods = st.sampled_from(["SendMessage", "GetTask", "ListTasks", "CancelTask", "message/send", "tasks/get",
-                           "SubscribeToTask", "GetExtendedAgentCard", "nope", ""])
+methods = st.sampled_from(
+    [
+        "SendMessage",
+        "GetTask",
+        "ListTasks",
+        "CancelTask",
+        "message/send",
+        "tasks/get",
+        "SubscribeToTask",
+        "GetExtendedAgentCard",
+        "nope",
+        "",
+    ]
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(method=methods, params=json_values, version=st.sampled_from([None, "1.0", "0.3", "x"]),
-       raw=st.one_of(st.none(), st.binary(max_size=60)))
+@given(
+    method=methods,
+    params=json_values,
+    version=st.sampled_from([None, "1.0", "0.3", "x"]),
+    raw=st.one_of(st.none(), st.binary(max_size=60)),
+)
 def test_fuzzed_json_rpc_never_gets_a_5xx(rpc, method, params, version, raw) -> None:
     headers = {"A2A-Version": version} if version else {}
     response = rpc(raw if raw is not None else rpc_body(method, params), **headers)

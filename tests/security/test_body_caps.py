@@ -21,8 +21,11 @@ CAP = 100_000
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
-    with app_process(tmp_path_factory.mktemp("body-caps") / "data", MAX_REQUEST_BODY_BYTES=str(CAP),
-                     BROKER_DISPATCH_TOKEN="caps-token") as running:
+    with app_process(
+        tmp_path_factory.mktemp("body-caps") / "data",
+        MAX_REQUEST_BODY_BYTES=str(CAP),
+        BROKER_DISPATCH_TOKEN="caps-token",
+    ) as running:
         running.wait_until_serving()
         yield running
 
@@ -33,16 +36,23 @@ def oversized_json() -> bytes:
 
 @pytest.mark.parametrize("path", ["/api/sessions", "/api/agents", "/api/a2a/keys", "/a2a/tasks/dispatch"])
 def test_a_body_over_the_cap_is_refused_with_413_and_its_code(app: AppProcess, path: str) -> None:
-    response = httpx.post(f"{app.base_url}{path}", content=oversized_json(),
-                          headers={"content-type": "application/json"}, timeout=10)
+    response = httpx.post(
+        f"{app.base_url}{path}", content=oversized_json(), headers={"content-type": "application/json"}, timeout=10
+    )
     assert response.status_code == 413
-    assert response.json() == {"detail": f"The request body is too large: at most {CAP} bytes are accepted.",
-                               "code": "too_large"}
+    assert response.json() == {
+        "detail": f"The request body is too large: at most {CAP} bytes are accepted.",
+        "code": "too_large",
+    }
 
 
 def test_the_refusal_is_in_the_callers_language(app: AppProcess) -> None:
-    response = httpx.post(f"{app.base_url}/api/sessions", content=oversized_json(),
-                          headers={"content-type": "application/json", "accept-language": "zh-CN"}, timeout=10)
+    response = httpx.post(
+        f"{app.base_url}/api/sessions",
+        content=oversized_json(),
+        headers={"content-type": "application/json", "accept-language": "zh-CN"},
+        timeout=10,
+    )
     assert response.status_code == 413 and response.json()["code"] == "too_large"
     assert str(CAP) in response.json()["detail"] and "request body" not in response.json()["detail"]
 
@@ -54,16 +64,19 @@ def test_a_chunked_body_without_length_is_cut_off_while_it_is_read(app: AppProce
             yield b"y" * 10_000
         yield b'"}'
 
-    response = httpx.post(f"{app.base_url}/api/sessions", content=chunks(),
-                          headers={"content-type": "application/json"}, timeout=10)
+    response = httpx.post(
+        f"{app.base_url}/api/sessions", content=chunks(), headers={"content-type": "application/json"}, timeout=10
+    )
     assert response.status_code == 413 and response.json()["code"] == "too_large"
 
 
 def test_a_declared_length_over_the_cap_is_answered_without_waiting_for_the_body(app: AppProcess) -> None:
     """A client that announces 1 GB and sends nothing more gets its 413 at once: nothing is read."""
     port = int(app.base_url.rsplit(":", 1)[1])
-    head = (f"POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            "Content-Length: 1000000000\r\n\r\n{")
+    head = (
+        f"POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000000000\r\n\r\n{"
+    )
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(head.encode())
         status_line = sock.recv(4096).split(b"\r\n", 1)[0]
@@ -74,6 +87,5 @@ def test_bodies_under_the_cap_still_work(app: AppProcess) -> None:
     created = httpx.post(f"{app.base_url}/api/sessions", json={}, timeout=10)
     assert created.status_code in (200, 201)
     session_id = created.json()["id"]
-    sent = httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "z" * 15_000},
-                      timeout=10)
+    sent = httpx.post(f"{app.base_url}/api/sessions/{session_id}/messages", json={"content": "z" * 15_000}, timeout=10)
     assert sent.status_code in (200, 202), sent.text

@@ -45,24 +45,31 @@ async def test_dispatch_and_cancel_need_a_credential_and_cancel_reaches_only_one
         assert ack["status"] == "accepted"
         await agent.next_request("message/stream")
         # Bob names alice's chat: nothing of hers is touched, and the answer is the one for an idle chat.
-        assert (await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"},
-                                headers=bearer(bob))).json() == {"canceled": 0}
-        assert (await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"},
-                                headers=bearer(DISPATCH_TOKEN))).json() == {"canceled": 0}
+        assert (await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"}, headers=bearer(bob))).json() == {
+            "canceled": 0
+        }
+        assert (
+            await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"}, headers=bearer(DISPATCH_TOKEN))
+        ).json() == {"canceled": 0}
         assert [t.state for t in services.broker.running_tasks() if t.id == ack["taskId"]] == ["submitted"]
-        assert (await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"},
-                                headers=bearer(alice))).json() == {"canceled": 1}
+        assert (await http.post("/a2a/tasks/cancel", json={"chatId": "shared-chat"}, headers=bearer(alice))).json() == {
+            "canceled": 1
+        }
 
         # The dispatch token is a credential of its own.
         assert (await http.post("/a2a/tasks/dispatch", json=BODY, headers=bearer(DISPATCH_TOKEN))).json()[
-            "status"] == "accepted"
+            "status"
+        ] == "accepted"
         await agent.close()
 
 
-@pytest.mark.parametrize(("settings", "allowed"), [
-    ({"broker_open_dispatch": True}, True),  # the seed's open mode, for trusted networks only
-    ({"broker_dispatch_token": None}, False),
-])
+@pytest.mark.parametrize(
+    ("settings", "allowed"),
+    [
+        ({"broker_open_dispatch": True}, True),  # the seed's open mode, for trusted networks only
+        ({"broker_dispatch_token": None}, False),
+    ],
+)
 async def test_anonymous_dispatch_only_in_open_mode(tmp_path: Path, settings: dict, allowed: bool) -> None:
     services = Services.build(make_settings(tmp_path, **settings))
     services.prepare()
@@ -73,4 +80,5 @@ async def test_anonymous_dispatch_only_in_open_mode(tmp_path: Path, settings: di
             assert response.json() == {"status": "no_agent"}
         # Without a configured dispatch token, no bearer value can match "none".
         assert (await http.post("/a2a/tasks/dispatch", json=BODY, headers=bearer("None"))).status_code == (
-            200 if allowed else 401)
+            200 if allowed else 401
+        )

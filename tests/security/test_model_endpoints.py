@@ -33,8 +33,14 @@ ENV_OPENAI, ENV_ANTHROPIC, ENV_GLOBAL = "sk-env-openai-1111", "sk-env-anthropic-
 STORED = "sk-stored-4444"
 SECRETS = {ENV_OPENAI, ENV_ANTHROPIC, ENV_GLOBAL, STORED}
 ALICE, BOB = ("alice", "alice-password"), ("bob", "bob-password")
-METADATA_FORMS = ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe",
-                  "2002:a9fe:a9fe::1", "::169.254.169.254"]
+METADATA_FORMS = [
+    "169.254.169.254",
+    "fd00:ec2::254",
+    "::ffff:169.254.169.254",
+    "64:ff9b::a9fe:a9fe",
+    "2002:a9fe:a9fe::1",
+    "::169.254.169.254",
+]
 
 
 def secrets_seen(server: OpenAIServer) -> set[str]:
@@ -44,8 +50,10 @@ def secrets_seen(server: OpenAIServer) -> set[str]:
 
 def keys_seen(server: OpenAIServer) -> list[str]:
     """The credential each request carried (Authorization or x-api-key)."""
-    return [r.headers.get("x-api-key") or r.headers.get("authorization", "").removeprefix("Bearer ")
-            for r in server.requests]
+    return [
+        r.headers.get("x-api-key") or r.headers.get("authorization", "").removeprefix("Bearer ")
+        for r in server.requests
+    ]
 
 
 @pytest.fixture
@@ -61,11 +69,18 @@ def app(tmp_path: Path, recorders) -> Iterator[AppProcess]:
     data = tmp_path / "data"
     create_account(data, *ALICE)  # the first account: an admin
     create_account(data, *BOB)
-    with app_process(data, OPENAI_API_KEY=ENV_OPENAI, ANTHROPIC_API_KEY=ENV_ANTHROPIC,
-                     ANTHROPIC_API_BASE=anthropic.url, LLM_API_BASE=operator.api_base, LLM_API_KEY=ENV_GLOBAL,
-                     LLM_TIMEOUT_S="5", DEMO_MODEL_DELAY_MS="0",
-                     # the model servers run on this machine; the metadata address is listed to show it stays refused
-                     OUTBOUND_ALLOW_HOSTS="127.0.0.1,169.254.169.254,169.254.0.0/16,fd00::/8,::/0") as running:
+    with app_process(
+        data,
+        OPENAI_API_KEY=ENV_OPENAI,
+        ANTHROPIC_API_KEY=ENV_ANTHROPIC,
+        ANTHROPIC_API_BASE=anthropic.url,
+        LLM_API_BASE=operator.api_base,
+        LLM_API_KEY=ENV_GLOBAL,
+        LLM_TIMEOUT_S="5",
+        DEMO_MODEL_DELAY_MS="0",
+        # the model servers run on this machine; the metadata address is listed to show it stays refused
+        OUTBOUND_ALLOW_HOSTS="127.0.0.1,169.254.169.254,169.254.0.0/16,fd00::/8,::/0",
+    ) as running:
         running.wait_until_serving(path="/login")
         yield running
 
@@ -82,13 +97,14 @@ async def test_no_stored_or_environment_key_reaches_a_base_url_it_does_not_belon
     own, operator, anthropic = recorders
     agent = {"name": "Agent", "apiBase": own.api_base}
     async with httpx.AsyncClient(base_url=app.base_url, auth=ALICE, timeout=60) as alice:
-        for body in ({"id": "own-key", "model": "openai/test-model", "apiKey": STORED},
-                     {"id": "no-key", "model": "openai/test-model"},
-                     {"id": "unknown-model", "model": "my-local-model"},
-                     {"id": "claude-own-base", "model": "anthropic/claude-3-5-haiku-latest",
-                      "apiBase": own.url},
-                     {"id": "claude", "model": "anthropic/claude-3-5-haiku-latest", "apiBase": None},
-                     {"id": "gpt", "model": "openai/test-model", "apiBase": None}):
+        for body in (
+            {"id": "own-key", "model": "openai/test-model", "apiKey": STORED},
+            {"id": "no-key", "model": "openai/test-model"},
+            {"id": "unknown-model", "model": "my-local-model"},
+            {"id": "claude-own-base", "model": "anthropic/claude-3-5-haiku-latest", "apiBase": own.url},
+            {"id": "claude", "model": "anthropic/claude-3-5-haiku-latest", "apiBase": None},
+            {"id": "gpt", "model": "openai/test-model", "apiBase": None},
+        ):
             created = await alice.post("/api/agents", json={**agent, **body})
             assert created.status_code == 201, created.text
         own.script(text("one"), text("two"), text("three"))
@@ -119,8 +135,9 @@ async def test_no_stored_or_environment_key_reaches_a_base_url_it_does_not_belon
         assert removed.status_code == 200 and not removed.json()["hasApiKey"]
 
         # Providers that authenticate past the api_key (cloud credentials from the environment) take no apiBase.
-        bedrock = await alice.post("/api/agents", json={**agent, "id": "bedrock",
-                                                        "model": "bedrock/anthropic.claude-3-haiku-20240307-v1:0"})
+        bedrock = await alice.post(
+            "/api/agents", json={**agent, "id": "bedrock", "model": "bedrock/anthropic.claude-3-haiku-20240307-v1:0"}
+        )
         assert bedrock.status_code == 422
         assert bedrock.json()["detail"][0]["loc"] == ["body", "apiBase"]
         assert "bedrock/... model cannot have an apiBase" in bedrock.json()["detail"][0]["msg"]
@@ -130,16 +147,19 @@ async def test_no_stored_or_environment_key_reaches_a_base_url_it_does_not_belon
 
 
 async def test_an_api_base_is_held_to_the_outbound_policy_and_a_metadata_address_is_never_allowed(
-        tmp_path: Path, app) -> None:
+    tmp_path: Path, app
+) -> None:
     agent = {"name": "Agent", "model": "openai/test-model"}
     async with httpx.AsyncClient(base_url=app.base_url, auth=ALICE, timeout=60) as alice:
         # Allow-listed (OUTBOUND_ALLOW_HOSTS lists 127.0.0.1, and the metadata addresses' networks too).
-        assert (await alice.post("/api/agents", json={**agent, "id": "local", "apiBase": "http://127.0.0.1:11434/v1"})
-                ).status_code == 201
+        assert (
+            await alice.post("/api/agents", json={**agent, "id": "local", "apiBase": "http://127.0.0.1:11434/v1"})
+        ).status_code == 201
         for index, address in enumerate(METADATA_FORMS):
             host = f"[{address}]" if ":" in address else address
-            refused = await alice.post("/api/agents", json={**agent, "id": f"meta{index}",
-                                                            "apiBase": f"http://{host}/latest/v1"})
+            refused = await alice.post(
+                "/api/agents", json={**agent, "id": f"meta{index}", "apiBase": f"http://{host}/latest/v1"}
+            )
             assert refused.status_code == 422, (address, refused.text)
             [error] = refused.json()["detail"]
             assert error["loc"] == ["body", "apiBase"] and "a cloud metadata address" in error["msg"], address
@@ -149,10 +169,12 @@ async def test_an_api_base_is_held_to_the_outbound_policy_and_a_metadata_address
     with app_process(tmp_path / "plain", DEMO_MODEL_DELAY_MS="0") as plain:  # no OUTBOUND_ALLOW_HOSTS
         plain.wait_until_serving()
         async with httpx.AsyncClient(base_url=plain.base_url, timeout=60) as local:
-            for base, reason in (("http://127.0.0.1:11434/v1", "a loopback address"),
-                                 ("http://localhost:11434/v1", "a loopback address"),
-                                 ("http://10.0.0.5/v1", "a private address"),
-                                 ("http://169.254.169.254/v1", "a cloud metadata address")):
+            for base, reason in (
+                ("http://127.0.0.1:11434/v1", "a loopback address"),
+                ("http://localhost:11434/v1", "a loopback address"),
+                ("http://10.0.0.5/v1", "a private address"),
+                ("http://169.254.169.254/v1", "a cloud metadata address"),
+            ):
                 refused = await local.post("/api/agents", json={**agent, "id": "x", "apiBase": base})
                 assert refused.status_code == 422, (base, refused.text)
                 [error] = refused.json()["detail"]
@@ -178,20 +200,23 @@ async def test_every_model_call_checks_its_base_url_before_connecting(openai_ser
     # An agent's apiBase saved while it was allowed, called after the allowance is gone: refused, not sent.
     with pytest.raises(LLMError, match="not allowed: a loopback address") as refused:
         async for _ in LLMGateway(allow=AllowList(), timeout_s=5).stream(
-                "openai/test-model", messages, api_base=own.api_base, api_key=STORED):
+            "openai/test-model", messages, api_base=own.api_base, api_key=STORED
+        ):
             pass
     assert "OUTBOUND_ALLOW_HOSTS=127.0.0.1" in refused.value.message
     assert own.requests == []
     own.script(text("allowed"))
     async for _ in LLMGateway(allow=AllowList.parse(["127.0.0.1"]), timeout_s=5).stream(
-            "openai/test-model", messages, api_base=own.api_base, api_key=STORED):
+        "openai/test-model", messages, api_base=own.api_base, api_key=STORED
+    ):
         pass
     assert keys_seen(own) == [STORED]
     # The operator's LLM_API_BASE may be on any address of the operator's network, but not a metadata one.
     for base in ("http://169.254.169.254/v1", "http://[::ffff:169.254.169.254]/v1"):
         with pytest.raises(LLMError, match="a cloud metadata address"):
             async for _ in LLMGateway(api_base=base, api_key=ENV_GLOBAL, timeout_s=5).stream(
-                    "openai/test-model", messages):
+                "openai/test-model", messages
+            ):
                 pass
 
 
@@ -222,12 +247,14 @@ def two_users(tmp_path: Path) -> Iterator[tuple[Services, int, int]]:
 
 
 async def test_try_it_runs_only_for_an_admin_and_sends_a_stored_key_only_to_its_own_base(
-        two_users, openai_server_pair) -> None:
+    two_users, openai_server_pair
+) -> None:
     services, alice, bob = two_users
     own, elsewhere = openai_server_pair
     admin = services.agent_admin
-    await admin.create({"id": "keyed", "name": "Keyed", "model": "openai/test-model", "api_base": own.api_base,
-                        "api_key": STORED})
+    await admin.create(
+        {"id": "keyed", "name": "Keyed", "model": "openai/test-model", "api_base": own.api_base, "api_key": STORED}
+    )
 
     # Bob (no admin) may not try it at all: whatever the form says, nothing is sent anywhere.
     for fields in ({}, {"api_base": elsewhere.api_base}, {"api_base": own.api_base}):
@@ -246,12 +273,14 @@ async def test_try_it_runs_only_for_an_admin_and_sends_a_stored_key_only_to_its_
     assert result.ok and result.text == "hello" and keys_seen(own) == [STORED]
     # Another base URL with a key typed: that key, and only it, goes there.
     elsewhere.script(text("typed"))
-    result = await admin.try_model({"api_base": elsewhere.api_base, "api_key": "sk-typed"}, "keyed", user_id=alice,
-                                   multi_user=True)
+    result = await admin.try_model(
+        {"api_base": elsewhere.api_base, "api_key": "sk-typed"}, "keyed", user_id=alice, multi_user=True
+    )
     assert result.ok and keys_seen(elsewhere) == ["sk-typed"]
     # A metadata address is refused in Try it too, before any connection.
-    result = await admin.try_model({"api_base": "http://169.254.169.254/v1", "api_key": "sk-typed"}, "keyed",
-                                   user_id=alice, multi_user=True)
+    result = await admin.try_model(
+        {"api_base": "http://169.254.169.254/v1", "api_key": "sk-typed"}, "keyed", user_id=alice, multi_user=True
+    )
     assert not result.ok and "a cloud metadata address" in result.text
 
     # Saving another base URL without giving the key again is refused beside the key field.

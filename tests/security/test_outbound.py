@@ -56,10 +56,14 @@ class Recorder:
 def card(name: str, endpoint: str) -> dict[str, Any]:
     """A v1.0 card with one JSON-RPC interface at `endpoint`."""
     return {
-        "name": name, "description": "records what it gets", "version": "1.0",
+        "name": name,
+        "description": "records what it gets",
+        "version": "1.0",
         "supportedInterfaces": [{"url": endpoint, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "capabilities": {"streaming": False}, "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"], "skills": [{"id": "rec", "name": "Record", "description": "d"}],
+        "capabilities": {"streaming": False},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "rec", "name": "Record", "description": "d"}],
     }
 
 
@@ -69,8 +73,9 @@ def recorder_app(recorder: Recorder) -> FastAPI:
 
     @app.middleware("http")
     async def record(request: Request, call_next: Any) -> Any:
-        recorder.hits.append((request.method, request.url.path, request.headers.get("authorization"),
-                              request.headers.get("host")))
+        recorder.hits.append(
+            (request.method, request.url.path, request.headers.get("authorization"), request.headers.get("host"))
+        )
         return await call_next(request)
 
     @app.get("/card.json")
@@ -194,8 +199,10 @@ async def test_private_link_local_metadata_and_unspecified_addresses_are_refused
     for url, category in cases.items():
         assert await refused(url) == category, url
     # A host name on the allow-list does not unlock the metadata address; only the address itself does.
-    assert await refused("http://169.254.169.254/", outbound.AllowList.parse(["169.254.169.254.nip.io"])) == \
-        "not allowed: a cloud metadata address"
+    assert (
+        await refused("http://169.254.169.254/", outbound.AllowList.parse(["169.254.169.254.nip.io"]))
+        == "not allowed: a cloud metadata address"
+    )
 
 
 async def test_a_public_looking_name_that_resolves_to_loopback_is_refused(target: Recorder, fake_dns: Any) -> None:
@@ -211,8 +218,11 @@ async def test_the_connection_goes_to_the_address_that_was_checked(target: Recor
     names, lookups = fake_dns
     names["agents.example.com"] = ["127.0.0.1", "10.255.255.1"]  # a second lookup would get somewhere else
     port = target.url.rsplit(":", 1)[1]
-    data = await outbound.fetch_card_json(f"http://agents.example.com:{port}/card.json",
-                                          allow=outbound.AllowList.parse(["agents.example.com"]), timeout_s=3)
+    data = await outbound.fetch_card_json(
+        f"http://agents.example.com:{port}/card.json",
+        allow=outbound.AllowList.parse(["agents.example.com"]),
+        timeout_s=3,
+    )
     assert data["name"] == "Recorder"
     assert lookups["agents.example.com"] == 1
     assert target.hits == [("GET", "/card.json", None, f"agents.example.com:{port}")]
@@ -230,24 +240,36 @@ def tls_files(directory: Path, name: str) -> tuple[Path, Path, Path]:
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
 
     def signed(subject: x509.Name, public_key: Any, extension: Any) -> x509.Certificate:
-        return (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)
-                .serial_number(x509.random_serial_number()).not_valid_before(now)
-                .not_valid_after(now + datetime.timedelta(hours=1)).add_extension(extension, critical=False)
-                .sign(ca_key, hashes.SHA256()))
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(extension, critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
 
     ca = signed(ca_name, ca_key.public_key(), x509.BasicConstraints(ca=True, path_length=None))
-    leaf = signed(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]), key.public_key(),
-                  x509.SubjectAlternativeName([x509.DNSName(name)]))
+    leaf = signed(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]),
+        key.public_key(),
+        x509.SubjectAlternativeName([x509.DNSName(name)]),
+    )
     files = directory / "leaf.pem", directory / "key.pem", directory / "ca.pem"
     files[0].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    files[1].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    files[1].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     files[2].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     return files
 
 
 async def test_https_to_the_checked_address_still_checks_the_certificate_against_the_name(
-        tmp_path: Path, fake_dns: Any) -> None:
+    tmp_path: Path, fake_dns: Any
+) -> None:
     names, _ = fake_dns
     names["agents.example.com"] = names["impostor.example.com"] = ["127.0.0.1"]
     certificate, key, ca = tls_files(tmp_path, "agents.example.com")
@@ -256,7 +278,8 @@ async def test_https_to_the_checked_address_still_checks_the_certificate_against
         port = host.rsplit(":", 1)[1]
         allow = outbound.AllowList.parse(["agents.example.com", "impostor.example.com"])
         transport = outbound.GuardedTransport(
-            allow, transport=lambda: httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=str(ca))))
+            allow, transport=lambda: httpx.AsyncHTTPTransport(verify=ssl.create_default_context(cafile=str(ca)))
+        )
         async with httpx.AsyncClient(transport=transport) as http:
             good = await http.get(f"https://agents.example.com:{port}/card.json")
             assert good.json()["name"] == "Recorder"
@@ -272,16 +295,18 @@ async def test_every_redirect_is_checked_again(target: Recorder, other: Recorder
     public = target.url.replace("127.0.0.1", "public.example.com")
     inside = f"{other.url}/card.json"
     for location in [inside, inside.replace("127.0.0.1", "localhost"), "http://169.254.169.254/latest/"]:
-        assert await refused(f"{public}/redirect?to={location}", allow_public) == \
-            ("not allowed: a cloud metadata address" if "169.254" in location else "not allowed: a loopback address")
+        assert await refused(f"{public}/redirect?to={location}", allow_public) == (
+            "not allowed: a cloud metadata address" if "169.254" in location else "not allowed: a loopback address"
+        )
     assert other.hits == []
     assert len(target.hits) == 3  # only the allow-listed first hops
     assert await refused(f"{target.url}/loop", LOOPBACK) == "too many redirects"
     assert len(target.hits) == 3 + 1 + outbound.MAX_REDIRECTS
 
 
-async def test_errors_and_logs_never_carry_what_the_target_said(target: Recorder,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+async def test_errors_and_logs_never_carry_what_the_target_said(
+    target: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     assert await refused(f"{target.url}/missing.json", LOOPBACK) == "HTTP 404"
     with pytest.raises(a2a_client.wire.CardError) as not_a_card:
@@ -320,8 +345,12 @@ async def test_a_body_over_the_cap_is_refused_and_read_no_further(target: Record
 
 
 async def test_a_remote_agents_answer_over_the_cap_is_refused_and_read_no_further(target: Recorder) -> None:
-    agent = a2a_client.HttpRemoteAgent(agent_id="rec", card=a2a_client.wire.card_from_fetched(
-        card("Recorder", f"{target.url}/big")), card_url=f"{target.url}/card.json", allow=LOOPBACK)
+    agent = a2a_client.HttpRemoteAgent(
+        agent_id="rec",
+        card=a2a_client.wire.card_from_fetched(card("Recorder", f"{target.url}/big")),
+        card_url=f"{target.url}/card.json",
+        allow=LOOPBACK,
+    )
     try:
         with pytest.raises(RemoteAgentError, match=r"too large \(over 16 MiB\)"):
             async for _ in agent.stream("hello", task_id="t1"):
@@ -336,8 +365,9 @@ async def test_a_remote_agents_answer_over_the_cap_is_refused_and_read_no_furthe
 
 
 async def test_a_redirect_to_another_origin_does_not_carry_the_token(target: Recorder, other: Recorder) -> None:
-    data = await outbound.fetch_card_json(f"{target.url}/redirect?to={other.url}/card.json", allow=LOOPBACK,
-                                          bearer_token=TOKEN)
+    data = await outbound.fetch_card_json(
+        f"{target.url}/redirect?to={other.url}/card.json", allow=LOOPBACK, bearer_token=TOKEN
+    )
     assert data["name"] == "Recorder"
     assert target.authorizations == [f"Bearer {TOKEN}"]
     assert other.authorizations == [None]
@@ -347,8 +377,12 @@ async def test_calls_send_the_token_to_the_cards_origin_only(target: Recorder, o
     for endpoint, gets_token in [(f"{target.url}/", target), (f"{other.url}/", other)]:
         gets_token.hits.clear()
         agent = a2a_client.HttpRemoteAgent(
-            agent_id="rec", card=a2a_client.wire.card_from_fetched(card("Recorder", endpoint)),
-            card_url=f"{target.url}/card.json", allow=LOOPBACK, bearer_token=TOKEN)
+            agent_id="rec",
+            card=a2a_client.wire.card_from_fetched(card("Recorder", endpoint)),
+            card_url=f"{target.url}/card.json",
+            allow=LOOPBACK,
+            bearer_token=TOKEN,
+        )
         try:
             with pytest.raises(RemoteAgentError):
                 async for _ in agent.stream("hello", task_id="t1"):
@@ -370,7 +404,8 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
 
 
 async def test_registering_with_a_token_refuses_an_endpoint_on_another_origin(
-        services: Services, target: Recorder, other: Recorder) -> None:
+    services: Services, target: Recorder, other: Recorder
+) -> None:
     services.settings.outbound_allow_hosts = ["127.0.0.1"]
     with pytest.raises(RegistrationError, match="on another origin than the card"):
         await services.remote_agents.register(f"{target.url}/card.json?endpoint={other.url}/", bearer_token=TOKEN)
@@ -380,7 +415,8 @@ async def test_registering_with_a_token_refuses_an_endpoint_on_another_origin(
 
 
 async def test_registering_refuses_a_card_whose_endpoint_is_not_allowed(
-        services: Services, target: Recorder, fake_dns: Any) -> None:
+    services: Services, target: Recorder, fake_dns: Any
+) -> None:
     names, _ = fake_dns
     names["card.example.com"] = ["127.0.0.1"]
     services.settings.outbound_allow_hosts = ["card.example.com"]

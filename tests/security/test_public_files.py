@@ -37,10 +37,19 @@ def test_the_apps_assets_and_icon_are_public(app: AppProcess) -> None:
     assert icon.status_code == 200 and icon.content
 
 
-@pytest.mark.parametrize("target", [
-    "/assets/../app.py", "/assets/%2e%2e/app.py", "/assets/..%2fapp.py", "/assets/%2e%2e%2fapp.py",
-    "/assets/../config/server.json", "/assets/..%5capp.py", "/assets//etc/passwd", "/assets/%2fetc%2fpasswd",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/assets/../app.py",
+        "/assets/%2e%2e/app.py",
+        "/assets/..%2fapp.py",
+        "/assets/%2e%2e%2fapp.py",
+        "/assets/../config/server.json",
+        "/assets/..%5capp.py",
+        "/assets//etc/passwd",
+        "/assets/%2fetc%2fpasswd",
+    ],
+)
 def test_nothing_outside_the_assets_folder_is_served(app: AppProcess, target: str) -> None:
     status, body = raw_get(app, target)
     assert status in (400, 404), status

@@ -32,8 +32,12 @@ def test_only_the_owner_removes_a_registration_and_its_token_is_never_shown(tmp_
     services = Services.build(make_settings(tmp_path, outbound_allow_hosts=["127.0.0.1"]))
     services.prepare()
     with echo_server() as card_url, live_server(build_a2a_app(services)) as url:
-        created = httpx.post(f"{url}/api/a2a/remote-agents", auth=ALICE, timeout=30,
-                             json={"cardUrl": card_url, "id": "echo", "bearerToken": TOKEN})
+        created = httpx.post(
+            f"{url}/api/a2a/remote-agents",
+            auth=ALICE,
+            timeout=30,
+            json={"cardUrl": card_url, "id": "echo", "bearerToken": TOKEN},
+        )
         assert created.status_code == 201 and created.json()["yours"] is True
         [seen_by_bob] = httpx.get(f"{url}/api/a2a/remote-agents", auth=BOB, timeout=5).json()
         assert seen_by_bob["id"] == "echo" and seen_by_bob["yours"] is False

@@ -31,8 +31,14 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppProcess]:
 def ws_handshake(app: AppProcess, path: str, **headers: str) -> str:
     """Open a WebSocket handshake by hand; the status line of the answer."""
     port = int(app.base_url.rsplit(":", 1)[1])
-    lines = {"Host": f"127.0.0.1:{port}", "Upgrade": "websocket", "Connection": "Upgrade",
-             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13", **headers}
+    lines = {
+        "Host": f"127.0.0.1:{port}",
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+        **headers,
+    }
     request = f"GET {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines.items()) + "\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(request.encode())
@@ -46,8 +52,12 @@ def keys(app: AppProcess) -> list[dict]:
 @pytest.mark.parametrize("host", ["attacker.example", "attacker.example:3100", "10.0.0.5", "[fe80::1]:80"])
 def test_a_host_the_server_does_not_answer_to_is_refused(app: AppProcess, host: str) -> None:
     before = len(keys(app))
-    for method, path, body in [("GET", "/api/sessions", None), ("GET", "/", None),
-                               ("POST", "/api/a2a/keys", {"name": "rebound"}), ("GET", "/docs", None)]:
+    for method, path, body in [
+        ("GET", "/api/sessions", None),
+        ("GET", "/", None),
+        ("POST", "/api/a2a/keys", {"name": "rebound"}),
+        ("GET", "/docs", None),
+    ]:
         response = httpx.request(method, f"{app.base_url}{path}", json=body, headers={"Host": host}, timeout=5)
         assert response.status_code == 400, (method, path)
         detail = response.json()["detail"]
@@ -64,8 +74,9 @@ def test_the_names_it_answers_to(app: AppProcess, host: str) -> None:
 
 def test_another_sites_changes_and_sockets_are_refused(app: AppProcess) -> None:
     before = len(keys(app))
-    forged = httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "csrf"}, headers={"Origin": EVIL_ORIGIN},
-                        timeout=5)
+    forged = httpx.post(
+        f"{app.base_url}/api/a2a/keys", json={"name": "csrf"}, headers={"Origin": EVIL_ORIGIN}, timeout=5
+    )
     assert forged.status_code == 403 and "another site" in forged.json()["detail"]
     null_origin = httpx.post(f"{app.base_url}/api/sessions", json={}, headers={"Origin": "null"}, timeout=5)
     assert null_origin.status_code == 403
@@ -78,11 +89,16 @@ def test_another_sites_changes_and_sockets_are_refused(app: AppProcess) -> None:
 
 
 def test_the_apps_own_pages_and_non_browser_clients_are_accepted(app: AppProcess) -> None:
-    own = httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "own page"},
-                     headers={"Origin": app.base_url}, timeout=5)
+    own = httpx.post(
+        f"{app.base_url}/api/a2a/keys", json={"name": "own page"}, headers={"Origin": app.base_url}, timeout=5
+    )
     assert own.status_code == 201
-    behind_proxy = httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "public url"},
-                              headers={"Origin": "https://chat.example.org"}, timeout=5)
+    behind_proxy = httpx.post(
+        f"{app.base_url}/api/a2a/keys",
+        json={"name": "public url"},
+        headers={"Origin": "https://chat.example.org"},
+        timeout=5,
+    )
     assert behind_proxy.status_code == 201
     assert httpx.post(f"{app.base_url}/api/a2a/keys", json={"name": "curl"}, timeout=5).status_code == 201
     assert ws_handshake(app, "/a2a?a2a_id=piped").startswith("HTTP/1.1 101")  # agents send no Origin
@@ -102,19 +118,30 @@ def test_any_name_only_when_asked(tmp_path: Path) -> None:
         assert response.status_code == 200
 
 
-@pytest.mark.parametrize(("header", "name"), [
-    ("127.0.0.1:3100", "127.0.0.1"), ("LOCALHOST", "localhost"), ("[::1]:3100", "::1"), ("[::1]", "::1"),
-    ("example.org", "example.org"), ("::1", "::1"), ("", ""),
-])
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("127.0.0.1:3100", "127.0.0.1"),
+        ("LOCALHOST", "localhost"),
+        ("[::1]:3100", "::1"),
+        ("[::1]", "::1"),
+        ("example.org", "example.org"),
+        ("::1", "::1"),
+        ("", ""),
+    ],
+)
 def test_host_name(header: str, name: str) -> None:
     assert host_name(header) == name
 
 
-@pytest.mark.parametrize(("env", "forwarded_for", "refused"), [
-    ({"BLACKLIST_IP": "127.0.0.1"}, "203.0.113.9", True),  # a forged header does not hide the peer
-    ({"BLACKLIST_IP": "203.0.113.0/24"}, "203.0.113.9", False),  # nor does it count for anything
-    ({"BLACKLIST_IP": "203.0.113.0/24", "TRUSTED_PROXIES": "127.0.0.1"}, "203.0.113.9", True),  # from a proxy
-])
+@pytest.mark.parametrize(
+    ("env", "forwarded_for", "refused"),
+    [
+        ({"BLACKLIST_IP": "127.0.0.1"}, "203.0.113.9", True),  # a forged header does not hide the peer
+        ({"BLACKLIST_IP": "203.0.113.0/24"}, "203.0.113.9", False),  # nor does it count for anything
+        ({"BLACKLIST_IP": "203.0.113.0/24", "TRUSTED_PROXIES": "127.0.0.1"}, "203.0.113.9", True),  # from a proxy
+    ],
+)
 def test_x_forwarded_for_is_believed_only_from_trusted_proxies(tmp_path: Path, env, forwarded_for, refused) -> None:
     with app_process(tmp_path / "data", **env) as running:
         running.wait_until_serving()

@@ -22,8 +22,8 @@ from core.broker.service import STOPPED
 from core.broker.store import INTERRUPTED
 from tests.test_broker import redis_url  # noqa: F401 - the fixture
 from tests.utils.app_process import AppProcess, app_process
-from tests.utils.ports import free_port
 from tests.utils.broker import DISPATCH_TOKEN, FakeAgent, RedisListener, TcpProxy, status_update
+from tests.utils.ports import free_port
 
 NAME = "出行助手"  # the fake agent's card name: injects read "[出行助手] ..."
 
@@ -44,19 +44,26 @@ async def connect_travel(app: AppProcess) -> FakeAgent:
 
 
 async def dispatch(http: httpx.AsyncClient, agent: FakeAgent, chat_agent: str, chat_id: str) -> int:
-    response = await http.post("/a2a/tasks/dispatch", json={"task": chat_id, "targetAgent": "travel",
-                                                             "agentId": chat_agent, "chatId": chat_id})
+    response = await http.post(
+        "/a2a/tasks/dispatch", json={"task": chat_id, "targetAgent": "travel", "agentId": chat_agent, "chatId": chat_id}
+    )
     assert response.status_code == 200 and response.json()["status"] == "accepted", response.text
     return (await agent.next_request("message/stream"))["id"]
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
-async def test_no_result_is_lost_when_the_app_stops_while_redis_is_down(tmp_path: Path, redis_url: str,  # noqa: F811
-                                                                        stop: signal.Signals) -> None:
+async def test_no_result_is_lost_when_the_app_stops_while_redis_is_down(
+    tmp_path: Path,
+    redis_url: str,  # noqa: F811
+    stop: signal.Signals,
+) -> None:
     target = urlparse(redis_url)
     proxy = await TcpProxy(target.hostname or "127.0.0.1", target.port or 6379).start()
-    env = {"REDIS_URL": f"redis://127.0.0.1:{proxy.port}{target.path or '/0'}", "INJECT_MIN_INTERVAL": "0",
-           "BROKER_DISPATCH_TOKEN": DISPATCH_TOKEN}
+    env = {
+        "REDIS_URL": f"redis://127.0.0.1:{proxy.port}{target.path or '/0'}",
+        "INJECT_MIN_INTERVAL": "0",
+        "BROKER_DISPATCH_TOKEN": DISPATCH_TOKEN,
+    }
     chat_agent = f"restart-{uuid.uuid4().hex[:8]}"  # this run's own Redis channel
     data_dir, port = tmp_path / "data", free_port()
     headers = {"authorization": f"Bearer {DISPATCH_TOKEN}"}
@@ -91,8 +98,9 @@ async def test_no_result_is_lost_when_the_app_stops_while_redis_is_down(tmp_path
                 assert app.stop() == 0
         got = sorted((m["chatId"], m["mode"], m["text"]) for m in listener.messages)
         ending = f"[{NAME}] {INTERRUPTED if stop == signal.SIGKILL else STOPPED}"
-        assert got == sorted([("cut-off", "auto", ending)]
-                             + [(f"done-{i}", "auto", f"[{NAME}] result {i}") for i in range(5)])
+        assert got == sorted(
+            [("cut-off", "auto", ending)] + [(f"done-{i}", "auto", f"[{NAME}] result {i}") for i in range(5)]
+        )
         assert all(m["agentId"] == chat_agent for m in messages)
     finally:
         await proxy.cut()
@@ -105,8 +113,9 @@ async def test_the_apps_own_background_task_cut_by_kill_9_is_announced_after_the
         agent = await connect_travel(app)
         async with httpx.AsyncClient(base_url=app.base_url, timeout=30) as http:
             chat = (await http.post("/api/sessions", json={"agentId": "general-assistant"})).json()
-            sent = await http.post(f"/api/sessions/{chat['id']}/messages",
-                                   json={"content": "/background @travel 明天去上海的高铁"})
+            sent = await http.post(
+                f"/api/sessions/{chat['id']}/messages", json={"content": "/background @travel 明天去上海的高铁"}
+            )
             assert sent.status_code == 202, sent.text
             request = await agent.next_request("message/stream", timeout=30)
             await agent.working(request["id"], "已查到 6 个车次…")

@@ -38,8 +38,11 @@ def test_a_bearer_token_is_stored_encrypted_and_read_back_after_a_restart(tmp_pa
     data = tmp_path / "data"
     with echo_server() as card_url:
         with live_a2a_app(tmp_path, data_dir=data, outbound_allow_hosts=LOCAL) as first:
-            created = httpx.post(f"{first.url}/api/a2a/remote-agents", timeout=30,
-                                 json={"cardUrl": card_url, "id": "echo", "bearerToken": TOKEN})
+            created = httpx.post(
+                f"{first.url}/api/a2a/remote-agents",
+                timeout=30,
+                json={"cardUrl": card_url, "id": "echo", "bearerToken": TOKEN},
+            )
             assert created.status_code == 201, created.text
             assert TOKEN not in created.text  # never shown back
         stored = stored_token(data, "echo")

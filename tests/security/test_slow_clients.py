@@ -67,8 +67,13 @@ def port_of(app: AppProcess) -> int:
     return int(app.base_url.rsplit(":", 1)[1])
 
 
-def half_open(port: int, count: int, *, source: str = ATTACKER, within_s: float = 30.0,
-              ) -> list[tuple[socket.socket, float]]:
+def half_open(
+    port: int,
+    count: int,
+    *,
+    source: str = ATTACKER,
+    within_s: float = 30.0,
+) -> list[tuple[socket.socket, float]]:
     """`count` connections from `source`, each with half a request sent; (socket, connected at)."""
     opened: list[tuple[socket.socket, float]] = []
     deadline = time.monotonic() + within_s
@@ -145,7 +150,8 @@ def test_the_app_raises_its_open_files_soft_limit_to_the_hard_limit(tmp_path: Pa
 
 
 def test_1100_half_sent_requests_do_not_stop_a_fresh_request_and_are_closed_after_the_header_timeout(
-    tmp_path: Path, room_for_sockets: None,
+    tmp_path: Path,
+    room_for_sockets: None,
 ) -> None:
     header_timeout_s = 4.0
     with app_with_default_soft_limit(tmp_path, HTTP_HEADER_TIMEOUT_S=str(header_timeout_s)) as app:
@@ -165,8 +171,9 @@ def test_1100_half_sent_requests_do_not_stop_a_fresh_request_and_are_closed_afte
 
 def test_one_address_holds_no_more_than_its_cap_and_gets_its_room_back(tmp_path: Path) -> None:
     cap = 50
-    with app_process(tmp_path / "data", MAX_CONNECTIONS_PER_ADDRESS=str(cap), HTTP_HEADER_TIMEOUT_S="60",
-                     TRUSTED_PROXIES=PROXY) as app:
+    with app_process(
+        tmp_path / "data", MAX_CONNECTIONS_PER_ADDRESS=str(cap), HTTP_HEADER_TIMEOUT_S="60", TRUSTED_PROXIES=PROXY
+    ) as app:
         app.wait_until_serving(path="/a2a/health")
         attack = half_open(port_of(app), cap + 30)
         try:
@@ -252,9 +259,14 @@ def test_websockets_outlive_the_header_timeout_and_give_their_count_back(quick_a
         return sock
 
     # The broker's socket and NiceGUI's socket.io stay open past the header timeout.
-    with ws_connect(f"ws://127.0.0.1:{port}/a2a?a2a_id=patient", sock=attacker_socket(), open_timeout=10) as agent, \
-            ws_connect(f"ws://127.0.0.1:{port}/_nicegui_ws/socket.io/?EIO=4&transport=websocket",
-                       sock=attacker_socket(), open_timeout=10) as page:
+    with (
+        ws_connect(f"ws://127.0.0.1:{port}/a2a?a2a_id=patient", sock=attacker_socket(), open_timeout=10) as agent,
+        ws_connect(
+            f"ws://127.0.0.1:{port}/_nicegui_ws/socket.io/?EIO=4&transport=websocket",
+            sock=attacker_socket(),
+            open_timeout=10,
+        ) as page,
+    ):
         assert page.recv(timeout=10).startswith("0{")  # Engine.IO's open packet
         time.sleep(2.0)
         agent.ping().wait(timeout=5)

@@ -42,8 +42,27 @@ ROOT = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).resolve().parent / "README.md"
 SECTIONS = {"routes": "## Routes", "actions": "## Page actions", "settings": "## Settings"}
 
-ADDRESS_OR_SECRET_WORDS = {"url", "urls", "host", "hosts", "address", "addresses", "ip", "ips", "proxy", "proxies",
-                           "base", "dsn", "secret", "secrets", "key", "keys", "token", "password", "passwords"}
+ADDRESS_OR_SECRET_WORDS = {
+    "url",
+    "urls",
+    "host",
+    "hosts",
+    "address",
+    "addresses",
+    "ip",
+    "ips",
+    "proxy",
+    "proxies",
+    "base",
+    "dsn",
+    "secret",
+    "secrets",
+    "key",
+    "keys",
+    "token",
+    "password",
+    "passwords",
+}
 HANDLER_METHODS = {"on_click", "on_value_change"}  # element.on_click(handler): NiceGUI's method forms
 
 
@@ -125,8 +144,10 @@ class _Actions(ast.NodeVisitor):
             for depth in range(len(self.scope), 0, -1):
                 if isinstance(self.scope[depth - 1], ast.ClassDef):
                     cls = self.scope[depth - 1]
-                    if any(isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == target.attr
-                           for s in cls.body):
+                    if any(
+                        isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == target.attr
+                        for s in cls.body
+                    ):
                         return f"{self._path(self.scope[:depth])}.{target.attr}"
                     return None
         return None
@@ -217,8 +238,14 @@ def missing_reference(path: str, name: str | None) -> str | None:
         return None
     scope: list[ast.stmt] = ast.parse(file.read_text(encoding="utf-8")).body
     for part in re.sub(r"\[.*\]$", "", name).split("::"):
-        found = next((s for s in scope if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-                      and s.name == part), None)
+        found = next(
+            (
+                s
+                for s in scope
+                if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and s.name == part
+            ),
+            None,
+        )
         if found is None:
             return f"{path}::{name}: {path} has no {part}"
         scope = found.body if isinstance(found, ast.ClassDef) else []
@@ -233,17 +260,20 @@ def _differences(kind: str, in_code: set[str], rows: list[list[str]]) -> list[st
     return problems
 
 
-HOW_TO_FIX = ("\nAdd a row to tests/security/README.md for each surface without one (who may use it, what it "
-              "fetches, which secret goes where, its caps, and the tests), and remove the rows of surfaces "
-              "that are gone.")
+HOW_TO_FIX = (
+    "\nAdd a row to tests/security/README.md for each surface without one (who may use it, what it "
+    "fetches, which secret goes where, its caps, and the tests), and remove the rows of surfaces "
+    "that are gone."
+)
 
 
 # -- the tests ---------------------------------------------------------------------------------
 
 
 @pytest.fixture
-async def built_app_routes(isolated_env: Path, monkeypatch: pytest.MonkeyPatch,
-                           request: pytest.FixtureRequest) -> AsyncIterator[list]:
+async def built_app_routes(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> AsyncIterator[list]:
     """app.py, run as the page tests run it (NiceGUI's user simulation, start-up included); its routes."""
     from nicegui import app
 

@@ -53,16 +53,22 @@ class EchoExecutor(AgentExecutor):
         ticks = _TICKS.match(text)
         if text == "/fail":
             await self._say(updater, task, "trying… ")
-            await updater.failed(new_text_message("the echo agent was told to fail", context_id=task.context_id,
-                                                  task_id=task.id))
+            await updater.failed(
+                new_text_message("the echo agent was told to fail", context_id=task.context_id, task_id=task.id)
+            )
             return
         if text.startswith("/chunks "):
             words = text.split()[1:]
             await self._say(updater, task, "starting…")
             for i, word in enumerate(words, 1):
                 await self._say(updater, task, f"chunk {i}/{len(words)}")
-                await updater.add_artifact([Part(text=word if i == 1 else f" {word}")], artifact_id="answer",
-                                           name="answer", append=i > 1, last_chunk=i == len(words))
+                await updater.add_artifact(
+                    [Part(text=word if i == 1 else f" {word}")],
+                    artifact_id="answer",
+                    name="answer",
+                    append=i > 1,
+                    last_chunk=i == len(words),
+                )
             await updater.complete()
             return
         if ticks:
@@ -78,8 +84,9 @@ class EchoExecutor(AgentExecutor):
         await updater.complete()
 
     async def _say(self, updater: TaskUpdater, task, text: str) -> None:
-        await updater.update_status(TaskState.TASK_STATE_WORKING,
-                                    message=new_text_message(text, context_id=task.context_id, task_id=task.id))
+        await updater.update_status(
+            TaskState.TASK_STATE_WORKING, message=new_text_message(text, context_id=task.context_id, task_id=task.id)
+        )
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
 
@@ -93,15 +100,20 @@ def build_app(port: int, *, name: str = "Echo Agent", v03_only: bool = False, de
     url = f"http://127.0.0.1:{port}/"
     versions = ["0.3"] if v03_only else ["1.0", "0.3"]
     card = AgentCard(
-        name=name, description="Echoes what it is asked, word by word (a plain a2a-sdk agent).", version="1.0.0",
-        supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=v)
-                              for v in versions],
+        name=name,
+        description="Echoes what it is asked, word by word (a plain a2a-sdk agent).",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=v) for v in versions
+        ],
         capabilities=AgentCapabilities(streaming=True),
-        default_input_modes=["text/plain"], default_output_modes=["text/plain"],
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="Echo", description="Repeats the request", tags=["test"])],
     )
-    handler = DefaultRequestHandler(agent_executor=EchoExecutor(delay_ms / 1000), task_store=InMemoryTaskStore(),
-                                    agent_card=card)
+    handler = DefaultRequestHandler(
+        agent_executor=EchoExecutor(delay_ms / 1000), task_store=InMemoryTaskStore(), agent_card=card
+    )
     routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)]
     return Starlette(routes=routes)
 

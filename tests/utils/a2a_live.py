@@ -52,8 +52,12 @@ def live_a2a_app(
 ) -> Iterator[LiveApp]:
     """Serve the app on a free port whose URL is also its `PUBLIC_BASE_URL` (the cards' absolute URLs)."""
     port = port or free_port()
-    values = {"database_url": f"sqlite:///{(data_dir or tmp_path / 'data') / 'app.db'}",
-              "public_base_url": f"http://127.0.0.1:{port}", "port": port, **settings}
+    values = {
+        "database_url": f"sqlite:///{(data_dir or tmp_path / 'data') / 'app.db'}",
+        "public_base_url": f"http://127.0.0.1:{port}",
+        "port": port,
+        **settings,
+    }
     services = Services.build(make_settings(tmp_path, **values))
     services.prepare()
     with live_server(build_a2a_app(services), port=port) as url:
@@ -62,7 +66,11 @@ def live_a2a_app(
 
 @asynccontextmanager
 async def sdk_client(
-    agent_url: str, key: str | None, *, streaming: bool = True, only_v03: bool = False,
+    agent_url: str,
+    key: str | None,
+    *,
+    streaming: bool = True,
+    only_v03: bool = False,
     on_request: Callable[[httpx.Request], None] | None = None,
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
     """The official client for an agent, from its resolved card.
@@ -99,8 +107,15 @@ def user_message(text: str) -> SendMessageRequest:
     return SendMessageRequest(message=message)
 
 
-def rpc(url: str, key: str | None, method: str, params: dict | None = None, *, version: str | None = "1.0",
-        request_id: str = "r1") -> httpx.Response:
+def rpc(
+    url: str,
+    key: str | None,
+    method: str,
+    params: dict | None = None,
+    *,
+    version: str | None = "1.0",
+    request_id: str = "r1",
+) -> httpx.Response:
     """A raw JSON-RPC POST (for the bad-input cases the SDK client would never send)."""
     headers = {}
     if key:

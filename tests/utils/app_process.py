@@ -22,8 +22,14 @@ STOP_TIMEOUT_S = 20.0
 
 # The child must not think it runs under pytest or NiceGUI's simulation (see the playwright notes),
 # nor inherit the parent's NiceGUI storage path, a password or where to listen.
-DROPPED_ENV = {"PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION", "NICEGUI_STORAGE_PATH", "APP_USER_PASSWORD",
-               "HOST", "PORT"}
+DROPPED_ENV = {
+    "PYTEST_CURRENT_TEST",
+    "NICEGUI_USER_SIMULATION",
+    "NICEGUI_STORAGE_PATH",
+    "APP_USER_PASSWORD",
+    "HOST",
+    "PORT",
+}
 
 
 def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -96,9 +102,12 @@ def app_process(data_dir: Path, *args: str, port: int | None = None, **env: str)
     log_path = data_dir.parent / f"app-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "app.py", *args], cwd=ROOT,
+            [sys.executable, "app.py", *args],
+            cwd=ROOT,
             env=child_env(data_dir, HOST="127.0.0.1", PORT=str(port), **env),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     running = AppProcess(process, f"http://127.0.0.1:{port}", log_path)
     try:

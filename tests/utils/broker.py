@@ -35,10 +35,15 @@ DISPATCH_HEADERS = {"Authorization": f"Bearer {DISPATCH_TOKEN}"}
 def travel_card(name: str = "出行助手") -> dict[str, Any]:
     """The seed's example agent."""
     return {
-        "name": name, "description": "Trains and flights: search, compare, book.", "version": "1.0.0",
-        "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "train", "name": "火车票查询", "description": "High-speed train tickets",
-                    "tags": ["travel"]}],
+        "name": name,
+        "description": "Trains and flights: search, compare, book.",
+        "version": "1.0.0",
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [
+            {"id": "train", "name": "火车票查询", "description": "High-speed train tickets", "tags": ["travel"]}
+        ],
     }
 
 
@@ -84,14 +89,15 @@ class FakeAgent:
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def connect(cls, host: str, *, card: Any = "travel", wait_registered: Any = None,
-                      **query: str) -> FakeAgent:
+    async def connect(cls, host: str, *, card: Any = "travel", wait_registered: Any = None, **query: str) -> FakeAgent:
         """Dial in with `?<query>`; with `wait_registered` (the broker), wait until it lists the agent.
 
         `card`: the card to answer with (the seed's travel agent by default); None: never answer.
         """
-        agent = cls(await websockets.connect(f"ws://{host}/a2a?{urlencode(query)}", open_timeout=5,
-                                             max_size=None), travel_card() if card == "travel" else card)
+        agent = cls(
+            await websockets.connect(f"ws://{host}/a2a?{urlencode(query)}", open_timeout=5, max_size=None),
+            travel_card() if card == "travel" else card,
+        )
         if wait_registered is not None:
             await wait_for(lambda: wait_registered.connection(query.get("a2a_id", "")) is not None)
         return agent
@@ -141,8 +147,12 @@ def status_update(task_id: str, state: str, text: str | None = None, *, final: b
     """A v0.3 status-update result."""
     status: dict[str, Any] = {"state": state}
     if text is not None:
-        status["message"] = {"kind": "message", "role": "agent", "messageId": f"m-{task_id}-{state}",
-                             "parts": [{"kind": "text", "text": text}]}
+        status["message"] = {
+            "kind": "message",
+            "role": "agent",
+            "messageId": f"m-{task_id}-{state}",
+            "parts": [{"kind": "text", "text": text}],
+        }
     return {"kind": "status-update", "taskId": task_id, "contextId": "c1", "status": status, "final": final}
 
 
@@ -153,8 +163,13 @@ def task_event(task_id: str, state: str = "submitted") -> dict[str, Any]:
 
 def artifact_update(task_id: str, text: str, *, append: bool = False, artifact_id: str = "a1") -> dict[str, Any]:
     """A v0.3 artifact-update result."""
-    return {"kind": "artifact-update", "taskId": task_id, "contextId": "c1", "append": append,
-            "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": text}]}}
+    return {
+        "kind": "artifact-update",
+        "taskId": task_id,
+        "contextId": "c1",
+        "append": append,
+        "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": text}]},
+    }
 
 
 async def wait_for(predicate: Any, timeout: float = 5.0, interval: float = 0.01) -> None:

@@ -53,12 +53,20 @@ def two_replicas(backends: ClusterBackends, tmp: Path, **extra: str) -> Iterator
 
     def env(port: int) -> dict[str, str]:
         url = f"http://127.0.0.1:{port}"
-        return backends.env(**{
-            "INSTANCE_ID": f"replica-{port}", "REPLICA_URL": url, "PUBLIC_BASE_URL": url,
-            # No config file or .env of the working tree (module-scoped replicas start before per-test isolation).
-            "CONFIG_FILE": str(tmp / "no-config.json"), "ENV_FILE": str(tmp / "no.env"),
-            "BROKER_DISPATCH_TOKEN": DISPATCH_TOKEN, "DEMO_MODEL_DELAY_MS": "5", "INJECT_MIN_INTERVAL": "0",
-            **extra})
+        return backends.env(
+            **{
+                "INSTANCE_ID": f"replica-{port}",
+                "REPLICA_URL": url,
+                "PUBLIC_BASE_URL": url,
+                # No config file or .env of the working tree (module-scoped replicas start before per-test isolation).
+                "CONFIG_FILE": str(tmp / "no-config.json"),
+                "ENV_FILE": str(tmp / "no.env"),
+                "BROKER_DISPATCH_TOKEN": DISPATCH_TOKEN,
+                "DEMO_MODEL_DELAY_MS": "5",
+                "INJECT_MIN_INTERVAL": "0",
+                **extra,
+            }
+        )
 
     port_a, port_b = free_port(), free_port()
     with app_process(tmp / "a" / "data", port=port_a, **env(port_a)) as a:
@@ -73,17 +81,39 @@ def two_replicas(backends: ClusterBackends, tmp: Path, **extra: str) -> Iterator
 
 
 @contextlib.contextmanager
-def echo_agent(base_url: str, a2a_id: str, *, chat_agent: str | None = None, delay_s: float = 0.05,
-               name: str = "Echo", timeout_s: float = 30.0) -> Iterator[subprocess.Popen]:
+def echo_agent(
+    base_url: str,
+    a2a_id: str,
+    *,
+    chat_agent: str | None = None,
+    delay_s: float = 0.05,
+    name: str = "Echo",
+    timeout_s: float = 30.0,
+) -> Iterator[subprocess.Popen]:
     """The example echo agent dialled into `base_url` as `a2a_id`; waits until that replica lists it."""
     query = f"a2a_id={a2a_id}" + (f"&agent_id={chat_agent}" if chat_agent else "")
     env = child_env(Path(os.devnull), ECHO_DELAY=str(delay_s), ECHO_NAME=name)
     env.pop("DATA_DIR", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "core.pipe", "--backoff-initial", "0.2", "--backoff-max", "1",
-         base_url.replace("http://", "ws://") + f"/a2a?{query}", "--", sys.executable,
-         str(ROOT / "examples" / "echo_agent.py")],
-        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "core.pipe",
+            "--backoff-initial",
+            "0.2",
+            "--backoff-max",
+            "1",
+            base_url.replace("http://", "ws://") + f"/a2a?{query}",
+            "--",
+            sys.executable,
+            str(ROOT / "examples" / "echo_agent.py"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + timeout_s
         while a2a_id not in listed_agents(base_url):

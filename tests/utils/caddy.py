@@ -58,17 +58,29 @@ class Caddy:
 
 
 @contextmanager
-def caddy_proxy(binary: str, port: int, upstreams: list[str], tmp: Path, *, secret: str = "test-lb-secret",
-                timeout_s: float = 20.0) -> Iterator[Caddy]:
+def caddy_proxy(
+    binary: str, port: int, upstreams: list[str], tmp: Path, *, secret: str = "test-lb-secret", timeout_s: float = 20.0
+) -> Iterator[Caddy]:
     """Run `caddy run` with deploy/Caddyfile on 127.0.0.1:`port` until the block ends; waits until it proxies."""
     tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SITE_ADDRESS": f"http://127.0.0.1:{port}", "UPSTREAMS": " ".join(upstreams),
-           "LB_SECRET": secret, "XDG_DATA_HOME": str(tmp / "data"), "XDG_CONFIG_HOME": str(tmp / "config"),
-           "HOME": str(tmp)}
+    env = {
+        **os.environ,
+        "SITE_ADDRESS": f"http://127.0.0.1:{port}",
+        "UPSTREAMS": " ".join(upstreams),
+        "LB_SECRET": secret,
+        "XDG_DATA_HOME": str(tmp / "data"),
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+        "HOME": str(tmp),
+    }
     log_path = tmp / "caddy.log"
     with log_path.open("wb") as log:
-        process = subprocess.Popen([binary, "run", "--config", str(CADDYFILE), "--adapter", "caddyfile"], env=env,
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [binary, "run", "--config", str(CADDYFILE), "--adapter", "caddyfile"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s

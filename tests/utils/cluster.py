@@ -40,9 +40,15 @@ class ClusterBackends:
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment every replica shares."""
-        return {"CLUSTER": "true", "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-                "REDIS_KEY_PREFIX": self.key_prefix, "STORAGE_SECRET": self.storage_secret,
-                "INTERNAL_TOKEN": self.internal_token, **extra}
+        return {
+            "CLUSTER": "true",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "REDIS_KEY_PREFIX": self.key_prefix,
+            "STORAGE_SECRET": self.storage_secret,
+            "INTERNAL_TOKEN": self.internal_token,
+            **extra,
+        }
 
 
 def redis_reachable(url: str) -> str | None:
@@ -67,7 +73,7 @@ def delete_prefix(url: str, prefix: str) -> None:
     try:
         keys = list(client.scan_iter(match=f"{prefix}*", count=500))
         for start in range(0, len(keys), 500):
-            client.delete(*keys[start:start + 500])
+            client.delete(*keys[start : start + 500])
     finally:
         client.close()
 
@@ -94,12 +100,18 @@ def cluster_backends(postgres_server_url: str) -> Iterator[ClusterBackends]:
         drop_postgres_database(postgres_server_url, database_url)
 
 
-def add_account(backends: ClusterBackends, data_dir: Path, username: str = ADMIN[0],
-                password: str = ADMIN[1]) -> None:
+def add_account(backends: ClusterBackends, data_dir: Path, username: str = ADMIN[0], password: str = ADMIN[1]) -> None:
     """`python app.py users add NAME --admin` against the shared database (it also migrates)."""
     env = child_env(data_dir, APP_USER_PASSWORD=password, DATABASE_URL=backends.database_url)
-    done = subprocess.run([sys.executable, "app.py", "users", "add", username, "--admin"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "app.py", "users", "add", username, "--admin"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+    )
     if done.returncode != 0:
         raise AssertionError(f"users add failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
 
@@ -125,8 +137,9 @@ class Replica:
 
 
 @contextmanager
-def start_replicas(backends: ClusterBackends, base_dir: Path, count: int = 2, *, wait: bool = True,
-                   **env: str) -> Iterator[list[Replica]]:
+def start_replicas(
+    backends: ClusterBackends, base_dir: Path, count: int = 2, *, wait: bool = True, **env: str
+) -> Iterator[list[Replica]]:
     """Start `count` replicas at the same time; each is killed at the end if still running."""
     with ExitStack() as stack:
         replicas = []
@@ -134,9 +147,13 @@ def start_replicas(backends: ClusterBackends, base_dir: Path, count: int = 2, *,
             port = free_port()
             instance = f"replica-{n + 1}"
             url = f"http://127.0.0.1:{port}"
-            app = stack.enter_context(app_process(
-                base_dir / instance / "data", port=port,
-                **backends.env(INSTANCE_ID=instance, REPLICA_URL=url, PUBLIC_BASE_URL=url, **env)))
+            app = stack.enter_context(
+                app_process(
+                    base_dir / instance / "data",
+                    port=port,
+                    **backends.env(INSTANCE_ID=instance, REPLICA_URL=url, PUBLIC_BASE_URL=url, **env),
+                )
+            )
             replicas.append(Replica(app, instance))
         if wait:
             for replica in replicas:

@@ -32,7 +32,9 @@ def services_app(services: Services, *routers: APIRouter) -> FastAPI:
 @contextmanager
 def live_server(app, *, startup_timeout: float = 15.0, port: int = 0) -> Iterator[str]:
     """Serve `app` on `port` (default: a free one) on loopback; yields its base URL, stops it on exit."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="live-server", daemon=True)
     thread.start()

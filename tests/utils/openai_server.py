@@ -103,8 +103,9 @@ def text(*chunks: str, usage: tuple[int, int] | None = (11, 7), chunk_delay_s: f
 def call(name: str, arguments: str | dict[str, Any], *, id: str | None = None, fragments: int = 3) -> ScriptedCall:
     """A tool call; dict arguments are JSON-encoded, a string is sent as it is (malformed JSON included)."""
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return ScriptedCall(id=id or f"call_{name}_{zlib.crc32(raw.encode()):08x}", name=name, arguments=raw,
-                        fragments=fragments)
+    return ScriptedCall(
+        id=id or f"call_{name}_{zlib.crc32(raw.encode()):08x}", name=name, arguments=raw, fragments=fragments
+    )
 
 
 def tool_call(
@@ -117,18 +118,25 @@ def tool_call(
     usage: tuple[int, int] | None = (11, 7),
 ) -> ScriptedResponse:
     """Optional text, then one tool call whose arguments arrive in `fragments` pieces."""
-    return ScriptedResponse(text_chunks=tuple(text_chunks), calls=(call(name, arguments, id=id, fragments=fragments),),
-                            usage=usage)
+    return ScriptedResponse(
+        text_chunks=tuple(text_chunks), calls=(call(name, arguments, id=id, fragments=fragments),), usage=usage
+    )
 
 
-def tool_calls(*calls: ScriptedCall, text_chunks: list[str] | tuple[str, ...] = (),
-               usage: tuple[int, int] | None = (11, 7)) -> ScriptedResponse:
+def tool_calls(
+    *calls: ScriptedCall, text_chunks: list[str] | tuple[str, ...] = (), usage: tuple[int, int] | None = (11, 7)
+) -> ScriptedResponse:
     """Parallel tool calls in one response (index 0, 1, ...)."""
     return ScriptedResponse(text_chunks=tuple(text_chunks), calls=tuple(calls), usage=usage)
 
 
-def error(status: int, message: str = "The server had an error while processing your request.", *,
-          type: str = "server_error", code: str | None = None) -> ScriptedResponse:
+def error(
+    status: int,
+    message: str = "The server had an error while processing your request.",
+    *,
+    type: str = "server_error",
+    code: str | None = None,
+) -> ScriptedResponse:
     """An HTTP error with an OpenAI-style body `{"error": {message, type, param, code}}`."""
     body = {"error": {"message": message, "type": type, "param": None, "code": code}}
     return ScriptedResponse(status=status, error_body=body)
@@ -136,9 +144,13 @@ def error(status: int, message: str = "The server had an error while processing 
 
 def auth_error() -> ScriptedResponse:
     """OpenAI's 401 for a wrong key."""
-    return error(401, "Incorrect API key provided: sk-test. You can find your API key at "
-                      "https://platform.openai.com/account/api-keys.",
-                 type="invalid_request_error", code="invalid_api_key")
+    return error(
+        401,
+        "Incorrect API key provided: sk-test. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+        type="invalid_request_error",
+        code="invalid_api_key",
+    )
 
 
 def stall(chunks: list[str] | tuple[str, ...] = (), *, seconds: float = 10.0) -> ScriptedResponse:
@@ -198,15 +210,23 @@ class _ChunkFactory:
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {
-            "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model, "system_fingerprint": None,
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
         }
 
     def usage_chunk(self, usage: tuple[int, int]) -> dict[str, Any]:
         return {
-            "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model, "system_fingerprint": None, "choices": [], "usage": _usage(usage),
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [],
+            "usage": _usage(usage),
         }
 
 
@@ -226,8 +246,12 @@ def stream_items(response: ScriptedResponse, *, model: str, include_usage: bool,
     for index, c in enumerate(response.calls):
         for n, piece in enumerate(_split(c.arguments, c.fragments)):
             if n == 0:
-                fragment = {"index": index, "id": c.id, "type": "function",
-                            "function": {"name": c.name, "arguments": piece}}
+                fragment = {
+                    "index": index,
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": piece},
+                }
             else:
                 fragment = {"index": index, "function": {"arguments": piece}}
             items.append(f.chunk({"tool_calls": [fragment]}))
@@ -248,10 +272,14 @@ def completion_body(response: ScriptedResponse, *, model: str, completion_id: st
             for c in response.calls
         ]
     body = {
-        "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
         "system_fingerprint": None,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": response.effective_finish_reason}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": response.effective_finish_reason}
+        ],
     }
     if response.usage is not None:
         body["usage"] = _usage(response.usage)
@@ -267,9 +295,16 @@ class _SSEStream:
         self.delay_s = delay_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-        ]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
         try:
             for item in self.items:
                 if item is _BREAK:
@@ -282,8 +317,7 @@ class _SSEStream:
                 if self.delay_s:
                     await self.server._sleep(self.delay_s)
                 payload = item if isinstance(item, str) else json.dumps(item)
-                await send({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(),
-                            "more_body": True})
+                await send({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             self.server.completed_streams += 1
         except OSError:  # the client went away
@@ -309,8 +343,12 @@ class OpenAIServer:
         self._thread: threading.Thread | None = None
         self._server: uvicorn.Server | None = None
         self._counter = 0
-        self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
-                                     Route("/{path:path}", self._elsewhere, methods=["GET", "POST"])])
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/{path:path}", self._elsewhere, methods=["GET", "POST"]),
+            ]
+        )
 
     # -- scripting ------------------------------------------------------------------------
 
@@ -344,11 +382,13 @@ class OpenAIServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, lifespan="off", log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=1, ws="none")
+        config = uvicorn.Config(
+            self.app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=1, ws="none"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._server.serve(sockets=[sock])), name=f"openai-server-{self.port}",
+            target=lambda: asyncio.run(self._server.serve(sockets=[sock])),
+            name=f"openai-server-{self.port}",
             daemon=True,
         )
         self._thread.start()
@@ -391,10 +431,16 @@ class OpenAIServer:
         except json.JSONDecodeError:
             body = {"_raw": raw.decode(errors="replace")}
         with self._lock:
-            self.requests.append(RecordedRequest(request.url.path, {k.lower(): v for k, v in request.headers.items()},
-                                                 body if isinstance(body, dict) else {"_raw": body}))
-        return JSONResponse({"error": {"message": "not an endpoint of the test server", "type": "not_found"}},
-                            status_code=404)
+            self.requests.append(
+                RecordedRequest(
+                    request.url.path,
+                    {k.lower(): v for k, v in request.headers.items()},
+                    body if isinstance(body, dict) else {"_raw": body},
+                )
+            )
+        return JSONResponse(
+            {"error": {"message": "not an endpoint of the test server", "type": "not_found"}}, status_code=404
+        )
 
     async def _chat_completions(self, request: Request) -> Any:
         raw = await request.body()
@@ -410,8 +456,14 @@ class OpenAIServer:
             completion_id = f"chatcmpl-test{self._counter:04d}"
         if response is None:
             return JSONResponse(
-                {"error": {"message": "the test server's script is exhausted", "type": "server_error",
-                           "param": None, "code": "script_exhausted"}},
+                {
+                    "error": {
+                        "message": "the test server's script is exhausted",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "script_exhausted",
+                    }
+                },
                 status_code=500,
             )
         if response.status:

@@ -13,8 +13,9 @@ from nicegui.testing.user_simulation import user_simulation
 
 
 @asynccontextmanager
-async def simulated_app_user(request: pytest.FixtureRequest,
-                             caplog: pytest.LogCaptureFixture | None = None) -> AsyncIterator[User]:
+async def simulated_app_user(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture | None = None
+) -> AsyncIterator[User]:
     """Run app.py in the simulation; with `caplog`, fail the test on ERROR logs of its call phase.
 
     The failure is raised only once the simulation has shut down: raised inside it, it skips
@@ -26,8 +27,11 @@ async def simulated_app_user(request: pytest.FixtureRequest,
         yield simulated
     if caplog is None:
         return
-    errors = [r.getMessage() for r in caplog.get_records("call")
-              if r.levelno >= logging.ERROR and not _is_simulated_drawer_timeout(r)]
+    errors = [
+        r.getMessage()
+        for r in caplog.get_records("call")
+        if r.levelno >= logging.ERROR and not _is_simulated_drawer_timeout(r)
+    ]
     if errors:
         pytest.fail(f"There were unexpected ERROR logs: {errors}", pytrace=False)
 

@@ -14,27 +14,27 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
-revision: str = '0006'
-down_revision: str | None = '0005'
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
     # Plain ADD COLUMN (no batch): on SQLite a batch rebuild of `agents` would cascade into its chats.
-    op.add_column('agents', sa.Column('api_base', sa.String(length=1000), nullable=True))
-    op.add_column('agents', sa.Column('api_key', sa.Text(), nullable=True))
-    op.add_column('agents', sa.Column('temperature', sa.Float(), nullable=True))
-    op.add_column('agents', sa.Column('max_output_tokens', sa.Integer(), nullable=True))
-    op.add_column('agents', sa.Column('deleted_at', sa.DateTime(timezone=True), nullable=True))
-    op.add_column('users', sa.Column('is_admin', sa.Boolean(), server_default=sa.false(), nullable=False))
-    op.execute("UPDATE users SET is_admin = true WHERE id = "
-               "(SELECT min(id) FROM users WHERE password_hash IS NOT NULL)")
+    op.add_column("agents", sa.Column("api_base", sa.String(length=1000), nullable=True))
+    op.add_column("agents", sa.Column("api_key", sa.Text(), nullable=True))
+    op.add_column("agents", sa.Column("temperature", sa.Float(), nullable=True))
+    op.add_column("agents", sa.Column("max_output_tokens", sa.Integer(), nullable=True))
+    op.add_column("agents", sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("users", sa.Column("is_admin", sa.Boolean(), server_default=sa.false(), nullable=False))
+    op.execute(
+        "UPDATE users SET is_admin = true WHERE id = (SELECT min(id) FROM users WHERE password_hash IS NOT NULL)"
+    )
 
 
 def downgrade() -> None:
     # SQLite 3.35+ drops a column in place (no table rebuild).
-    op.drop_column('users', 'is_admin')
-    for column in ('deleted_at', 'max_output_tokens', 'temperature', 'api_key', 'api_base'):
-        op.drop_column('agents', column)
+    op.drop_column("users", "is_admin")
+    for column in ("deleted_at", "max_output_tokens", "temperature", "api_key", "api_base"):
+        op.drop_column("agents", column)

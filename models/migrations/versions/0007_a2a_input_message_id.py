@@ -14,18 +14,17 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
-revision: str = '0007'
-down_revision: str | None = '0006'
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('a2a_task_sessions') as batch:
-        batch.add_column(sa.Column('input_message_id', sa.String(length=255), nullable=True))
+    with op.batch_alter_table("a2a_task_sessions") as batch:
+        batch.add_column(sa.Column("input_message_id", sa.String(length=255), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('a2a_task_sessions') as batch:
-        batch.drop_column('input_message_id')
+    with op.batch_alter_table("a2a_task_sessions") as batch:
+        batch.drop_column("input_message_id")

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
-revision: str = '0009'
-down_revision: str | None = '0008'
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -28,12 +27,22 @@ RUNNING = sa.text("state IN ('submitted', 'working')")
 
 
 def upgrade() -> None:
-    op.create_index('idx_agent_messages_streaming', 'agent_messages', ['session_id'],
-                    sqlite_where=STREAMING, postgresql_where=STREAMING)
-    op.create_index('idx_a2a_task_sessions_running', 'a2a_task_sessions', ['caller_user_id'],
-                    sqlite_where=RUNNING, postgresql_where=RUNNING)
+    op.create_index(
+        "idx_agent_messages_streaming",
+        "agent_messages",
+        ["session_id"],
+        sqlite_where=STREAMING,
+        postgresql_where=STREAMING,
+    )
+    op.create_index(
+        "idx_a2a_task_sessions_running",
+        "a2a_task_sessions",
+        ["caller_user_id"],
+        sqlite_where=RUNNING,
+        postgresql_where=RUNNING,
+    )
 
 
 def downgrade() -> None:
-    op.drop_index('idx_a2a_task_sessions_running', table_name='a2a_task_sessions')
-    op.drop_index('idx_agent_messages_streaming', table_name='agent_messages')
+    op.drop_index("idx_a2a_task_sessions_running", table_name="a2a_task_sessions")
+    op.drop_index("idx_agent_messages_streaming", table_name="agent_messages")
