@@ -9,7 +9,8 @@ rule's refusal names its field in the shape of FastAPI's own 422 (`detail[].loc`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -19,6 +20,8 @@ from core.chat.agents import AGENT_INVOKE_MAXIMA
 from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView, UnknownAgent
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
+
+T = TypeVar("T")
 
 
 class InvokeConfig(RequestBody):
@@ -182,7 +185,8 @@ def _tool_specs(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"type": t.type, "config": t.config.as_config() if t.config is not None else {}} for t in tools]
 
 
-async def _call(awaitable):
+async def _call(awaitable: Awaitable[T]) -> T:
+    """Await an AgentAdmin call, turning its refusals into the API's errors."""
     try:
         return await awaitable
     except (AgentConflict, UnknownAgent) as exc:
