@@ -39,6 +39,7 @@ from core.delegation.tool import AgentInvokeTool
 from core.i18n import _
 from core.secret_box import LazySecretBox, make_data_dir_private
 from core.settings import Settings
+from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import DuplicateReplica, RedisStreamHub
@@ -67,7 +68,7 @@ class Services:
 
     settings: Settings
     db: Database
-    hub: StreamHub | RedisStreamHub
+    hub: StreamHubBackend
     llm: LLMGateway
     tools: ToolRegistry
     chat: ChatEngine
@@ -100,7 +101,7 @@ class Services:
     def build(cls, settings: Settings) -> Services:
         """Wire the services from settings (no I/O yet; see `prepare` and `start`)."""
         db = Database(settings.database)
-        hub: StreamHub | RedisStreamHub
+        hub: StreamHubBackend
         if settings.cluster and settings.redis.dsn:  # several replicas (docs/ARCHITECTURE.md, "Cluster")
             hub = RedisStreamHub.from_url(
                 settings.redis.dsn,

@@ -63,7 +63,8 @@ from core.delegation.service import DelegationRefused, DelegationService, TooMan
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
-from core.streaming.hub import StreamHub, SubscriberOverflow, UnknownStream
+from core.streaming.backend import StreamHubBackend
+from core.streaming.hub import SubscriberOverflow, UnknownStream
 from core.streaming.redis_hub import refresh
 from core.web.input_limits import read_capped
 from models import A2ATaskSession, AgentMessage
@@ -416,7 +417,7 @@ class AgentRequestHandler(wire.RequestHandler):
     """
 
     def __init__(
-        self, *, delegation: DelegationService, hub: StreamHub, store: TaskSessionStore, cards: AgentCards
+        self, *, delegation: DelegationService, hub: StreamHubBackend, store: TaskSessionStore, cards: AgentCards
     ) -> None:
         self.delegation = delegation
         self.hub = hub

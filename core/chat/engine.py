@@ -55,8 +55,9 @@ from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messag
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
 from core.db import RUNNING_WORK_LOCK_KEY, Database
 from core.i18n import _, current_language, format_number, ngettext, set_language
+from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
-from core.streaming.hub import BufferInfo, BufferState, StreamBusy, StreamHub
+from core.streaming.hub import BufferInfo, BufferState, StreamBusy
 from core.streaming.redis_hub import RedisStreamHub
 from models import Agent, AgentMessage
 
@@ -140,7 +141,7 @@ class ChatEngine:
     def __init__(
         self,
         db: Database,
-        hub: StreamHub,
+        hub: StreamHubBackend,
         llm: LLMGateway,
         tools: ToolRegistry,
         *,

@@ -28,7 +28,7 @@ from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
 from core.i18n import _
 from core.secret_box import SecretUnreadable
-from core.streaming.hub import StreamHub
+from core.streaming.backend import StreamHubBackend
 from models import Agent, AgentMessage
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class AgentRunner:
 
     def __init__(
         self,
-        hub: StreamHub,
+        hub: StreamHubBackend,
         llm: LLMGateway,
         *,
         max_steps: int = 8,

@@ -14,7 +14,8 @@ from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine, InvalidMessage, SessionNotFound
 from core.db import Database
 from core.i18n import _
-from core.streaming.hub import BufferState, StreamHub
+from core.streaming.backend import StreamHubBackend
+from core.streaming.hub import BufferState
 from core.streaming.redis_hub import refresh
 from models import Agent, AgentMessage, AgentSession
 
@@ -33,7 +34,11 @@ class Workspace:
     """Read and change a user's chats."""
 
     def __init__(
-        self, db: Database, hub: StreamHub, chat: ChatEngine, default_agent_slug: str = agents_store.DEFAULT_AGENT_SLUG
+        self,
+        db: Database,
+        hub: StreamHubBackend,
+        chat: ChatEngine,
+        default_agent_slug: str = agents_store.DEFAULT_AGENT_SLUG,
     ) -> None:
         self.db = db
         self.hub = hub

@@ -64,8 +64,8 @@ from core.delegation.tasks import (
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
 from core.i18n import _
+from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
-from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import RedisStreamHub
 from models import A2ATaskSession
 
@@ -87,7 +87,7 @@ class DelegationService:
     def __init__(
         self,
         db: Database,
-        hub: StreamHub,
+        hub: StreamHubBackend,
         engine: ChatEngine,
         tools: ToolRegistry,
         registry: AgentRegistry | None = None,

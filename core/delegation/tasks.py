@@ -25,7 +25,8 @@ from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
-from core.streaming.hub import StreamEvent, StreamHub
+from core.streaming.backend import StreamHubBackend
+from core.streaming.hub import StreamEvent
 from core.streaming.sse import Shape
 from core.streaming.sse_stream import iso_now
 from models import A2ATaskSession, Agent, AgentMessage, utcnow
@@ -129,7 +130,7 @@ class TaskRecords:
         registry: names remote callees in task views.
     """
 
-    def __init__(self, db: Database, hub: StreamHub, registry: AgentRegistry | None = None) -> None:
+    def __init__(self, db: Database, hub: StreamHubBackend, registry: AgentRegistry | None = None) -> None:
         self.db = db
         self.hub = hub
         self.registry = registry

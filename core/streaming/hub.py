@@ -154,7 +154,8 @@ class Subscription:
         if item is _END:
             self._closed = True
             raise StopAsyncIteration
-        return item
+        event: StreamEvent = item
+        return event
 
     def _push(self, event: StreamEvent) -> None:
         if self._queue.qsize() >= self._queue_limit:
@@ -269,6 +270,10 @@ class StreamHub:
         """The buffer's bookkeeping, or None when there is none under `key`."""
         buf = self._buffers.get(key)
         return buf.info() if buf is not None else None
+
+    async def refresh(self, key: str) -> BufferInfo | None:
+        """As `get`: one process holds every buffer (`StreamHubBackend.refresh` reads Redis in a cluster)."""
+        return self.get(key)
 
     def subscribe(self, key: str, after: int | None = None) -> Subscription:
         """Events with id greater than `after` (all buffered ones when None), then live ones.

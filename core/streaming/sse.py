@@ -67,7 +67,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from core.aio import ReadyBatches, finish_step
-from core.streaming.hub import BufferState, StreamEvent, StreamHub, SubscriberOverflow, Subscription, UnknownStream
+from core.streaming.backend import HubSubscription, StreamHubBackend
+from core.streaming.hub import BufferState, StreamEvent, SubscriberOverflow, UnknownStream
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class SSEResponse(EventSourceResponse):
 
 
 def hub_sse_response(
-    hub: StreamHub,
+    hub: StreamHubBackend,
     key: str,
     resume_after: str | None,
     *,
@@ -348,7 +349,7 @@ def _hub_frame(event: StreamEvent, named: frozenset[str], shape: Shape | None = 
 
 
 async def _hub_connection(
-    subscription: Subscription,
+    subscription: HubSubscription,
     reset_reason: str | None,
     named: frozenset[str],
     prefix: bytes,

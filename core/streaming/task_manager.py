@@ -41,7 +41,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from core.streaming.hub import BufferInfo, BufferState, StreamHub, Subscription
+from core.streaming.backend import HubSubscription, StreamHubBackend
+from core.streaming.hub import BufferInfo, BufferState
 from core.streaming.sse import SEED_EVENT_TYPES, hub_sse_response, last_event_id, to_json
 from core.streaming.sse_stream import artifact_payload, iso_now, progress_payload, state_payload
 
@@ -73,7 +74,7 @@ class TaskEvents:
         key_prefix: a task's buffer key is `key_prefix + task_id`.
     """
 
-    def __init__(self, hub: StreamHub, *, key_prefix: str = KEY_PREFIX) -> None:
+    def __init__(self, hub: StreamHubBackend, *, key_prefix: str = KEY_PREFIX) -> None:
         self.hub = hub
         self.key_prefix = key_prefix
 
@@ -156,7 +157,7 @@ class TaskEvents:
             meta=dict(meta),
         )
 
-    def subscribe(self, task_id: str, after: int | None = None) -> Subscription:
+    def subscribe(self, task_id: str, after: int | None = None) -> HubSubscription:
         """In-process: the task's events after `after` (all when None), then live ones."""
         return self.hub.subscribe(self.key(task_id), after=after)
 

@@ -1,0 +1,66 @@
+"""The appends of a Redis stream hub, batched: those ready together go to Redis in one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+
+class AppendBatches:
+    """The appends of a replica, sent in order, those that are ready together in one round trip.
+
+    A turn awaits each append before the next, so 80 turns streaming are 80 appends in flight at
+    any time: one `EVALSHA` each, with its own connection checkout, write and read. Here the
+    appends submitted while a batch is on its way wait for it and go together in the next one
+    (a pipeline without a transaction: each script still runs on its own, in order). One batch at
+    a time keeps the order in which they were submitted.
+    """
+
+    def __init__(self, redis: Redis, script: AsyncScript) -> None:
+        self._redis = redis
+        self._script = script
+        self._pending: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    def submit(self, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
+        """Queue one append; the future has what the script returned (or its error)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((keys, args, done))
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write(), name="redis hub: appends")
+        return done
+
+    async def _write(self) -> None:
+        batch: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
+        try:
+            await asyncio.sleep(0)  # what else is appended in this pass of the loop goes along
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    if len(batch) == 1:  # alone: a pipeline would first ask SCRIPT EXISTS, one more round trip
+                        keys, args, _ = batch[0]
+                        results: list[Any] = [await self._script(keys=keys, args=args)]
+                    else:
+                        pipe = self._redis.pipeline(transaction=False)
+                        for keys, args, _ in batch:
+                            await self._script(keys=keys, args=args, client=pipe)
+                        results = await pipe.execute(raise_on_error=False)
+                except Exception as exc:  # the connection failed: every append of the batch fails with it
+                    results = [exc] * len(batch)
+                for (_, _, done), result in zip(batch, results, strict=True):
+                    if done.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        done.set_exception(result)
+                    else:
+                        done.set_result(result)
+        finally:  # canceled (the hub stops): no append waits for an answer that will not come
+            for _, _, done in [*batch, *self._pending]:
+                if not done.done():
+                    done.set_exception(RedisError("the Redis hub stopped before this append was sent"))
+            self._pending = []

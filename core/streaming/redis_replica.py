@@ -1,0 +1,253 @@
+"""One replica of a Redis stream hub among the others: its name, its leases, and what it hears from them.
+
+A replica holds its `INSTANCE_ID` in Redis (`replica:<owner>`, renewed with its leases), so a second
+process under the same name is refused. It holds a lease on each open buffer it writes and renews
+them; a replica that stops renewing loses its buffers to the reaper (`expired`, `take_over`). Cancels
+(`request_cancel`) and the changes of buffers opened elsewhere reach every replica over pub/sub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from core.streaming.hub import BufferInfo
+from core.streaming.redis_readers import StreamReaders
+from core.streaming.redis_scripts import HubKeys, now_ms
+
+log = logging.getLogger(__name__)
+
+
+class DuplicateReplica(RuntimeError):
+    """Another live replica already runs under this INSTANCE_ID."""
+
+
+class ReplicaLeases:
+    """This replica's name, its leases on the buffers it writes, and the cancels and changes other replicas send.
+
+    Args:
+        redis: the client of the hub's commands.
+        keys: the hub's key layout.
+        scripts: the hub's scripts by name (`renew`, `take_over`, `cancel`).
+        readers: this replica's readers (a buffer whose lease was lost is followed from Redis for them).
+        owner: this replica's `INSTANCE_ID`.
+        lease_s: how long a claim (on the name, on an open buffer) lasts without renewal.
+        owned: the keys this replica writes (shared with the hub).
+        refresh: reads a buffer's state from Redis into the hub's mirror.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        keys: HubKeys,
+        scripts: dict[str, AsyncScript],
+        readers: StreamReaders,
+        *,
+        owner: str,
+        lease_s: float,
+        owned: set[str],
+        refresh: Callable[[str], Awaitable[BufferInfo | None]],
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.owner = owner
+        self.lease_s = lease_s
+        self.stopped = False
+        self.cancel_handlers: list[Callable[[str], Awaitable[bool]]] = []
+        self.change_handlers: list[Callable[[BufferInfo], Awaitable[None]]] = []
+        self._scripts = scripts
+        self._readers = readers
+        self._owned = owned
+        self._refresh = refresh
+        self._replica_key = keys.replica(owner)
+        self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
+
+    def lease_until(self) -> int:
+        """When a lease taken now runs out (ms since the epoch)."""
+        return now_ms() + int(self.lease_s * 1000)
+
+    # -- the name ----------------------------------------------------------------------
+
+    async def claim(self) -> None:
+        """Hold this replica's name unless `claim_name` took it already.
+
+        Raises:
+            DuplicateReplica: another live replica runs under the same name.
+        """
+        await self.redis.ping()
+        if await self.redis.get(self._replica_key) != self._boot:  # `claim_name` was not called before serving
+            if not await self.redis.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000)):
+                raise DuplicateReplica(self._duplicate_message())
+
+    def claim_name(self, url: str) -> None:
+        """Before serving (blocking, a client of its own): take this replica's INSTANCE_ID for this process.
+
+        Raises:
+            DuplicateReplica: another live replica runs under the same name.
+        """
+        import redis as redis_sync
+
+        client = redis_sync.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
+        try:
+            if not client.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000)):
+                raise DuplicateReplica(self._duplicate_message())
+        finally:
+            client.close()
+
+    def release_name(self, url: str) -> None:
+        """Give this replica's name back (a start refused after `claim_name`), so a corrected start may take it."""
+        import redis as redis_sync
+
+        client = redis_sync.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
+        try:
+            if client.get(self._replica_key) == self._boot:
+                client.delete(self._replica_key)
+        finally:
+            client.close()
+
+    async def release(self) -> None:
+        """Give the name back as the process stops: a restart may take it at once."""
+        if await self.redis.get(self._replica_key) == self._boot:
+            await self.redis.delete(self._replica_key)
+
+    def _duplicate_message(self) -> str:
+        return (
+            f"another replica runs with INSTANCE_ID={self.owner!r} (or one with that name stopped less than "
+            f"{self.lease_s:g} s ago): give every replica its own INSTANCE_ID"
+        )
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def renew_forever(self) -> None:
+        """Renew the name and the leases, every third of a lease, until the hub stops."""
+        interval = max(0.2, self.lease_s / 3)
+        # `stopped`, not only the cancel: redis-py may turn a cancelled read into its TimeoutError.
+        while not self.stopped:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew()
+            except RedisError as exc:
+                log.warning("could not renew the leases of %d running streams: %s", len(self._owned), exc)
+
+    async def renew(self) -> None:
+        """Renew the name and the lease of every buffer this replica writes; act on lost leases and missed cancels."""
+        if await self.redis.get(self._replica_key) == self._boot:
+            await self.redis.pexpire(self._replica_key, int(self.lease_s * 1000))
+        else:  # expired during a long pause: take the name back unless another process has it
+            await self.redis.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000))
+        keys = list(self._owned)
+        if not keys:
+            return
+        until = self.lease_until()
+        results = []
+        for key in keys:  # one short script each; tens of keys per replica at most
+            results.append(await self._scripts["renew"](keys=[self.keys.hash(key)], args=[self.owner, until]))
+        for key, flag in zip(keys, results, strict=True):
+            if flag == -1:
+                self._owned.discard(key)  # finished, or taken over by the reaper after a long pause
+                after = self._readers.lowest_position(key)
+                if after is not None:  # its live events now come from the replica that has it, from what each has
+                    self._readers.follow_soon(key, after=after)
+            elif flag == 1:
+                await self.run_cancel_handlers(key)  # the nudge was missed: the durable flag covers it
+
+    async def expired(self) -> list[str]:
+        """Open buffers whose owner's lease has run out (the owner stopped or lost Redis)."""
+        keys: list[str] = list(await self.redis.smembers(self.keys.open_set))  # type: ignore[arg-type]
+        if not keys:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hmget(self.keys.hash(key), "state", "lease")
+        now = now_ms()
+        found = []
+        for key, (state, lease) in zip(keys, await pipe.execute(), strict=True):
+            if state is None:
+                await self.redis.srem(self.keys.open_set, key)  # expired or deleted under us
+            elif state == "open" and int(lease or 0) < now:
+                found.append(key)
+        return found
+
+    async def take_over(self, key: str) -> bool:
+        """Become the owner of an open buffer whose lease expired (to end it); False when it was not expired."""
+        taken = await self._scripts["take_over"](
+            keys=[self.keys.hash(key)], args=[self.owner, now_ms(), self.lease_until()]
+        )
+        if taken == 1:
+            self._owned.add(key)
+            return True
+        return False
+
+    # -- cancels and changes -----------------------------------------------------------
+
+    async def request_cancel(self, key: str, *, timeout: float) -> bool:
+        """Ask the replica running `key` to stop it (a durable flag and a pub/sub nudge), then wait for its end.
+
+        Returns False when no buffer under `key` was open.
+        """
+        owner = await self._scripts["cancel"](keys=[self.keys.hash(key)], args=[self.keys.cancel_channel, key])
+        if not owner:
+            return False
+        if key in self._owned:
+            await self.run_cancel_handlers(key)
+        await self.wait_closed(key, timeout=timeout)
+        return True
+
+    async def wait_closed(self, key: str, *, timeout: float) -> bool:
+        """Wait until the buffer `key` is no longer open (True), or `timeout` seconds (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await self.redis.hget(self.keys.hash(key), "state") != "open":
+                await self._refresh(key)
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def run_cancel_handlers(self, key: str) -> None:
+        """Ask each cancel handler in turn to stop `key`, until one says it ran here."""
+        for handler in self.cancel_handlers:
+            try:
+                if await handler(key):
+                    return
+            except Exception:
+                log.exception("cancelling %s failed", key)
+
+    async def listen(self) -> None:
+        """Until the hub stops: run cancels asked of this replica; mirror and announce other replicas' changes."""
+        while not self.stopped:
+            pubsub = self.redis.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.changes_channel, self.keys.cancel_channel)
+                async for message in pubsub.listen():
+                    if message.get("type") != "message":
+                        continue
+                    key = message["data"]
+                    if message["channel"] == self.keys.cancel_channel:
+                        if key in self._owned:
+                            asyncio.create_task(self.run_cancel_handlers(key), name=f"cancel {key}")
+                    else:  # every replica mirrors every buffer's state (`get`, `is_running` read it)
+                        info = await self._refresh(key)
+                        if info is not None and key not in self._owned:
+                            for handler in self.change_handlers:
+                                try:
+                                    await handler(info)
+                                except Exception:
+                                    log.exception("a handler of the change of %s failed", key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.stopped:
+                    return
+                log.warning("the hub's change channel was interrupted (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -1,0 +1,187 @@
+"""The Redis stream hub's layout: its keys, its Lua scripts and how a stream entry reads back as an event.
+
+Per key, under `redis.key_prefix` + `hub:` (docs/ARCHITECTURE.md, "Cluster"): the stream `s:<key>`
+(event N is the entry `N-0`; a buffer's end is the entry `<last>-<generation>`), the state hash
+`h:<key>`, the set `open` of open keys, the channels `changes` and `cancel`, and `replica:<owner>`
+(the name a live replica holds). Each write is one script, so it checks and changes in one step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from core.streaming.hub import StreamEvent
+
+END_TYPE = "__end__"
+REPLAY_BATCH = 512
+FOLLOW_BLOCK_MS = 1_000  # under the client's socket timeout
+#: Connections the hub's commands share (appends, state, cancels); a command waits for a free one.
+COMMAND_CONNECTIONS = 64
+#: How long a command waits for a free connection before it fails.
+COMMAND_WAIT_S = 10.0
+#: Streams one replica can follow at once: one connection each, for its blocking read.
+MAX_FOLLOWED_STREAMS = 10_000
+
+# KEYS: stream, hash, open set; ARGV: key, meta JSON, owner, lease until (ms), channel
+_CREATE = """
+if redis.call('HGET', KEYS[2], 'state') == 'open' then return -1 end
+local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or '1')
+local gen = redis.call('HINCRBY', KEYS[2], 'gen', 1)
+redis.call('HSET', KEYS[2], 'state', 'open', 'next', nxt, 'first', nxt, 'meta', ARGV[2], 'owner', ARGV[3],
+           'lease', ARGV[4], 'cancel', '0', 'error', '')
+redis.call('PERSIST', KEYS[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('XTRIM', KEYS[1], 'MINID', nxt .. '-0')
+end
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('PUBLISH', ARGV[5], ARGV[1])
+return nxt
+"""
+
+# KEYS: stream, hash; ARGV: type, data JSON, max events
+_APPEND = """
+local state = redis.call('HGET', KEYS[2], 'state')
+if not state then return -2 end
+if state ~= 'open' then return -1 end
+local id = redis.call('HINCRBY', KEYS[2], 'next', 1) - 1
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
+return id
+"""
+
+# KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel. The last event's id (-1: not open).
+_FINISH = """
+local state = redis.call('HGET', KEYS[2], 'state')
+if not state then return -2 end
+if state ~= 'open' then return -1 end
+local last = tonumber(redis.call('HGET', KEYS[2], 'next')) - 1
+local gen = redis.call('HGET', KEYS[2], 'gen')
+redis.call('XADD', KEYS[1], last .. '-' .. gen, 't', '__end__', 'd', ARGV[2])
+redis.call('HSET', KEYS[2], 'state', ARGV[2] ~= '' and 'error' or 'done', 'error', ARGV[2], 'lease', '0')
+redis.call('SREM', KEYS[3], ARGV[1])
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+else
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return last
+"""
+
+# KEYS: hash; ARGV: meta JSON to merge, channel, key
+_UPDATE_META = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return -1 end
+local meta = cjson.decode(redis.call('HGET', KEYS[1], 'meta'))
+for k, v in pairs(cjson.decode(ARGV[1])) do meta[k] = v end
+redis.call('HSET', KEYS[1], 'meta', cjson.encode(meta))
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+"""
+
+# KEYS: hash; ARGV: owner, lease until (ms). Returns the cancel flag (1/0), or -1 when not this owner's any more.
+_RENEW = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' or redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+  return -1
+end
+redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+return tonumber(redis.call('HGET', KEYS[1], 'cancel'))
+"""
+
+# KEYS: hash; ARGV: new owner, now (ms), lease until (ms). 1 when the expired lease was taken over.
+_TAKE_OVER = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease') or '0') >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', ARGV[3])
+return 1
+"""
+
+# KEYS: hash; ARGV: cancel channel, key. The owner, or '' when the buffer is not open.
+_REQUEST_CANCEL = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return '' end
+redis.call('HSET', KEYS[1], 'cancel', '1')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return redis.call('HGET', KEYS[1], 'owner')
+"""
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch (leases are compared across replicas, so wall-clock time)."""
+    return int(time.time() * 1000)
+
+
+def entry_id(raw: str) -> tuple[int, int]:
+    """A stream entry id `N-S` as (event number, sequence); a sequence above 0 marks an end entry."""
+    number, _, seq = raw.partition("-")
+    return int(number), int(seq or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class HubKeys:
+    """The names of the hub's keys and channels under `prefix` (`<redis.key_prefix>hub:`)."""
+
+    prefix: str
+
+    def stream(self, key: str) -> str:
+        """The Redis stream of the buffer `key`."""
+        return f"{self.prefix}s:{key}"
+
+    def hash(self, key: str) -> str:
+        """The state hash of the buffer `key`."""
+        return f"{self.prefix}h:{key}"
+
+    def replica(self, owner: str) -> str:
+        """The key a live replica named `owner` holds (one process per INSTANCE_ID)."""
+        return f"{self.prefix}replica:{owner}"
+
+    @property
+    def changes_channel(self) -> str:
+        """Where a buffer's key is published when it is opened, changed or finished."""
+        return f"{self.prefix}changes"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Where a buffer's key is published when somebody asks its owner to stop it."""
+        return f"{self.prefix}cancel"
+
+    @property
+    def open_set(self) -> str:
+        """The set of open keys (the reaper's list)."""
+        return f"{self.prefix}open"
+
+
+def register_scripts(redis: Redis) -> dict[str, AsyncScript]:
+    """The hub's scripts on `redis`, by name (loaded on first use, by `EVALSHA`)."""
+    return {
+        name: redis.register_script(body)
+        for name, body in {
+            "create": _CREATE,
+            "append": _APPEND,
+            "finish": _FINISH,
+            "meta": _UPDATE_META,
+            "renew": _RENEW,
+            "take_over": _TAKE_OVER,
+            "cancel": _REQUEST_CANCEL,
+        }.items()
+    }
+
+
+def decode_event(number: int, fields: dict[str, str]) -> StreamEvent:
+    """The event of a stream entry (`t`: type, `d`: JSON data); an end entry's data is `{"error": ...}`."""
+    return StreamEvent(
+        number,
+        fields.get("t", ""),
+        json.loads(fields.get("d") or "{}") if fields.get("t") != END_TYPE else {"error": fields.get("d") or None},
+    )
+
+
+def as_int(value: Any) -> int:
+    """A script's integer reply (redis-py types script replies as Any)."""
+    return int(value)
