@@ -54,16 +54,17 @@ class ReadyBatches(Generic[T]):
             self._parked = None
             items = [await finish_step(coro, yielded)]
         while len(items) < self._limit:
-            coro = self._source.__anext__()
+            # An async generator's `__anext__` is an awaitable with `send` (not typed so): stepped by hand.
+            step: Any = self._source.__anext__()
             try:
-                yielded = coro.send(None)
+                yielded = step.send(None)
             except StopIteration as done:
                 items.append(done.value)
                 continue
             except Exception as exc:  # StopAsyncIteration, SubscriberOverflow, ...
                 self._error = exc
                 break
-            self._parked = (coro, yielded)
+            self._parked = (step, yielded)
             break
         return items
 

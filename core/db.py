@@ -13,17 +13,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool, StaticPool
 from sqlmodel.ext.asyncio.session import AsyncSession
 from sqlmodel.orm.session import Session as SyncSession
 
-from core.sqlite_connection import async_creator
+from core.sqlite_connection import OneTripConnection, async_creator
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def _is_memory_sqlite(url: str) -> bool:
     return u.get_backend_name() == "sqlite" and u.database in (None, "", ":memory:")
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
+def _sqlite_pragmas(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_conn.cursor()
     # WAL lets the page read while a turn writes; foreign keys are off by default in SQLite.
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -69,12 +70,12 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cursor.close()
 
 
-def _sqlite_manual_transactions(dbapi_conn, _record) -> None:
+def _sqlite_manual_transactions(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
     # The driver's own implicit BEGIN is deferred; we issue ours (below).
     dbapi_conn.isolation_level = None
 
 
-def _sqlite_begin_immediate(conn) -> None:
+def _sqlite_begin_immediate(conn: Connection) -> None:
     # A deferred transaction that reads and then writes fails at once with "database is locked"
     # when another connection committed in between (WAL snapshot upgrade; busy_timeout does not
     # apply). Taking the write lock at BEGIN makes concurrent writers wait their turn instead.
@@ -83,7 +84,8 @@ def _sqlite_begin_immediate(conn) -> None:
     # A read (`Database.read`) begins deferred: in WAL mode it never takes the write lock.
     begin = "BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE"
     # Sent with the transaction's first statement: one trip to the driver's thread less.
-    conn.connection.driver_connection.begin_with_next_statement(begin)
+    # The driver connection of a SQLite engine is always ours (`async_creator`).
+    cast("OneTripConnection", conn.connection.driver_connection).begin_with_next_statement(begin)
 
 
 #: The execution option that marks the connections of `Database.read`.
@@ -99,7 +101,7 @@ class _ReadOnlySession(SyncSession):
 
 
 @event.listens_for(_ReadOnlySession, "before_flush")
-def _refuse_writes(session, _flush_context, _instances) -> None:
+def _refuse_writes(session: SyncSession, _flush_context: Any, _instances: Any) -> None:
     if session.new or session.dirty or session.deleted:
         raise RuntimeError(
             "a read (Database.read) tried to write: use Database.session for a unit of work that changes rows"
@@ -116,7 +118,7 @@ def alembic_config(url: str) -> Config:
 
 # The task that holds a SQLite unit of work, in its context (see `Database.session`). Child tasks
 # inherit the value but are other tasks, so they simply wait their turn.
-_in_sqlite_session: contextvars.ContextVar[asyncio.Task | None] = contextvars.ContextVar(
+_in_sqlite_session: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
     "in_sqlite_session", default=None
 )
 
@@ -136,7 +138,7 @@ class Database:
         self._turn_loop: asyncio.AbstractEventLoop | None = None
 
     def _make_async_engine(self) -> AsyncEngine:
-        kwargs: dict = {}
+        kwargs: dict[str, Any] = {}
         if self.dialect == "sqlite":
             # aiosqlite, with one trip to its thread per statement instead of four (core/sqlite_connection.py).
             kwargs["async_creator"] = async_creator(make_url(async_url(self.url)), {"check_same_thread": False})
@@ -219,7 +221,7 @@ class Database:
     def _sqlite_turn(self) -> asyncio.Lock:
         # One lock per event loop: `Services.prepare` runs on a loop of its own before serving.
         loop = asyncio.get_running_loop()
-        if self._turn_loop is not loop:
+        if self._turn_lock is None or self._turn_loop is not loop:
             self._turn_lock, self._turn_loop = asyncio.Lock(), loop
         return self._turn_lock
 

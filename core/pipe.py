@@ -45,21 +45,22 @@ async def bridge_once(url: str, command: Sequence[str]) -> str:
         child = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=MAX_LINE_BYTES
         )
-        assert child.stdin is not None and child.stdout is not None
+        stdin, stdout = child.stdin, child.stdout
+        assert stdin is not None and stdout is not None
 
         async def to_child() -> str:
             async for frame in ws:
                 text = frame.decode("utf-8", "replace") if isinstance(frame, bytes) else frame
                 for line in text.split("\n"):
                     if line.strip():
-                        child.stdin.write(line.encode("utf-8") + b"\n")
-                await child.stdin.drain()
+                        stdin.write(line.encode("utf-8") + b"\n")
+                await stdin.drain()
             return f"the broker closed the connection ({ws.close_code} {ws.close_reason or ''})".strip()
 
         async def from_child() -> str:
             while True:
                 try:
-                    raw = await child.stdout.readline()
+                    raw = await stdout.readline()
                 except ValueError:  # a line over the limit: skip it, keep the stream in step
                     log.warning("the agent wrote a line over %d bytes; dropped", MAX_LINE_BYTES)
                     continue
@@ -159,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     async def guarded() -> None:
         task = asyncio.current_task()
+        assert task is not None  # run by asyncio.run: always in a task
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)

@@ -90,7 +90,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not valid JSON ({exc}); fix the file or remove it") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the top level must be a JSON object")
-    return _strip_comments(data)
+    stripped: dict[str, Any] = _strip_comments(data)  # (a dict in, a dict out)
+    return stripped
 
 
 def _strip_comments(value: Any) -> Any:

@@ -101,7 +101,8 @@ class OneTripConnection(aiosqlite.Connection):
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The one way onto the connection's thread (aiosqlite's), counting the trips there and back."""
         self._trips_sent += 1
-        return await super()._execute(self._counted, fn, *args, **kwargs)
+        # aiosqlite leaves `_execute` unannotated.
+        return await super()._execute(self._counted, fn, *args, **kwargs)  # type: ignore[no-untyped-call]
 
     def _counted(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -154,7 +155,7 @@ def _after_begin(begin: str, function: Callable[..., Any], connection: sqlite3.C
     return function(connection, *args)
 
 
-def _execute_and_fetch(connection: sqlite3.Connection, sql: str, parameters: Any) -> tuple[Any, int, Any, list]:
+def _execute_and_fetch(connection: sqlite3.Connection, sql: str, parameters: Any) -> tuple[Any, int, Any, list[Any]]:
     cursor = connection.cursor()
     try:
         cursor.execute(sql, parameters)
@@ -164,7 +165,7 @@ def _execute_and_fetch(connection: sqlite3.Connection, sql: str, parameters: Any
         cursor.close()
 
 
-def _execute_many(connection: sqlite3.Connection, sql: str, parameters: Any) -> tuple[Any, int, Any, list]:
+def _execute_many(connection: sqlite3.Connection, sql: str, parameters: Any) -> tuple[Any, int, Any, list[Any]]:
     cursor = connection.cursor()
     try:
         cursor.executemany(sql, parameters)
@@ -185,6 +186,7 @@ def async_creator(url: URL, connect_args: dict[str, Any]) -> Callable[[], Awaita
     async def connect() -> OneTripConnection:
         connection = OneTripConnection(partial(sqlite3.connect, *args, **kwargs), iter_chunk_size=64)
         connection._thread.daemon = True  # as SQLAlchemy does for aiosqlite: never holds up the interpreter's exit
-        return await connection
+        await connection  # starts its thread and opens the database; the result is `connection` itself
+        return connection
 
     return connect

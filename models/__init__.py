@@ -44,7 +44,7 @@ def new_task_id() -> str:
     return secrets.token_hex(16)
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """`DateTime(timezone=True)` that always reads back aware UTC (SQLite stores naive values)."""
 
     impl = DateTime(timezone=True)

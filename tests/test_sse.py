@@ -71,6 +71,82 @@ async def test_the_buffer_is_bounded_dropping_the_oldest_and_counting(server, cl
     assert [(e.id, e.data) for e in events] == [("3", "3"), ("4", "4"), ("5", "5")]
 
 
+# -- the seed's `new SSEStream({res})`: made with the request ---------------------------------
+
+
+def new_producer(server: SSEServer, first_events: list[tuple[str, object]], **options) -> tuple[str, str]:
+    """A route at `/new/<name>` making `SSEStream(request=request, ...)`: sends `first_events`, returns its response.
+
+    The stream is kept in `server.streams[name]` (so `/sse/<name>` serves the same one); returns (url, name).
+    """
+    options.setdefault("keepalive_s", None)
+    name = uuid.uuid4().hex[:12]
+
+    def route(request):
+        stream = SSEStream(request=request, **options)
+        server.streams[name] = stream
+        for event, data in first_events:
+            stream.send_event(event, data)
+        return stream.response
+
+    server.producers[name] = route
+    return f"/new/{name}", name
+
+
+async def test_a_stream_made_with_the_request_answers_it_as_attach_would(server, client) -> None:
+    """`SSEStream(request=r).response` is byte for byte `SSEStream()` then `attach(r)`: seed 002's `res` option."""
+    first = [("progress", {"taskId": "t-1", "message": "starting", "progress": 0}), ("note", "plain text")]
+    url, name = new_producer(server, first, retry_ms=1500)
+    async with client.stream("GET", url) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        reader = RawReader(response)
+        await reader.until(lambda b: b.count(b"\n\n") >= 2)
+        stream = server.streams[name]
+        assert stream.subscribers == 1 and await server.call(stream.get_buffer) == []  # flushed to this client
+        assert await server.call(stream.send_event, "live", {"n": 3}) == 3
+        await reader.until(lambda b: b.count(b"\n\n") >= 3)
+        await server.call(stream.close)
+        made_with_request = await reader.to_end()
+    assert reader.ended
+
+    # The same events through a stream constructed, then attached by the route.
+    attached_url, attached = new_stream(server, retry_ms=1500)
+    for event, data in [*first, ("live", {"n": 3})]:
+        await server.call(attached.send_event, event, data)
+    await server.call(attached.close)
+    _, by_attach = await read_raw(client, attached_url)
+    assert made_with_request == by_attach
+    assert made_with_request == (
+        b'retry: 1500\nid: 1\nevent: progress\ndata: {"taskId":"t-1","message":"starting","progress":0}\n\n'
+        b"id: 2\nevent: note\ndata: plain text\n\n"
+        b'id: 3\nevent: live\ndata: {"n":3}\n\n'
+    )
+
+
+async def test_a_stream_made_with_the_request_closes_when_that_client_leaves(server, client) -> None:
+    url, name = new_producer(server, [("a", 1)])
+    async with client.stream("GET", url) as response:
+        await RawReader(response).events(1)
+        stream = server.streams[name]
+        closes: list[str | None] = []
+        await server.call(stream.on, "close", lambda: closes.append(stream.close_reason))
+    await server.wait_for(stream.is_closed)
+    assert closes == ["disconnect"] and stream.subscribers == 0
+
+
+async def test_a_stream_made_with_the_request_takes_more_clients_and_none_without_one(server, client) -> None:
+    url, name = new_producer(server, [("a", 1)], close_on_disconnect=False)
+    async with client.stream("GET", url) as response:
+        await RawReader(response).events(1)
+    stream = server.streams[name]
+    await server.call(stream.send_event, "b", 2)
+    # Another client attaches to the same stream and resumes after what the first one saw.
+    _, body = await read_raw(client, f"/sse/{name}", headers={"Last-Event-ID": "1"}, until=lambda b: b"\n\n" in b)
+    assert [(e.type, e.id) for e in parse_sse(body).events] == [("b", "2")]
+    assert SSEStream().response is None  # without a request nothing is attached
+
+
 # -- send_event and the seed's typed events ----------------------------------------------------
 
 

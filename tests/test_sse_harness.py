@@ -4,6 +4,8 @@
 own event loop). The app serves, by name:
 
     GET /sse/{name}            an `SSEStream` of `server.streams` (`stream.attach(request)`)
+    GET /new/{name}            `server.producers[name](request)`: a route that makes its own
+                               `SSEStream(request=request)` (seed 002's `new SSEStream({res})`)
     GET /hub/{name}/{key}      `hub_sse_response` of the hub `server.hubs[name]`
     GET /tasks/{name}/{task}   `TaskEvents.response` of `server.tasks[name]`
     GET /bare                  `?n=` events from a bare sse-starlette `EventSourceResponse`
@@ -30,7 +32,7 @@ from typing import Any, TypeVar
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from core.streaming.hub import StreamHub
@@ -47,6 +49,7 @@ class SSEServer:
 
     def __init__(self) -> None:
         self.streams: dict[str, SSEStream] = {}
+        self.producers: dict[str, Callable[[Request], Response]] = {}
         self.hubs: dict[str, StreamHub] = {}
         self.hub_options: dict[str, dict[str, Any]] = {}
         self.tasks: dict[str, TaskEvents] = {}
@@ -70,6 +73,10 @@ class SSEServer:
         async def sse(name: str, request: Request):
             stream = self.streams.get(name)
             return stream_not_found() if stream is None else stream.attach(request)
+
+        @app.get("/new/{name}", response_model=None)
+        async def new(name: str, request: Request):
+            return self.producers[name](request)
 
         @app.api_route("/hub/{name}/{key}", methods=["GET", "HEAD"], response_model=None)
         async def hub(name: str, key: str, request: Request):

@@ -8,6 +8,7 @@ only admins (`local` in single-user mode) get the editor's Save, Delete and Try 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nicegui import ui
@@ -184,11 +185,15 @@ def _kind(kind: str) -> str:
     return _(KIND_LABELS[kind]) if kind in KIND_LABELS else kind
 
 
+#: Called with the id of the agent saved, or None after a delete.
+OnSaved = Callable[[str | None], Awaitable[None]]
+
+
 class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
     def __init__(
-        self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved
+        self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved: OnSaved
     ) -> None:
         self.services = services
         self.view = view
@@ -328,7 +333,10 @@ class AgentEditor:
 
     def fields(self) -> dict[str, Any]:
         """The form as the admin's fields (snake_case, API-shaped)."""
-        get = lambda key: self.inputs[key].value  # noqa: E731
+
+        def get(key: str) -> Any:
+            return self.inputs[key].value
+
         fields: dict[str, Any] = {
             "name": get("name") or "",
             "description": get("description") or "",
@@ -378,17 +386,19 @@ class AgentEditor:
 
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
+        view = self.view
+        assert view is not None  # (Delete is shown for an existing agent only)
         try:
-            deleted = await self.services.agent_admin.delete(self.view.id)
+            deleted = await self.services.agent_admin.delete(view.id)
         except AgentRuleError as exc:
             ui.notify(exc.message, color="negative", multi_line=True)
             return
         if deleted.removed_from:
             done = _("Deleted {name}; removed from the allowed agents of {agents}.").format(
-                name=self.view.name, agents=", ".join(deleted.removed_from)
+                name=view.name, agents=", ".join(deleted.removed_from)
             )
         else:
-            done = _("Deleted {name}.").format(name=self.view.name)
+            done = _("Deleted {name}.").format(name=view.name)
         ui.notify(done, color="positive")
         await self.on_saved(None)
 

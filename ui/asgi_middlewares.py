@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from nicegui import core
 from nicegui.middlewares import RedirectWithPrefixMiddleware, SetCacheControlMiddleware
 from nicegui.storage import RequestTrackingMiddleware, request_contextvar
 from nicegui.version import __version__
+from starlette.applications import Starlette
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -134,20 +136,22 @@ class RequestTracking:
             done()
 
 
-PURE_ASGI_VERSIONS: dict[type, type] = {
+# (Values typed Any: Starlette's `Middleware` types its class as a private protocol that mypy does not
+# match against a union of classes.)
+PURE_ASGI_VERSIONS: dict[object, Any] = {
     RedirectWithPrefixMiddleware: RedirectWithPrefix,
     SetCacheControlMiddleware: SetCacheControl,
     RequestTrackingMiddleware: RequestTracking,
 }
 
 
-def use_pure_asgi_middlewares(app, *, sessionless_prefixes: tuple[str, ...] = ()) -> None:
+def use_pure_asgi_middlewares(app: Starlette, *, sessionless_prefixes: tuple[str, ...] = ()) -> None:
     """Swap NiceGUI's `BaseHTTPMiddleware`s in `app` for their pure-ASGI versions (before the first request).
 
     Starlette builds the middleware stack when the lifespan starts; it is built again, from the new
     list, at the next call. `sessionless_prefixes` goes to `RequestTracking`.
     """
-    options = {RequestTrackingMiddleware: {"sessionless_prefixes": sessionless_prefixes}}
+    options: dict[object, dict[str, Any]] = {RequestTrackingMiddleware: {"sessionless_prefixes": sessionless_prefixes}}
     app.user_middleware = [
         Middleware(PURE_ASGI_VERSIONS[m.cls], *m.args, **{**m.kwargs, **options.get(m.cls, {})})
         if m.cls in PURE_ASGI_VERSIONS

@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nicegui import app, ui
 
 from core.i18n import N_, _
 from core.services import Services
 from ui.language import language_switch
+
+E = TypeVar("E", bound=ui.element)
 
 APP_NAME = N_("A2A Delegation Chat")
 SHORT_APP_NAME = N_("A2A Chat")
@@ -53,7 +56,7 @@ NAV_ITEMS: list[NavItem] = [
 ]
 
 
-def testid(element: ui.element, name: str) -> ui.element:
+def testid(element: E, name: str) -> E:
     """Give an element both a server-side marker (User tests) and a DOM test id (Playwright)."""
     return element.mark(name).props(f"data-testid={name}")
 
@@ -131,7 +134,7 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
                     ),
                     "logout-btn",
                 )
-    drawer = (
+    drawer: ui.left_drawer = (
         ui.left_drawer(value=None, bordered=True, bottom_corner=True)
         .props(f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280")
         .classes("app-drawer q-pa-sm column no-wrap")

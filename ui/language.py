@@ -110,7 +110,7 @@ def choose_language(client: Client) -> str:
         return asked
     key = _account_key()
     for saved in (app.storage.general.get(key) if key else None, _stored(LANGUAGE_KEY)):
-        if saved in LANGUAGES:
+        if isinstance(saved, str) and saved in LANGUAGES:
             return saved
     header = request.headers.get("accept-language") if request is not None else None
     return negotiate(header) or DEFAULT_LANGUAGE

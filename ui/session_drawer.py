@@ -98,6 +98,7 @@ class SessionDrawer:
             ).classes("w-full")
 
             async def save() -> None:
+                assert self.user_id is not None  # (only a user's chats are listed)
                 try:
                     await self.services.workspace.rename(self.user_id, row.id, name.value or "")
                 except ChatError as exc:
@@ -120,6 +121,7 @@ class SessionDrawer:
 
             async def confirm() -> None:
                 dialog.close()
+                assert self.user_id is not None  # (only a user's chats are listed)
                 if not await self.services.workspace.delete(self.user_id, row.id):
                     ui.notify(_("That chat is already gone."), color="warning")
                 if row.id == self.current():

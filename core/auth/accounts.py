@@ -16,18 +16,16 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from functools import cache
 
 from pwdlib import PasswordHash
-from sqlmodel import func, select
+from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.auth.login_throttle import (
-    LoginFailures,
-    RedisLoginFailures,
-    TooManyFailedLogins,  # noqa: F401  (callers catch accounts.TooManyFailedLogins)
-)
+from core.auth.login_throttle import LoginFailures, RedisLoginFailures
+from core.auth.login_throttle import TooManyFailedLogins as TooManyFailedLogins  # callers catch it from here
 from models import User
 
 LOCAL_USERNAME = "local"
@@ -176,7 +174,7 @@ class PasswordLogin:
 
     def __init__(
         self,
-        read_session: Callable,
+        read_session: Callable[[], AbstractAsyncContextManager[AsyncSession]],
         *,
         max_failures: int = 10,
         window_s: float = 300.0,
@@ -225,7 +223,7 @@ class PasswordLogin:
         stored_hash = user.password_hash if user is not None else None
         # Outside the database session: this takes ~0.1 s of CPU.
         ok = await asyncio.to_thread(_verify_or_waste_time, password, stored_hash)
-        if not ok or user is None or stored_hash is None:
+        if not ok or user is None or user.id is None or stored_hash is None:  # (a stored row has its id)
             return None
         await self.failures.succeeded(attempt)
         self._verified[token] = _Verified(user.id, stored_hash, self._clock() + self.cache_ttl_s)
@@ -245,7 +243,7 @@ class PasswordLogin:
 
 async def has_accounts(session: AsyncSession) -> bool:
     """True when at least one user can log in with a password (multi-user mode)."""
-    count = await session.exec(select(func.count()).select_from(User).where(User.password_hash.is_not(None)))
+    count = await session.exec(select(func.count()).select_from(User).where(col(User.password_hash).is_not(None)))
     return count.one() > 0
 
 

@@ -2,7 +2,9 @@
 
 Events may be sent before any client attaches (a bounded buffer, oldest dropped
 and counted), then `attach()` turns the stream into a response; several clients
-may attach, each resuming after the last id it saw. The bytes, the resume rules,
+may attach, each resuming after the last id it saw. The seed's other way,
+`new SSEStream({res})`, is `SSEStream(request=request)`: the stream is attached
+to that request from the start and its `response` is what the route returns. The bytes, the resume rules,
 keep-alive, slow clients and connection care are those of every SSE response of
 the app (`core/streaming/sse.py`). The seed's payloads (`progress_payload`,
 `state_payload`, `artifact_payload`) are here too; `TaskEvents`
@@ -158,6 +160,12 @@ class SSEStream:
         close_on_disconnect: close the stream (telling the "close" listeners) when
             its last client goes away, as the seed's `req.on('close', ...)` does.
             Set it to False for a stream that clients may leave and resume.
+        request: the seed's `res` option. In Node the stream writes to the
+            response object it is given; a Starlette route returns its response
+            instead, so the stream is attached to `request` at once (the same as
+            constructing then calling `attach(request)`) and that response is
+            kept in `response`. Events sent before the route returns it reach the
+            client first, in order, as the seed's `initResponse` flushes its buffer.
 
     Listeners, as seed 002 calls them: `on("event", fn)` calls `fn({"event": event,
     "data": data})` (one object, data as given, before serialisation) for every
@@ -177,6 +185,7 @@ class SSEStream:
         subscriber_queue: int = SUBSCRIBER_QUEUE,
         send_timeout_s: float | None = SEND_TIMEOUT_S,
         close_on_disconnect: bool = True,
+        request: Request | None = None,
     ) -> None:
         if max_buffer_size < 1:
             raise ValueError(f"max_buffer_size must be at least 1, got {max_buffer_size!r}")
@@ -200,6 +209,8 @@ class SSEStream:
         self._closed = False
         self._listeners: dict[str, list[Listener]] = {"event": [], "close": []}
         self._listener_tasks: set[asyncio.Future[Any]] = set()
+        #: The response of the client given as `request` (the seed's `res`), else None.
+        self.response: Response | None = None if request is None else self.attach(request)
 
     # -- the seed's API ---------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -128,7 +128,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits]
     _releasing_ws: ClassVar[dict[type, type]]
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
         self._request_begun = False
@@ -141,7 +141,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if ws_class not in cls._releasing_ws:
             limits = cls.limits
 
-            class Releasing(ws_class):  # type: ignore[misc, valid-type]
+            class Releasing(ws_class):  # type: ignore[misc]
                 def connection_lost(self, exc: Exception | None) -> None:
                     try:
                         super().connection_lost(exc)

@@ -10,6 +10,7 @@ The codes are listed in docs/ARCHITECTURE.md, "Languages".
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -101,8 +102,9 @@ def install_error_handlers(app: FastAPI) -> None:
             exc, StarletteHTTPException
         ):
             return await api_error_response(request, exc)
-        if page_404 is not None:
-            return await page_404(request, exc)
+        if page_404 is not None:  # NiceGUI's is a coroutine function; Starlette allows a plain one too
+            answer = page_404(request, exc)
+            return await answer if inspect.isawaitable(answer) else answer
         return await http_exception_handler(request, exc)  # type: ignore[arg-type]
 
     app.add_exception_handler(404, not_found)

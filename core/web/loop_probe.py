@@ -37,6 +37,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from core.aio import cancel_and_wait
 
@@ -115,7 +116,7 @@ class LoopProbe:
         self.longest_gc_s, self.longest_gc_generation, self.full_collections = 0.0, -1, 0
         return line
 
-    def _on_gc(self, phase: str, info: dict) -> None:
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._gc_started = time.perf_counter()
             return

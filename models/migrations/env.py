@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import engine_from_config, pool
+from sqlalchemy import Connection, engine_from_config, pool
 from sqlmodel import SQLModel
 
 import models  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -40,7 +40,7 @@ def run_migrations_online() -> None:
         _run(conn)
 
 
-def _run(connection) -> None:
+def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
