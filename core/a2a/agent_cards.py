@@ -53,8 +53,12 @@ class AgentCards:
         """The agent's card in plain values, or None when no agent has that id."""
         async with self.db.read() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
-            tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
-        common = {
+            tools = (
+                [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)]
+                if agent is not None and agent.id is not None
+                else []
+            )
+        common: dict[str, Any] = {
             "rpc_url": self.rpc_url(agent_id),
             "version": self.version,
             "provider": PROVIDER,

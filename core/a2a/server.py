@@ -43,11 +43,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import Message
 
 from core.a2a import api_keys
 from core.a2a import protocol as wire
@@ -160,7 +161,7 @@ def _with_body(request: Request, body: bytes) -> Request:
     """The same request, its body already read (the dispatcher reads it again)."""
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -179,6 +180,9 @@ class AgentRequestHandler(wire.RequestHandler):
     Implemented here rather than with the SDK's `DefaultRequestHandler` + an executor:
     that handler keeps its own copy of each task and saves the whole Task on every
     event, while ours already has the task (its row) and its stream (the hub buffer).
+
+    The streams yield `AsyncGenerator[Any, None]`, wider than the SDK's union of event types: a v1.0
+    stream also yields `wire.TextUpdate`s, which the app's dispatcher writes itself (divergence 4).
     """
 
     def __init__(
@@ -200,9 +204,10 @@ class AgentRequestHandler(wire.RequestHandler):
             return wire.to_task(row_snapshot(task, ""), history_length=incoming.history_length)
         await self.delegation.wait_external_task(task.id)
         snap = await self.store.snapshot(task.id, user_id=user_id, agent_id=agent_id)
+        assert snap is not None, "this caller's task, which it just started"
         return wire.to_task(snap, history_length=incoming.history_length)
 
-    async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+    async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncGenerator[Any, None]:
         """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
@@ -269,7 +274,7 @@ class AgentRequestHandler(wire.RequestHandler):
         """This key's tasks for this agent, newest first."""
         return await self.store.list(params, context)
 
-    async def on_subscribe_to_task(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+    async def on_subscribe_to_task(self, params: Any, context: wire.ServerCallContext) -> AsyncGenerator[Any, None]:
         """Follow a running task: its Task, then everything it streamed so far and from now on."""
         agent_id, user_id = _caller(context)
         snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
@@ -368,6 +373,7 @@ class AgentRequestHandler(wire.RequestHandler):
                 "interrupted by a restart); stop it from the chat that started it."
             )
         snap = await self.store.snapshot(snap.id, user_id=user_id, agent_id=agent_id)
+        assert snap is not None, "this caller's task, read just before"
         return wire.to_task(snap)
 
     # -- the rest -------------------------------------------------------------------

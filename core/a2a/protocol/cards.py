@@ -119,4 +119,5 @@ def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
     """
     if version and version.strip().startswith("0."):
         return to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
-    return MessageToDict(card)
+    v1_0: dict[str, Any] = MessageToDict(card)
+    return v1_0

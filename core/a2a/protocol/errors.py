@@ -6,6 +6,7 @@ The SDK's errors that the app raises are re-exported from here.
 
 from __future__ import annotations
 
+from a2a.server.jsonrpc_models import JSONRPCError
 from a2a.server.request_handlers import response_helpers as _sdk_response_helpers
 from a2a.utils import errors as _sdk_errors
 from a2a.utils.errors import (
@@ -46,7 +47,7 @@ class TooManyRunningTasksError(A2AError):
 def _register_app_error(error: type[A2AError], code: int, reason: str) -> None:
     _sdk_errors.JSON_RPC_ERROR_CODE_MAP[error] = code
     _sdk_errors.A2A_ERROR_REASONS[error] = reason
-    _sdk_response_helpers.EXCEPTION_MAP[error] = _sdk_response_helpers.JSONRPCError
+    _sdk_response_helpers.EXCEPTION_MAP[error] = JSONRPCError
 
 
 _register_app_error(TooManyRunningTasksError, TOO_MANY_RUNNING_TASKS_CODE, "TOO_MANY_RUNNING_TASKS")

@@ -106,7 +106,7 @@ def check_card(card: AgentCard, *, source: str) -> None:
 
 
 def _pick_interface(card: AgentCard) -> AgentInterface | None:
-    usable = [
+    usable: list[AgentInterface] = [
         i
         for i in card.supported_interfaces
         if i.protocol_binding == "JSONRPC" and urlparse(i.url).scheme in {"http", "https"}
@@ -120,7 +120,8 @@ def _pick_interface(card: AgentCard) -> AgentInterface | None:
 
 def card_to_storage(card: AgentCard) -> dict[str, Any]:
     """The card as JSON, for the database."""
-    return MessageToDict(card)
+    stored: dict[str, Any] = MessageToDict(card)
+    return stored
 
 
 def card_from_json(data: dict[str, Any]) -> AgentCard:

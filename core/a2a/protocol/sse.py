@@ -8,6 +8,7 @@ from typing import Any
 
 from sse_starlette.event import ensure_bytes
 from sse_starlette.sse import EventSourceResponse
+from starlette.responses import Response
 
 _HOP_HEADERS = {
     "content-type",
@@ -19,7 +20,7 @@ _HOP_HEADERS = {
 }
 
 
-def coalesce_sse(response: Any) -> Any:
+def coalesce_sse(response: Response) -> Response:
     """Serve the SDK's SSE stream through the app's SSE module (`core.streaming.sse.SSEResponse`).
 
     It brings its headers, keep-alive, write timeout and disconnect handling; events that are ready

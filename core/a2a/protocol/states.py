@@ -17,7 +17,7 @@ RESULT_ARTIFACT_ID = "result"
 MAX_MESSAGE_ID_CHARS = 255  # a2a_task_sessions.input_message_id
 
 # Our task states (a2a_task_sessions.state) and the protocol's.
-TO_PROTO: dict[str, int] = {
+TO_PROTO: dict[str, TaskState] = {
     "submitted": TaskState.TASK_STATE_SUBMITTED,
     "working": TaskState.TASK_STATE_WORKING,
     "completed": TaskState.TASK_STATE_COMPLETED,
@@ -45,4 +45,4 @@ def our_state(task: Task) -> str:
 
 def state_name(state: str) -> str:
     """The protocol's name of one of our states (`completed` → `TASK_STATE_COMPLETED`), for messages."""
-    return TaskState.Name(TO_PROTO.get(state, TaskState.TASK_STATE_UNSPECIFIED))
+    return str(TaskState.Name(TO_PROTO.get(state, TaskState.TASK_STATE_UNSPECIFIED)))

@@ -125,7 +125,8 @@ def read_history_length(params: Any) -> int | None:
             message=f"historyLength must be 0 or more (got {params.history_length}): 0 for no history, "
             "N for the N most recent messages, or leave it out for all of them."
         ) from None
-    return params.history_length
+    history_length: int = params.history_length
+    return history_length
 
 
 @dataclass(frozen=True, slots=True)
