@@ -1,9 +1,9 @@
 """Standard A2A for every agent in the registry: cards and JSON-RPC at `/a2a/agents/{id}`.
 
-Here: `A2AServer` (the endpoint) and `AgentRequestHandler` (the SDK's request handler over our
-delegations). The other a2a-sdk server interfaces of this endpoint are beside it: the cards
-(`core/a2a/agent_cards.py`) and the task store over `a2a_task_sessions` (`core/a2a/task_store.py`);
-the wire itself is the package `core/a2a/protocol/`.
+Here, about 410 lines: `A2AServer` (the endpoint) and `AgentRequestHandler` (the SDK's request
+handler over our delegations), which change together when the SDK does. The other a2a-sdk server
+interfaces of this endpoint are beside it: the cards (`core/a2a/agent_cards.py`) and the task store
+over `a2a_task_sessions` (`core/a2a/task_store.py`); the wire is the package `core/a2a/protocol/`.
 
     GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0; v0.3 with `A2A-Version: 0.3`)
     GET  /.well-known/agent-card.json                    the same for the default agent (`DEFAULT_AGENT`)
