@@ -20,7 +20,7 @@ The rest of `core` talks to A2A through plain values: `CardSpec` and
 `TaskSnapshot` in, protobuf objects handed straight back to the SDK out
 (server side, `core/a2a/server.py`), and `RemoteEvent`s out of a remote
 agent's stream (client side, `core/a2a/client.py`). v1.0 ProtoJSON, the v0.3
-`kind` objects and the JSON-RPC framing stay inside the SDK, which this module
+`kind` objects and the JSON-RPC framing stay inside the SDK, which this package
 wraps; v0.3 is served by the SDK's compat adapter on the same URL
 (`enable_v0_3_compat=True`) and chosen by its client factory when a card
 offers only 0.3.
@@ -38,19 +38,19 @@ Divergences from the SDK's usual shape (don't "fix" these):
    `build_error_response`, `parse_agent_card`, `validate_proto_required_fields`)
    are used; they are importable but not in `__all__`, hence the exact pin.
 3. A streamed answer's SSE events that are ready at the same moment are written
-   to the socket as one chunk (`coalesce_sse`), instead of one write per event.
+   to the socket as one chunk (`sse.coalesce_sse`), instead of one write per event.
    Every event stays its own SSE event; what changes is that a burst of tokens
    costs one pass through the ASGI stack (a dozen middlewares, NiceGUI's made
    pure ASGI by `ui/asgi_middlewares.py`, each with its own `send` wrapper)
    instead of one per token. The first event of a burst is never held back.
 4. The v1.0 streams write the per-token event (a status update whose message
    holds text) as JSON field by field instead of through `MessageToDict`
-   (`_Dispatcher`, which replaces the SDK's `_process_streaming_request`);
+   (`jsonrpc._Dispatcher`, which replaces the SDK's `_process_streaming_request`);
    the JSON is exactly the SDK's, and every other event goes the SDK's way.
    For them the request handler does not build that event as protobuf at all:
    it yields a `TextUpdate` (plain values) when the stream's context carries
    `PLAIN_TEXT_UPDATES`, which only `_Dispatcher` sets.
-5. One error of the app's own, `TooManyRunningTasksError` (-32029, a code in JSON-RPC's range for
+5. One error of the app's own, `errors.TooManyRunningTasksError` (-32029, a code in JSON-RPC's range for
    server errors that A2A, which uses -32001 to -32009, leaves free), is added to the SDK's maps of
    error types to codes, so its dispatcher answers it with that code instead of -32603. The v0.3
    compat adapter knows only v0.3's codes and still says -32603 for it, with the same message.
