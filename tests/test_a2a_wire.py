@@ -11,6 +11,8 @@ from a2a.utils.proto_utils import to_stream_response
 from google.protobuf.json_format import MessageToDict
 
 from core.a2a import protocol as wire
+from core.a2a.protocol import jsonrpc as wire_jsonrpc
+from core.a2a.protocol import text_updates as wire_text_updates
 
 #: Texts of tokens: empty, blank, escapes JSON needs, a NUL and a line separator, long.
 TEXTS = ["Hello", "", " ", '汉字 and “quotes” "escaped" \\ \n\t', "\u0000\u2028 emoji 🧪", "x" * 5000]
@@ -29,11 +31,11 @@ def test_text_updates_are_written_by_hand_to_exactly_the_sdks_json() -> None:
     events = wire.TaskEvents("task-1", "context-1")
     for text in TEXTS:
         update = events.text(text)
-        assert wire._text_update_json(update) is not None, "the token's shape goes the fast way"
-        assert wire._stream_result(7, update) == sdk_result(update), repr(text)
+        assert wire_text_updates.text_update_json(update) is not None, "the token's shape goes the fast way"
+        assert wire_jsonrpc._stream_result(7, update) == sdk_result(update), repr(text)
     working = events.state("working")
-    assert wire._text_update_json(working) is not None
-    assert wire._stream_result(7, working) == sdk_result(working)
+    assert wire_text_updates.text_update_json(working) is not None
+    assert wire_jsonrpc._stream_result(7, working) == sdk_result(working)
 
 
 def test_plain_text_updates_are_the_same_event_and_the_same_json_as_the_sdks() -> None:
@@ -43,7 +45,7 @@ def test_plain_text_updates_are_the_same_event_and_the_same_json_as_the_sdks() -
             update, event = plain.text_update(text), proto.text(text)
             assert isinstance(update, wire.TextUpdate)
             assert update.to_proto() == event, "the same event, message id included"
-            assert wire._stream_result(7, update) == sdk_result(event), (task_id, context_id, text)
+            assert wire_jsonrpc._stream_result(7, update) == sdk_result(event), (task_id, context_id, text)
 
 
 def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
@@ -77,8 +79,8 @@ def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
         named_part,
     ]
     for event in others:
-        assert wire._text_update_json(event) is None, event
-        assert wire._stream_result(7, event) == sdk_result(event)
+        assert wire_text_updates.text_update_json(event) is None, event
+        assert wire_jsonrpc._stream_result(7, event) == sdk_result(event)
     # Shapes it does know, written by hand: no timestamp, an error message, an unset role.
     known = [
         events.state("completed"),
@@ -91,8 +93,8 @@ def test_events_of_other_shapes_go_the_sdks_way_with_the_same_json() -> None:
         ),
     ]
     for event in known:
-        assert wire._text_update_json(event) is not None, event
-        assert wire._stream_result(7, event) == sdk_result(event)
+        assert wire_text_updates.text_update_json(event) is not None, event
+        assert wire_jsonrpc._stream_result(7, event) == sdk_result(event)
 
 
 async def test_a_stream_that_fails_midway_ends_with_the_errors_json_rpc_response() -> None:
@@ -104,7 +106,7 @@ async def test_a_stream_that_fails_midway_ends_with_the_errors_json_rpc_response
 
     source = stream()
     first = await anext(source)
-    sent = [item async for item in wire._stream_results(3, source, first)]
+    sent = [item async for item in wire_jsonrpc._stream_results(3, source, first)]
     assert sent[0]["result"]["statusUpdate"]["status"]["message"]["parts"] == [{"text": "one"}]
     assert sent[1]["id"] == 3 and sent[1]["error"]["code"] == -32001
     assert sent[1]["error"]["message"] == "gone"
@@ -118,5 +120,5 @@ async def test_a_stream_ends_after_its_last_event(first) -> None:
         return
         yield  # an async generator with no events
 
-    sent = [item async for item in wire._stream_results(1, empty(), events.text(first) if first else None)]
+    sent = [item async for item in wire_jsonrpc._stream_results(1, empty(), events.text(first) if first else None)]
     assert len(sent) == (0 if first is None else 1)

@@ -1,13 +1,13 @@
 """Standard A2A (issue 6): every agent served over A2A JSON-RPC, remote A2A agents called over HTTP.
 
-Owns: the A2A wire (`protocol.py`, the only module that knows the a2a-sdk), the JSON-RPC server
+Owns: the A2A wire (`protocol/`, the only package that knows the a2a-sdk), the JSON-RPC server
 and task store for every agent in the registry (`server.py`), the HTTP client adapter for remote
 agents (`client.py`), the routes `/a2a/agents/{id}` and `/api/a2a/...` (`routes.py`), API keys
 for A2A callers (`api_keys.py`), remote agents registered by card URL (`remote_agents.py`) and the
 policy for every URL others name (`outbound.py`).
 
 v0.3: served and spoken by the a2a-sdk's own compat layer, switched on at the edge
-(`protocol.create_dispatcher`, the client factory); none of our code translates v0.3. A
+(`protocol.jsonrpc.create_dispatcher`, the client factory); none of our code translates v0.3. A
 translation of our own would go in `core/a2a/compat/v0_3/`, as a2a-python keeps it.
 
 May import: `core.delegation`, `core.chat`, `core.streaming`, `core.auth`, `core.web`, the

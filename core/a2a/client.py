@@ -30,6 +30,7 @@ import httpx
 from core.a2a import outbound
 from core.a2a import protocol as wire
 from core.delegation.registry import RemoteAgentError, RemoteEvent
+from core.web.outbound_policy import AllowList
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class HttpRemoteAgent:
     kind = "http"
 
     def __init__(
-        self, *, agent_id: str, card: Any, card_url: str, allow: outbound.AllowList, bearer_token: str | None = None
+        self, *, agent_id: str, card: Any, card_url: str, allow: AllowList, bearer_token: str | None = None
     ) -> None:
         self.id = agent_id
         self.name = card.name
@@ -160,7 +161,7 @@ def _describe(exc: BaseException) -> str:
     return message.strip()
 
 
-async def fetch_card(url: str, *, allow: outbound.AllowList, bearer_token: str | None = None) -> Any:
+async def fetch_card(url: str, *, allow: AllowList, bearer_token: str | None = None) -> Any:
     """Fetch and check the card at `url` (the card's own URL, or the agent's base URL), under the outbound policy.
 
     Args:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 from sqlalchemy.exc import IntegrityError
@@ -38,6 +38,10 @@ from core.db import Database
 from core.delegation.registry import AgentRegistry, IdTaken
 from core.secret_box import SecretBox, SecretUnreadable
 from core.settings import Settings
+from core.web.outbound_policy import AllowList, OutboundError, checked_addresses
+
+if TYPE_CHECKING:  # the client imports the a2a-sdk (about 0.2 s): loaded lazily at run time
+    from core.a2a.client import HttpRemoteAgent
 from models import RemoteA2AAgent
 
 log = logging.getLogger(__name__)
@@ -99,8 +103,8 @@ class RemoteAgentDirectory:
             self._secrets = SecretBox.for_data_dir(self.settings.data_dir, self.settings.secret_key)
         return self._secrets
 
-    def _allow(self) -> outbound.AllowList:
-        return outbound.AllowList.parse(self.settings.outbound_allow_hosts)
+    def _allow(self) -> AllowList:
+        return AllowList.parse(self.settings.outbound_allow_hosts)
 
     async def register(
         self, card_url: str, *, agent_id: str | None = None, bearer_token: str | None = None, user_id: int | None = None
@@ -212,7 +216,12 @@ class RemoteAgentDirectory:
         """
         async with self.db.session() as s:
             rows = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
-        http_agents = [a for a in (self.registry.remote(r.id) for r in rows) if getattr(a, "kind", None) == "http"]
+        # 'http' agents are the client's (`core/a2a/client.py`), imported only once one is registered.
+        http_agents = [
+            cast("HttpRemoteAgent", a)
+            for a in (self.registry.remote(r.id) for r in rows)
+            if getattr(a, "kind", None) == "http"
+        ]
         await asyncio.gather(*(a.check_reachable() for a in http_agents))
         views = []
         for row in rows:
@@ -242,9 +251,11 @@ class RemoteAgentDirectory:
         box = self.secrets
         async with self.db.session() as s:
             rows = list(await s.exec(select(RemoteA2AAgent).where(col(RemoteA2AAgent.bearer_token).is_not(None))))
-            plain = [row for row in rows if not box.is_sealed(row.bearer_token)]
-            for row in plain:
-                row.bearer_token = box.seal(row.bearer_token)
+            plain = [
+                (row, token) for row in rows if (token := row.bearer_token) is not None and not box.is_sealed(token)
+            ]
+            for row, token in plain:
+                row.bearer_token = box.seal(token)
                 s.add(row)
             await s.commit()
         return len(plain)
@@ -262,7 +273,7 @@ class RemoteAgentDirectory:
             joined += await self._restore_row(row, client, allow)
         return joined
 
-    async def _restore_row(self, row: RemoteA2AAgent, client: ModuleType, allow: outbound.AllowList) -> bool:
+    async def _restore_row(self, row: RemoteA2AAgent, client: ModuleType, allow: AllowList) -> bool:
         """Put one saved registration into the registry; False when it cannot be (the log says why)."""
         try:
             card = client.wire.card_from_json(row.card)
@@ -303,7 +314,7 @@ class RemoteAgentDirectory:
         await agent.aclose()
 
 
-async def _check_endpoint(endpoint: str | None, card_url: str, *, allow: outbound.AllowList, with_token: bool) -> None:
+async def _check_endpoint(endpoint: str | None, card_url: str, *, allow: AllowList, with_token: bool) -> None:
     """Refuse a card whose endpoint the policy does not allow, or that is on another origin when a token is given.
 
     Raises:
@@ -318,9 +329,9 @@ async def _check_endpoint(endpoint: str | None, card_url: str, *, allow: outboun
             "or without a token if it needs none."
         )
     try:
-        await outbound.checked_addresses(httpx.URL(endpoint), allow)
-    except (outbound.OutboundError, httpx.InvalidURL) as exc:
-        category = exc.category if isinstance(exc, outbound.OutboundError) else "not a valid URL"
+        await checked_addresses(httpx.URL(endpoint), allow)
+    except (OutboundError, httpx.InvalidURL) as exc:
+        category = exc.category if isinstance(exc, OutboundError) else "not a valid URL"
         raise RegistrationError(f"The card's endpoint cannot be called: {category}.") from None
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 import threading
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
@@ -30,6 +30,10 @@ from core.auth.deps import CurrentUser, ServicesDep
 from core.i18n import _
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
+from models import User
+
+if TYPE_CHECKING:  # imported at run time only on first use (a2a_server): it loads the a2a-sdk
+    from core.a2a.server import A2AServer
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from GET /api/a2a/keys)")]
@@ -60,19 +64,25 @@ def a2a_router() -> APIRouter:
 _server_lock = threading.Lock()
 
 
-async def a2a_server(services: Any) -> Any:
+async def a2a_server(services: Any) -> A2AServer:
     """The A2A server of these services, built on first use (For internal use only.)."""
     if services.a2a_server is None:
         module = await asyncio.to_thread(importlib.import_module, "core.a2a.server")
         with _server_lock:
             if services.a2a_server is None:
                 services.a2a_server = module.A2AServer(services)
-    return services.a2a_server
+    return cast("A2AServer", services.a2a_server)
 
 
 def warm_up() -> None:
     """Import the A2A server in a thread, so the first A2A request does not pay for it."""
     threading.Thread(target=importlib.import_module, args=("core.a2a.server",), name="a2a warm-up", daemon=True).start()
+
+
+def _user_id(user: User) -> int:
+    """The signed-in user's id: `CurrentUser` is a saved row, which always has one."""
+    assert user.id is not None, "CurrentUser is a saved row"
+    return user.id
 
 
 # -- /api/a2a ------------------------------------------------------------------------------
@@ -139,7 +149,7 @@ def a2a_api_router() -> APIRouter:
     async def list_keys(user: CurrentUser, services: ServicesDep) -> list[ApiKeyOut]:
         """Your API keys, newest first (secrets are never shown again)."""
         async with services.db.session() as s:
-            rows = await api_keys.list_keys(s, user_id=user.id)
+            rows = await api_keys.list_keys(s, user_id=_user_id(user))
         return [ApiKeyOut.model_validate(r, from_attributes=True) for r in rows]
 
     @router.post("/keys", status_code=201, response_model=ApiKeyCreated, response_model_by_alias=True)
@@ -147,7 +157,7 @@ def a2a_api_router() -> APIRouter:
         """Create an API key for A2A callers; copy `key` now, it is stored only as a hash."""
         async with services.db.session() as s:
             try:
-                row, key = await api_keys.create_key(s, user_id=user.id, name=body.name)
+                row, key = await api_keys.create_key(s, user_id=_user_id(user), name=body.name)
             except api_keys.ApiKeyError as exc:
                 raise ApiError(
                     422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(reason=exc)
@@ -158,14 +168,14 @@ def a2a_api_router() -> APIRouter:
     async def revoke_key(key_id: KeyId, user: CurrentUser, services: ServicesDep) -> Response:
         """Revoke one of your keys; requests with it are refused from now on."""
         async with services.db.session() as s:
-            if not await api_keys.revoke_key(s, user_id=user.id, key_id=key_id):
+            if not await api_keys.revoke_key(s, user_id=_user_id(user), key_id=key_id):
                 raise ApiError(404, "api_key_not_found", detail=_("You have no such active key."))
         return Response(status_code=204)
 
     @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
     async def list_remote_agents(user: CurrentUser, services: ServicesDep) -> list[RemoteAgentOut]:
         """Remote A2A agents registered by card URL (every user may delegate to them; tokens are never shown)."""
-        return [_remote_out(v, user.id) for v in await services.remote_agents.list()]
+        return [_remote_out(v, _user_id(user)) for v in await services.remote_agents.list()]
 
     @router.post("/remote-agents", status_code=201, response_model=RemoteAgentOut, response_model_by_alias=True)
     async def register_remote_agent(
@@ -174,17 +184,17 @@ def a2a_api_router() -> APIRouter:
         """Register a remote A2A agent by its card URL; it can be delegated to at once (`@<id> …`)."""
         try:
             view = await services.remote_agents.register(
-                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user.id
+                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=_user_id(user)
             )
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
-        return _remote_out(view, user.id)
+        return _remote_out(view, _user_id(user))
 
     @router.delete("/remote-agents/{agent_id}", status_code=204)
     async def unregister_remote_agent(agent_id: AgentId, user: CurrentUser, services: ServicesDep) -> Response:
         """Remove a remote agent you registered (403 for another user's)."""
         try:
-            removed = await services.remote_agents.unregister(agent_id, user_id=user.id)
+            removed = await services.remote_agents.unregister(agent_id, user_id=_user_id(user))
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         if not removed:

@@ -1,9 +1,9 @@
 """Standard A2A for every agent in the registry: cards and JSON-RPC at `/a2a/agents/{id}`.
 
-Why one file of about 470 lines: `A2AServer` (the endpoint), `AgentCards`, `TaskSessionStore`
-and `AgentRequestHandler` are the a2a-sdk server interfaces of one endpoint over one table
-(`a2a_task_sessions`); they change together when the SDK does, and the wire itself is in
-`core/a2a/protocol.py`.
+Here, about 410 lines: `A2AServer` (the endpoint) and `AgentRequestHandler` (the SDK's request
+handler over our delegations), which change together when the SDK does. The other a2a-sdk server
+interfaces of this endpoint are beside it: the cards (`core/a2a/agent_cards.py`) and the task store
+over `a2a_task_sessions` (`core/a2a/task_store.py`); the wire is the package `core/a2a/protocol/`.
 
     GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0; v0.3 with `A2A-Version: 0.3`)
     GET  /.well-known/agent-card.json                    the same for the default agent (`DEFAULT_AGENT`)
@@ -16,7 +16,7 @@ A call from outside is a delegation like any other (`DelegationService.
 start_external_task`): a row of `a2a_task_sessions` owned by the API key's
 user, a hidden session with `source='a2a'` messages, the hub buffer
 `a2a_<taskId>`, the audit view. Those rows are the task store
-(`TaskSessionStore`): `GetTask` reads them, so it answers after a restart; a
+(`TaskSessionStore`, `core/a2a/task_store.py`): `GetTask` reads them, so it answers after a restart; a
 stream (`SendStreamingMessage`, `SubscribeToTask`) follows the task's hub
 buffer and turns its events into A2A events:
 
@@ -43,22 +43,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
-from importlib import metadata
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy import and_, func, or_
-from sqlmodel import col, select
+from starlette.types import Message
 
 from core.a2a import api_keys
 from core.a2a import protocol as wire
+from core.a2a.agent_cards import AgentCards
+from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
-from core.chat import agents as agents_store
-from core.chat import sessions as sessions_store
-from core.chat.agents import AGENT_INVOKE
-from core.delegation.registry import AgentRegistry
 from core.delegation.service import DelegationRefused, DelegationService, TooManyRunningTasks
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
@@ -67,7 +63,7 @@ from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import SubscriberOverflow, UnknownStream
 from core.streaming.redis_hub import refresh
 from core.web.input_limits import read_capped
-from models import A2ATaskSession, AgentMessage
+from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
 
@@ -79,18 +75,6 @@ UNKNOWN_CONTEXT = (
     "There is no context {context_id!r} for this agent and key: send the contextId of one of your "
     "earlier tasks with this agent to continue that conversation, or none to start a new one."
 )
-CONTEXT_RULE = (
-    "Conversations: send the contextId of one of your earlier tasks with this agent to continue it "
-    "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced."
-)
-PROVIDER = "A2A Delegation Chat"
-
-
-def _app_version() -> str:
-    try:
-        return metadata.version("a2a-delegation-chat")
-    except metadata.PackageNotFoundError:
-        return "0.1.0"
 
 
 class A2AServer:
@@ -178,7 +162,7 @@ def _with_body(request: Request, body: bytes) -> Request:
     """The same request, its body already read (the dispatcher reads it again)."""
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -186,223 +170,6 @@ def _with_body(request: Request, body: bytes) -> Request:
         return await request.receive()
 
     return Request(request.scope, receive)
-
-
-# -- cards --------------------------------------------------------------------------------
-
-
-class AgentCards:
-    """The card of any agent the registry knows, built from what the app knows about it."""
-
-    def __init__(self, db: Any, registry: AgentRegistry, settings: Settings) -> None:
-        self.db = db
-        self.registry = registry
-        self.settings = settings
-        self.version = _app_version()
-
-    def rpc_url(self, agent_id: str) -> str:
-        """The absolute URL of an agent's JSON-RPC endpoint."""
-        return f"{self.settings.base_url}/a2a/agents/{agent_id}"
-
-    async def exists(self, agent_id: str) -> bool:
-        """Whether `spec` would find the agent: one indexed read (every JSON-RPC call asks), no card built."""
-        if self.registry.remote(agent_id) is not None:
-            return True
-        async with self.db.read() as s:
-            return await agents_store.get_agent_by_slug(s, agent_id) is not None
-
-    async def spec(self, agent_id: str) -> wire.CardSpec | None:
-        """The agent's card in plain values, or None when no agent has that id."""
-        async with self.db.read() as s:
-            agent = await agents_store.get_agent_by_slug(s, agent_id)
-            tools = [t for t, _ in await agents_store.agent_tool_rows(s, agent.id)] if agent is not None else []
-        common = {
-            "rpc_url": self.rpc_url(agent_id),
-            "version": self.version,
-            "provider": PROVIDER,
-            "provider_url": self.settings.base_url,
-            "notes": CONTEXT_RULE,
-        }
-        if agent is not None:
-            extra = (
-                (
-                    wire.SkillSpec(
-                        id="delegate",
-                        name="Delegates to other agents",
-                        tags=("delegation",),
-                        description="May hand parts of a request to the app's other agents.",
-                    ),
-                )
-                if AGENT_INVOKE in tools
-                else ()
-            )
-            return wire.CardSpec(
-                name=agent.name,
-                description=agent.description,
-                skills=(
-                    wire.SkillSpec(
-                        id=agent.slug, name=agent.name, description=agent.description, tags=("chat", "local")
-                    ),
-                ),
-                extra_skills=extra,
-                **common,
-            )
-        remote = self.registry.remote(agent_id)
-        if remote is None:
-            return None
-        info = remote.card() or {}
-        skills = tuple(
-            wire.SkillSpec(
-                id=str(s.get("id") or i),
-                name=str(s.get("name") or s.get("id") or remote.name),
-                description=str(s.get("description") or ""),
-                tags=tuple(str(t) for t in s.get("tags") or ()),
-            )
-            for i, s in enumerate(info.get("skills") or [])
-            if isinstance(s, dict)
-        ) or (
-            wire.SkillSpec(
-                id=remote.id, name=remote.name, description=remote.description, tags=("remote", remote.kind)
-            ),
-        )
-        return wire.CardSpec(name=remote.name, description=remote.description, skills=skills, **common)
-
-
-# -- the task store: rows of a2a_task_sessions ------------------------------------------------
-
-
-class TaskSessionStore(wire.TaskStore):
-    """A2A tasks are the rows of `a2a_task_sessions` (no second copy, in memory or elsewhere).
-
-    A task's answer is its hidden session's saved assistant messages, so a Task read from
-    here after a restart has the same status, artifact and history as before. What a caller
-    may see is scoped by the call context: tasks of the key's user, for the agent of the URL.
-    """
-
-    def __init__(self, db: Any) -> None:
-        self.db = db
-
-    async def snapshot(self, task_id: str, *, user_id: int | None, agent_id: str) -> wire.TaskSnapshot | None:
-        """The task in plain values when this caller may see it, else None."""
-        async with self.db.read() as s:
-            row = await s.get(A2ATaskSession, task_id)
-            if row is None or user_id is None or row.caller_user_id != user_id or row.callee_agent_slug != agent_id:
-                return None
-            output = ""
-            if row.state in TERMINAL_STATES:
-                messages = await sessions_store.list_messages(s, session_id=row.session_id)
-                output = "".join(m.content for m in messages if m.role == "assistant" and m.a2a_task_id == row.id)
-        return _snapshot(row, output)
-
-    async def context_running_task(self, context_id: str, *, user_id: int, agent_id: str) -> str | None:
-        """For a context of this caller with this agent: the id of its running task, or '' when none runs.
-
-        None when the context is unknown, another caller's, or another agent's (the same answer for all three).
-        """
-        async with self.db.read() as s:
-            rows = list(
-                (
-                    await s.exec(
-                        select(A2ATaskSession).where(
-                            A2ATaskSession.session_id == context_id,
-                            A2ATaskSession.caller_user_id == user_id,
-                            A2ATaskSession.callee_agent_slug == agent_id,
-                        )
-                    )
-                ).all()
-            )
-        if not rows:
-            return None
-        return next((r.id for r in rows if r.state not in TERMINAL_STATES), "")
-
-    async def get(self, task_id: str, context: wire.ServerCallContext) -> wire.Task | None:
-        """The Task, or None when unknown to this caller."""
-        snap = await self.snapshot(
-            task_id, user_id=context.state.get("user_id"), agent_id=context.state.get("agent_id", "")
-        )
-        return wire.to_task(snap) if snap is not None else None
-
-    async def save(self, task: wire.Task, context: wire.ServerCallContext) -> None:
-        """Not offered: `DelegationService` writes the rows (and the hub events that go with them)."""
-        raise NotImplementedError("tasks are written by DelegationService, which also streams their events")
-
-    async def list(self, params: wire.ListTasksRequest, context: wire.ServerCallContext) -> wire.ListTasksResponse:
-        """The caller's tasks for this agent, filtered, last updated first, a page at a time (§3.1.4).
-
-        The page token is a cursor (status time and id of the last task of a page), so pages
-        stay consistent while tasks are added; `totalSize` counts the tasks that match the filters.
-        """
-        query = wire.read_list_request(params)
-        user_id, agent_id = context.state.get("user_id"), context.state.get("agent_id", "")
-        matching = [A2ATaskSession.caller_user_id == user_id, A2ATaskSession.callee_agent_slug == agent_id]
-        if query.context_id:
-            matching.append(A2ATaskSession.session_id == query.context_id)
-        if query.state is not None:
-            matching.append(A2ATaskSession.state == query.state)
-        if query.updated_after is not None:
-            matching.append(col(A2ATaskSession.updated_at) >= query.updated_after)
-        page_query = select(A2ATaskSession).where(*matching)
-        if query.after is not None:
-            when = wire.cursor_time(query.after)
-            page_query = page_query.where(
-                or_(
-                    col(A2ATaskSession.updated_at) < when,
-                    and_(col(A2ATaskSession.updated_at) == when, col(A2ATaskSession.id) < query.after.task_id),
-                )
-            )
-        page_query = page_query.order_by(col(A2ATaskSession.updated_at).desc(), col(A2ATaskSession.id).desc())
-        async with self.db.read() as s:
-            total = (await s.exec(select(func.count()).select_from(A2ATaskSession).where(*matching))).one()
-            rows = list((await s.exec(page_query.limit(query.page_size + 1))).all())
-            outputs = await _answers(s, [r.id for r in rows[: query.page_size] if r.state in TERMINAL_STATES])
-        page = rows[: query.page_size]
-        response = wire.ListTasksResponse(
-            tasks=[
-                wire.to_task(
-                    _snapshot(r, outputs.get(r.id, "")), history_length=query.history_length, artifacts=query.artifacts
-                )
-                for r in page
-            ],
-            page_size=query.page_size,
-            total_size=total,
-        )
-        if len(rows) > query.page_size:
-            response.next_page_token = wire.list_page_token(page[-1].updated_at, page[-1].id)
-        return response
-
-    async def delete(self, task_id: str, context: wire.ServerCallContext) -> None:
-        """Not offered: tasks are the audit record of delegations."""
-        raise NotImplementedError("tasks are kept as the audit record of delegations; they are not deleted over A2A")
-
-
-async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
-    """The saved answers of these tasks (their assistant messages, joined), by task id."""
-    if not task_ids:
-        return {}
-    query = (
-        select(AgentMessage)
-        .where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant")
-        .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
-    )
-    answers: dict[str, str] = {}
-    for message in (await s.exec(query)).all():
-        answers[message.a2a_task_id] = answers.get(message.a2a_task_id, "") + message.content
-    return answers
-
-
-def _snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:
-    return wire.TaskSnapshot(
-        id=row.id,
-        context_id=row.session_id,
-        state=row.state,
-        input=row.input,
-        output=output,
-        error=row.error,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        input_message_id=row.input_message_id,
-        metadata={"agentId": row.callee_agent_slug, "inputTokens": row.input_tokens, "outputTokens": row.output_tokens},
-    )
 
 
 # -- the request handler -------------------------------------------------------------------
@@ -414,6 +181,9 @@ class AgentRequestHandler(wire.RequestHandler):
     Implemented here rather than with the SDK's `DefaultRequestHandler` + an executor:
     that handler keeps its own copy of each task and saves the whole Task on every
     event, while ours already has the task (its row) and its stream (the hub buffer).
+
+    The streams yield `AsyncGenerator[Any, None]`, wider than the SDK's union of event types: a v1.0
+    stream also yields `wire.TextUpdate`s, which the app's dispatcher writes itself (divergence 4).
     """
 
     def __init__(
@@ -432,16 +202,17 @@ class AgentRequestHandler(wire.RequestHandler):
         agent_id, user_id = _caller(context)
         task = await self._start(agent_id, user_id, incoming)
         if incoming.return_immediately:
-            return wire.to_task(_snapshot(task, ""), history_length=incoming.history_length)
+            return wire.to_task(row_snapshot(task, ""), history_length=incoming.history_length)
         await self.delegation.wait_external_task(task.id)
         snap = await self.store.snapshot(task.id, user_id=user_id, agent_id=agent_id)
+        assert snap is not None, "this caller's task, which it just started"
         return wire.to_task(snap, history_length=incoming.history_length)
 
-    async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+    async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncGenerator[Any, None]:
         """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
-        snap = _snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
+        snap = row_snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
         yield wire.to_task(snap, history_length=incoming.history_length)
         async for event in self._follow(snap, context):
             yield event
@@ -504,7 +275,7 @@ class AgentRequestHandler(wire.RequestHandler):
         """This key's tasks for this agent, newest first."""
         return await self.store.list(params, context)
 
-    async def on_subscribe_to_task(self, params: Any, context: wire.ServerCallContext) -> AsyncIterator[Any]:
+    async def on_subscribe_to_task(self, params: Any, context: wire.ServerCallContext) -> AsyncGenerator[Any, None]:
         """Follow a running task: its Task, then everything it streamed so far and from now on."""
         agent_id, user_id = _caller(context)
         snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
@@ -603,6 +374,7 @@ class AgentRequestHandler(wire.RequestHandler):
                 "interrupted by a restart); stop it from the chat that started it."
             )
         snap = await self.store.snapshot(snap.id, user_id=user_id, agent_id=agent_id)
+        assert snap is not None, "this caller's task, read just before"
         return wire.to_task(snap)
 
     # -- the rest -------------------------------------------------------------------

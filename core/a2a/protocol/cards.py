@@ -1,0 +1,123 @@
+"""Agent cards (server side): what a served card says (`CardSpec`), built as the SDK's `AgentCard`.
+
+The card is served as v1.0 ProtoJSON by default and as the SDK's v0.3 card when asked (`card_json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.compat.v0_3.conversions import to_compat_agent_card
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import (
+    PROTOCOL_VERSION_0_3,
+    PROTOCOL_VERSION_1_0,
+)
+from google.protobuf.json_format import MessageToDict
+
+from core.a2a.protocol.states import SECURITY_SCHEME, TEXT_MODES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkillSpec:
+    """One skill on a card."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardSpec:
+    """What a served card says, in plain values.
+
+    Attributes:
+        name: the agent's display name.
+        description: what it does.
+        rpc_url: the absolute URL of its JSON-RPC endpoint (both protocol versions).
+        version: the agent's version string.
+        provider: who runs it, and `provider_url` where.
+        skills: its skills; at least one (the card requires them).
+        extra_skills: skills listed on the extended card only (for callers with a key).
+        notes: how this server treats requests (e.g. contextIds), after the description.
+    """
+
+    name: str
+    description: str
+    rpc_url: str
+    version: str
+    provider: str
+    provider_url: str
+    skills: tuple[SkillSpec, ...]
+    extra_skills: tuple[SkillSpec, ...] = ()
+    notes: str = ""
+
+
+def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
+    """The agent card: v1.0 and v0.3 JSON-RPC interfaces on one URL, bearer-key security, text in and out."""
+    skills = [*spec.skills, *(spec.extra_skills if extended else ())]
+    return AgentCard(
+        name=spec.name,
+        description="\n\n".join(t for t in (spec.description or spec.name, spec.notes) if t),
+        version=spec.version,
+        provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
+        supported_interfaces=[
+            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        security_schemes={
+            SECURITY_SCHEME: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="bearer",
+                    bearer_format="API key",
+                    description=f"An API key of this app (create one at {spec.provider_url}/api-keys), "
+                    "sent as 'Authorization: Bearer <key>'.",
+                )
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
+        default_input_modes=list(TEXT_MODES),
+        default_output_modes=list(TEXT_MODES),
+        skills=[
+            AgentSkill(
+                id=s.id,
+                name=s.name,
+                description=s.description or s.name,
+                tags=list(s.tags) or ["agent"],
+                input_modes=list(TEXT_MODES),
+                output_modes=list(TEXT_MODES),
+            )
+            for s in skills
+        ],
+    )
+
+
+def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
+    """The card as served, in the shape of the protocol version the client asked for.
+
+    v1.0 (the default): strict ProtoJSON, nothing else, so a strict v1.0 parser reads it.
+    The SDK's own serializer (`agent_card_to_dict`) merges the v0.3 fields into it (top-level
+    `url`, `protocolVersion`, and `type`/`scheme` inside each security scheme), which such a
+    parser rejects. v0.3 (`A2A-Version: 0.3`): the SDK's v0.3 card (`to_compat_agent_card`).
+
+    Args:
+        card: the card.
+        version: the `A2A-Version` the client sent (header or query parameter), if any.
+    """
+    if version and version.strip().startswith("0."):
+        return to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    v1_0: dict[str, Any] = MessageToDict(card)
+    return v1_0
