@@ -55,6 +55,7 @@ from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messag
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
 from core.db import RUNNING_WORK_LOCK_KEY, Database
 from core.i18n import _, current_language, format_number, ngettext, set_language
+from core.streaming import events as ev
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import BufferInfo, BufferState, StreamBusy, StreamHub
 from core.streaming.redis_hub import RedisStreamHub
@@ -464,7 +465,8 @@ class ChatEngine:
         events = await self.hub.events(session_id)
         info = self.hub.get(session_id)
         draft_id = info.meta.get("draftId") if info is not None else None
-        text = "".join(str(e.data.get("delta", "")) for e in events if e.type == "text-delta")
+        deltas = [ev.from_stream(e.type, e.data) for e in events if e.type == ev.TextDelta.kind]
+        text = "".join(d.delta for d in deltas if isinstance(d, ev.TextDelta))
         error = (
             "Interrupted: the server running this answer stopped while it was being written; what it had said is kept."
         )
@@ -474,10 +476,8 @@ class ChatEngine:
                     await sessions_store.interrupt_draft(s, message_id=draft_id, content=text, error=error)
             except Exception:
                 log.exception("could not save the interrupted answer of session %s", session_id)
-        await self._emit(session_id, "error", {"errorText": error})
-        await self._emit(
-            session_id, "finish", {"finishReason": "error", "usage": {"inputTokens": 0, "outputTokens": 0}}
-        )
+        await ev.publish(self.hub, session_id, ev.Error(error))
+        await ev.publish(self.hub, session_id, ev.Finish("error"))
         await self.hub.finish(session_id, error=error)
 
     async def wait(self, session_id: str, timeout: float | None = None) -> None:
@@ -533,14 +533,14 @@ class ChatEngine:
                 )
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
-            await self._emit(stream_key, "error", {"errorText": _("The answer could not be saved.")})
+            await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))
         finally:
-            finish_reason = outcome.finish_reason if outcome else "error"
-            usage = {
-                "inputTokens": outcome.input_tokens if outcome else 0,
-                "outputTokens": outcome.output_tokens if outcome else 0,
-            }
-            await self._emit(stream_key, "finish", {"finishReason": finish_reason, "usage": usage})
+            finish = (
+                ev.Finish(outcome.finish_reason, outcome.input_tokens, outcome.output_tokens)
+                if outcome
+                else ev.Finish("error")
+            )
+            await ev.publish(self.hub, stream_key, finish)
             await self.hub.finish(stream_key, error=outcome.error if outcome and outcome.status == "error" else None)
             # The answer is saved and its stream closed: the session takes a new message from here on, so a
             # client that sends one as soon as it reads `finish` is not told the chat is still answering. (The
@@ -548,6 +548,3 @@ class ChatEngine:
             claim = self._turns.get(session_id)
             if claim is not None and claim.task is asyncio.current_task():
                 self._release(session_id, claim)
-
-    async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
-        await self.hub.append(key, type, data)

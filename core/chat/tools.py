@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.streaming.events import Event
+
 log = logging.getLogger(__name__)
 
 
@@ -67,7 +69,7 @@ class ToolContext:
         tool_call_id: the model's id for this call.
         task_id: the delegated task this turn runs in, if any.
         chain: registry ids of the agents on the current delegation chain, outermost first.
-        emit: pushes an extra event into the caller's turn stream (e.g. `a2a-task-started`).
+        emit: pushes an extra event into the caller's turn stream (e.g. `events.TaskStarted`).
         turnstile: orders the start of this step's parallel calls (see `CallTurnstile`).
     """
 
@@ -79,7 +81,7 @@ class ToolContext:
     tool_call_id: str = ""
     task_id: str | None = None
     chain: tuple[str, ...] = ()
-    emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    emit: Callable[[Event], Awaitable[None]] | None = None
     turnstile: CallTurnstile | None = None
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
 from core.delegation.tasks import CANCELED, COMPLETED, FAILED, task_stream_key
+from core.streaming import events as ev
 
 if TYPE_CHECKING:
     from core.delegation.service import DelegationService
@@ -164,7 +165,7 @@ class BackgroundTask:
         if self.ended or not text:
             return
         self.record.chunks.append(text)
-        await self.service.hub.append(task_stream_key(self.task_id), "text-delta", {"id": "text-0", "delta": text})
+        await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.TextDelta("text-0", text))
 
     async def on_end(self, state: str, text: str) -> None:
         """The work is over: `state` as the broker names it, `text` its closing words."""
@@ -172,10 +173,11 @@ class BackgroundTask:
             return
         self.ended = True
         final = self._STATES.get(state, FAILED)
-        error = None if final == COMPLETED else text or f"the task ended as {state}"
+        error: str | None = None
         self.record.state = final
         if final != COMPLETED:
+            error = text or f"the task ended as {state}"
             self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
             if final == FAILED:
-                await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
+                await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.Error(error))
         await self.service._finish(self.task_id, self.session_id, self.record, final, error, self._started)

@@ -64,6 +64,7 @@ from core.delegation.tasks import (
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
 from core.i18n import _
+from core.streaming import events as ev
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import RedisStreamHub
@@ -236,7 +237,7 @@ class DelegationService:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
                 name=callee_name, seconds=f"{limits.timeout_s:g}"
             )
-            await self.hub.append(key, "error", {"errorText": error, "code": TIMED_OUT})
+            await ev.publish(self.hub, key, ev.Error(error, TIMED_OUT))
             record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
             state, error = (
@@ -278,7 +279,7 @@ class DelegationService:
             async for event in remote.stream(text, task_id=task_id):
                 if event.text:
                     record.chunks.append(event.text)
-                    await self.hub.append(key, "text-delta", {"id": "text-0", "delta": event.text})
+                    await ev.publish(self.hub, key, ev.TextDelta("text-0", event.text))
                 if event.answer is not None:  # the result, not the progress notes around it
                     record.answer = event.answer
                 if event.error:
@@ -294,7 +295,7 @@ class DelegationService:
             record.state, record.error = FAILED, f"{remote.name} is unreachable: {exc}"
             code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
         if record.state == FAILED and record.error:
-            await self.hub.append(key, "error", {"errorText": record.error, **({"code": code} if code else {})})
+            await ev.publish(self.hub, key, ev.Error(record.error, code))
 
     def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
         if depth > limits.max_recursion_depth:
@@ -346,20 +347,10 @@ class DelegationService:
             "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
-        await self.hub.append(key, "state", state_event(SUBMITTED, None))
+        await ev.publish(self.hub, key, state_event(SUBMITTED, None))
         self.tasks_started += 1
         if ctx.emit is not None:
-            await ctx.emit(
-                "a2a-task-started",
-                {
-                    "taskId": task_id,
-                    "calleeAgentSlug": slug,
-                    "calleeAgentName": callee_name,
-                    "toolCallId": ctx.tool_call_id,
-                    "parentTaskId": ctx.task_id,
-                    "recursionDepth": depth,
-                },
-            )
+            await ctx.emit(ev.TaskStarted(task_id, slug, callee_name, ctx.tool_call_id, ctx.task_id, depth))
         if ctx.turnstile is not None:
             ctx.turnstile.release()  # announced: the next call of this step may start
 
@@ -397,21 +388,14 @@ class DelegationService:
                 output_tokens=record.output_tokens,
             )
             if state == CANCELED:
-                await self.hub.append(key, "error", {"errorText": error})
+                await ev.publish(self.hub, key, ev.Error(error or ""))
             await self.records.announce_state(task_id, state, WORKING, error)
         except Exception:
             log.exception("could not record the end of task %s", task_id)
         finally:
-            await self.hub.append(
-                key,
-                "done",
-                {
-                    "state": state,
-                    "error": error,
-                    "durationMs": int((time.monotonic() - started) * 1000),
-                    "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
-                },
-            )
+            duration_ms = int((time.monotonic() - started) * 1000)
+            done = ev.TaskDone(state, error, duration_ms, record.input_tokens, record.output_tokens)
+            await ev.publish(self.hub, key, done)
             await self.hub.finish(key, error=error if state != COMPLETED else None)
 
     # -- tasks for callers outside the app (A2A JSON-RPC, issue 6) ---------------------------
@@ -496,11 +480,7 @@ class DelegationService:
             await self.records.set_state(task_id, FAILED, WORKING, error)
         except Exception:
             log.exception("could not record the interruption of task %s", task_id)
-        await self.hub.append(
-            key,
-            "done",
-            {"state": FAILED, "error": error, "durationMs": 0, "usage": {"inputTokens": 0, "outputTokens": 0}},
-        )
+        await ev.publish(self.hub, key, ev.TaskDone(FAILED, error, 0))
         await self.hub.finish(key, error=error)
 
     async def shutdown_external_tasks(self) -> None:

@@ -25,6 +25,7 @@ from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
+from core.streaming import events
 from core.streaming.hub import StreamEvent, StreamHub
 from core.streaming.sse import Shape
 from core.streaming.sse_stream import iso_now
@@ -42,39 +43,23 @@ def task_stream_key(task_id: str) -> str:
     return f"a2a_{task_id}"
 
 
-def state_event(state: str, previous: str | None, error: str | None = None) -> dict[str, Any]:
-    """The payload of a task buffer's `state` event: `{state, previous, timestamp}` (and `error`)."""
-    data: dict[str, Any] = {"state": state, "previous": previous, "timestamp": iso_now()}
-    if error:
-        data["error"] = error
-    return data
+def state_event(state: str, previous: str | None, error: str | None = None) -> events.TaskState:
+    """A task buffer's `state` event, stamped now; a first state (no `previous`) comes from `NO_PREVIOUS_STATE`."""
+    return events.TaskState(state, previous or events.NO_PREVIOUS_STATE, iso_now(), error)
 
 
 def seed_task_shape(task_id: str) -> Shape:
-    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes.
+    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes (`events.seed_task_wire`).
 
-    Seed 000 (§3.2.2, §3.3.1): text `{"type": "text-delta", "textDelta": …}`, an error
-    `{"type": "error", "message": …}`, the end `{"type": "done", …}` (with the state,
-    error, durationMs and usage). Seed 002: the named `state` event is `{taskId, from, to,
-    timestamp}` (and `error` when the task failed). Every other event is sent as it is in
-    the buffer (the chat turn's shape, which the side panel and the A2A server read).
+    An event of a kind the types do not know is sent as the buffer holds it.
     """
 
     def shape(event: StreamEvent) -> tuple[str, dict[str, Any]]:
-        kind, data = event.type, event.data
-        if kind == "text-delta":
-            return kind, {"textDelta": data.get("delta", "")}
-        if kind == "error":
-            return kind, {"message": data.get("errorText") or data.get("message") or ""}
-        if kind == "state":
-            seed = {
-                "taskId": task_id,
-                "from": data.get("previous"),
-                "to": data.get("state"),
-                "timestamp": data.get("timestamp"),
-            }
-            return kind, {**seed, "error": data["error"]} if data.get("error") else seed
-        return kind, data
+        try:
+            typed = events.from_stream(event.type, event.data)
+        except events.EventFormatError:
+            return event.type, event.data
+        return events.seed_task_wire(typed, task_id)
 
     return shape
 
@@ -246,8 +231,8 @@ class TaskRecords:
             await s.commit()
 
     async def announce_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Tell the task's stream of its new state (`state` {state, previous, timestamp, error})."""
-        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
+        """Tell the task's stream of its new state (`events.TaskState`)."""
+        await events.publish(self.hub, task_stream_key(task_id), state_event(state, previous, error))
 
     # -- reading -------------------------------------------------------------------------
 
