@@ -46,15 +46,14 @@ from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
-from core.delegation.registry import AgentRegistry, RemoteAgent, RemoteAgentError
+from core.delegation.registry import AgentRegistry
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
-from core.delegation.states import CONNECTION_LOST, TIMED_OUT
+from core.delegation.states import TIMED_OUT
 from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
     FAILED,
     SUBMITTED,
-    TERMINAL_STATES,
     WORKING,
     TaskDetail,
     TaskRecords,
@@ -146,7 +145,7 @@ class DelegationService:
         except ValueError as exc:
             return ToolResult(False, error=f"Invalid agent_invoke call: {exc}.")
         depth = ctx.recursion_depth + 1
-        refusal = self._refusal(slug, depth, limits, ctx)
+        refusal = limits.refusal(slug, depth, ctx.chain)
         if refusal is not None:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
 
@@ -231,7 +230,7 @@ class DelegationService:
                         max_output_tokens=limits.max_output_tokens,
                     )
                 else:
-                    await self._run_remote(key, remote, text, task.id, record)
+                    await record.relay(self.hub, key, remote, text, task.id)
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
@@ -271,47 +270,6 @@ class DelegationService:
 
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
-
-    async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: RemoteRun) -> None:
-        """Relay a remote agent's events into the task buffer until it reports a terminal state."""
-        code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
-        try:
-            async for event in remote.stream(text, task_id=task_id):
-                if event.text:
-                    record.chunks.append(event.text)
-                    await ev.publish(self.hub, key, ev.TextDelta("text-0", event.text))
-                if event.answer is not None:  # the result, not the progress notes around it
-                    record.answer = event.answer
-                if event.error:
-                    record.error = event.error
-                if event.final or (event.state in TERMINAL_STATES):
-                    record.state = event.state if event.state in TERMINAL_STATES else COMPLETED
-                    if record.state == FAILED and not record.error:
-                        record.error = f"{remote.name} reported that the task failed."
-                    break
-            else:
-                record.state, record.error = FAILED, f"{remote.name} ended the stream without a final state."
-        except (ConnectionError, OSError, RemoteAgentError) as exc:
-            record.state, record.error = FAILED, f"{remote.name} is unreachable: {exc}"
-            code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
-        if record.state == FAILED and record.error:
-            await ev.publish(self.hub, key, ev.Error(record.error, code))
-
-    def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
-        if depth > limits.max_recursion_depth:
-            return (
-                f"Delegation refused: this would be delegation level {depth}, and the limit is "
-                f"{limits.max_recursion_depth}. Answer with what you have instead."
-            )
-        if slug in ctx.chain:
-            return (
-                f"Delegation refused: {slug!r} is already working on this request "
-                f"({' → '.join([*ctx.chain, slug])}); delegating to it again would loop."
-            )
-        if limits.allowed_agents is not None and slug not in limits.allowed_agents:
-            allowed = ", ".join(sorted(limits.allowed_agents)) or "none"
-            return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
-        return None
 
     async def _check_running_tasks(self, s, user_id: int | None) -> None:
         """Refuse a new task of `user_id` when they have the most running tasks allowed (in `s`, before its insert).
