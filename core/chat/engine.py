@@ -187,6 +187,7 @@ class ChatEngine:
                             "Start a new chat with another agent."
                         )
                     )
+                assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 user_row, draft = await sessions_store.add_messages(
@@ -217,6 +218,7 @@ class ChatEngine:
                 if chat is None or agent is None or agent.deleted_at is not None:
                     raise SessionNotFound(_("There is no such chat session (or its agent was deleted)."))
                 claim.user_id = chat.user_id  # counted as the user's, never refused: it tells what already ran
+                assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
@@ -234,10 +236,12 @@ class ChatEngine:
         agent: Agent,
         tool_rows: list[tuple[str, dict[str, Any]]],
         history: list[AgentMessage],
-        draft_id: int,
+        draft_id: int | None,
     ) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
+        # Rows read from or written to the database have their ids.
+        assert draft_id is not None and anchor.id is not None
         meta = {
             "userSortOrder": anchor.sort_order,
             "userMessageId": anchor.id,
@@ -252,6 +256,8 @@ class ChatEngine:
                 info = await self.hub.create(session_id, meta=meta)
         except StreamBusy as exc:  # not expected under the claim: only turns write under the session's key
             raise TurnInProgress(_("This chat is still answering; wait for it or press Stop.")) from exc
+        if info is None:  # not expected: the claim opened the buffer, and an open buffer is not evicted
+            raise TurnInProgress(_("This chat is still answering; wait for it or press Stop."))
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )

@@ -132,6 +132,7 @@ class AgentRunner:
         except Exception:
             log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
             await self._fail(stream_key, run, _("Something went wrong on the server while answering; try again."))
+        assert run.outcome is not None  # every way out of the loop above finishes the run
         return run.outcome
 
     async def _fail(self, stream_key: str, run: AgentRun, message: str) -> None:

@@ -62,9 +62,9 @@ class ToolContext:
 
     Attributes:
         user_id: the user who owns the conversation.
-        agent_id: the calling agent (database id).
-        agent_slug: the calling agent's registry id.
-        session_id: the caller's session (its stream buffer receives `a2a-task-started`).
+        agent_id: the calling agent (database id); None for a caller outside the app (an A2A client).
+        agent_slug: the calling agent's registry id ("" outside the app).
+        session_id: the caller's session (its stream buffer receives `a2a-task-started`); None outside the app.
         recursion_depth: 0 for a user's own turn, n inside the n-th nested delegation.
         tool_call_id: the model's id for this call.
         task_id: the delegated task this turn runs in, if any.
@@ -74,9 +74,9 @@ class ToolContext:
     """
 
     user_id: int
-    agent_id: int
+    agent_id: int | None
     agent_slug: str
-    session_id: str
+    session_id: str | None
     recursion_depth: int = 0
     tool_call_id: str = ""
     task_id: str | None = None

@@ -39,6 +39,8 @@ import logging
 import time
 from typing import Any
 
+from sqlmodel.ext.asyncio.session import AsyncSession
+
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
@@ -162,7 +164,13 @@ class DelegationService:
             )
         async with self.db.session() as s:
             callee = await agents_store.get_agent_by_slug(s, slug)
-            if callee is None and remote is None:
+            tool_rows: list[tuple[str, dict[str, Any]]] = []
+            if callee is not None:
+                assert callee.id is not None  # a row read from the database
+                tool_rows, callee_name = await agents_store.agent_tool_rows(s, callee.id), callee.name
+            elif remote is not None:
+                callee_name = remote.name
+            else:
                 known = sorted({a.slug for a in await agents_store.list_agents(s)} | set(self._remote_ids()))
                 known = [k for k in known if k not in ctx.chain]
                 return ToolResult(
@@ -170,8 +178,6 @@ class DelegationService:
                     error=f"There is no agent {slug!r}. Agents you can delegate to: {', '.join(known) or 'none'}.",
                     metadata={"agentSlug": slug, "recursionDepth": depth},
                 )
-            tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
-            callee_name = callee.name if callee is not None else remote.name
             try:
                 await self._check_running_tasks(s, ctx.user_id)
             except TooManyRunningTasks as exc:
@@ -212,16 +218,17 @@ class DelegationService:
             await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
                 if isinstance(record, LocalRun):
+                    agent = record.run.agent
                     callee_ctx = ToolContext(
                         user_id=ctx.user_id,
-                        agent_id=callee.id,
-                        agent_slug=callee.slug,
+                        agent_id=agent.id,
+                        agent_slug=agent.slug,
                         session_id=task.session_id,
                         recursion_depth=depth,
                         task_id=task.id,
-                        chain=(*ctx.chain, callee.slug),
+                        chain=(*ctx.chain, agent.slug),
                     )
-                    tools = self.tools.bind(tool_rows, agent_id=callee.id, agent_slug=callee.slug)
+                    tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
                     await self.engine.runner.run(
                         stream_key=key,
                         run=record.run,
@@ -229,7 +236,7 @@ class DelegationService:
                         ctx=callee_ctx,
                         max_output_tokens=limits.max_output_tokens,
                     )
-                else:
+                elif remote is not None:  # always, when the callee is not local
                     await record.relay(self.hub, key, remote, text, task.id)
             state, error = record.result()
         except TimeoutError:
@@ -271,7 +278,7 @@ class DelegationService:
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
 
-    async def _check_running_tasks(self, s, user_id: int | None) -> None:
+    async def _check_running_tasks(self, s: AsyncSession, user_id: int | None) -> None:
         """Refuse a new task of `user_id` when they have the most running tasks allowed (in `s`, before its insert).
 
         The lock (PostgreSQL; SQLite's units of work take turns already) is held until `s` commits the new
@@ -385,7 +392,7 @@ class DelegationService:
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
-        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)  # type: ignore[arg-type]
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)
         arguments = {"agentSlug": agent_slug, "input": text}
         run = self._external.spawn(
             self._invoke(arguments, config or {}, ctx, session_id=session_id, message_id=message_id, task_row=task_row),

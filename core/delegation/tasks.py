@@ -18,7 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import literal_column, update
+from sqlalchemy.sql.expression import ColumnClause
 from sqlmodel import col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
@@ -35,7 +37,7 @@ SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "compl
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 # Written into the statement, not bound: the planner then knows the partial index of running tasks
 # (`idx_a2a_task_sessions_running`, migration 0009) covers the query.
-_RUNNING_LITERALS = [literal_column(f"'{SUBMITTED}'"), literal_column(f"'{WORKING}'")]
+_RUNNING_LITERALS: list[ColumnClause[Any]] = [literal_column(f"'{SUBMITTED}'"), literal_column(f"'{WORKING}'")]
 
 
 def task_stream_key(task_id: str) -> str:
@@ -123,7 +125,7 @@ class TaskRecords:
 
     async def create_task(
         self,
-        s,
+        s: AsyncSession,
         slug: str,
         callee_id: int | None,
         text: str,
@@ -153,6 +155,8 @@ class TaskRecords:
             owner_id = callee_id if callee_id is not None else ctx.agent_id
             if owner_id is None:
                 owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
+            if owner_id is None:  # no agent at all (the column is NOT NULL; say so rather than fail on insert)
+                raise LookupError("there is no local agent to own the task's hidden session")
             hidden = sessions_store.add_session(
                 s, user_id=ctx.user_id, agent_id=owner_id, title=sessions_store.make_title(f"Task: {text}")
             )
@@ -191,19 +195,20 @@ class TaskRecords:
         return task, user_row
 
     @staticmethod
-    async def count_running(s, user_id: int) -> int:
+    async def count_running(s: AsyncSession, user_id: int) -> int:
         """How many tasks of `user_id` are running (`submitted` or `working`), on any replica, read in session `s`."""
         query = (
             select(func.count())
             .select_from(A2ATaskSession)
             .where(A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_(_RUNNING_LITERALS))
         )
-        return (await s.exec(query)).one()
+        count: int = (await s.exec(query)).one()
+        return count
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
         """Record the task's new state, then tell its stream (`announce_state`)."""
         async with self.db.session() as s:
-            await s.exec(_state_update(task_id, state, error))  # type: ignore[call-overload]
+            await s.exec(_state_update(task_id, state, error))
             await s.commit()
         await self.announce_state(task_id, state, previous, error)
 
@@ -226,7 +231,7 @@ class TaskRecords:
             if rows:
                 await sessions_store.append_messages(s, session_id=session_id, messages=rows)
             await s.exec(
-                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[call-overload]
+                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)
             )
             await s.commit()
 
@@ -351,9 +356,10 @@ def _state_update(task_id: str, state: str, error: str | None) -> Any:
 DELETED_MARK = " (agent deleted)"
 
 
-async def _agent_names(s) -> dict[int, tuple[str, str]]:
+async def _agent_names(s: AsyncSession) -> dict[int, tuple[str, str]]:
     # A deleted agent's tasks stay readable; its name says it is gone.
     return {
         a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
         for a in await agents_store.list_agents(s, include_deleted=True)
+        if a.id is not None
     }

@@ -73,8 +73,9 @@ class InvokeLimits:
 
 def _limit(config: dict[str, Any], name: str, default: int) -> int:
     value = config.get(name)
-    usable = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return min(value, AGENT_INVOKE_MAXIMA[name]) if usable else default
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return min(value, AGENT_INVOKE_MAXIMA[name])
+    return default
 
 
 def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
