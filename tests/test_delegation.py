@@ -16,6 +16,7 @@ from core.chat.demo_model import _echo, find_mentions
 from core.chat.tools import ToolContext
 from core.delegation import parse_invoke_arguments, task_stream_key
 from core.services import Services
+from core.streaming.events import Event
 from core.streaming.hub import StreamEvent
 from models import A2ATaskSession, AgentMessage, AgentTool
 from tests.conftest import make_settings
@@ -236,10 +237,10 @@ def test_malformed_arguments_are_explained(arguments, says) -> None:
 async def invoke(services: Services, arguments, *, chain=("general-assistant",), depth=0, **config):
     async with services.db.session() as s:
         general = await agents_store.get_agent_by_slug(s, "general-assistant")
-    emitted: list[tuple[str, dict]] = []
+    emitted: list[Event] = []
 
-    async def emit(kind: str, data: dict) -> None:
-        emitted.append((kind, data))
+    async def emit(event: Event) -> None:
+        emitted.append(event)
 
     chat = await chat_with(services)
     ctx = ToolContext(
