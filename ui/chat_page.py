@@ -406,17 +406,14 @@ class ChatPage:
                 card = self._tool_cards.get(typed.tool_call_id)
                 if card is not None:
                     card.finish(typed.output, typed.metadata, typed.is_error)
-                    if card.task_id is not None and self.panel.state_of(card.task_id):
-                        card.show_state(
-                            self.panel.state_of(card.task_id) or "", reason=self.panel.reason_of(card.task_id)
-                        )
+                    if card.task_id is not None and (state := self.panel.state_of(card.task_id)):
+                        card.show_state(state, reason=self.panel.reason_of(card.task_id))
             case ev.Error(error_text=text):
                 self._flush()
+                text = text or _("Something went wrong.")
                 with self._bubble:
-                    ui.label(text or _("Something went wrong.")).classes("text-negative text-caption").props(
-                        "data-testid=turn-error role=alert"
-                    )
-                    ui.notify(text or _("Something went wrong."), color="negative")
+                    ui.label(text).classes("text-negative text-caption").props("data-testid=turn-error role=alert")
+                    ui.notify(text, color="negative")
             case ev.Finish(finish_reason=reason):
                 self._flush()
                 self._bubble.props("aria-busy=false")

@@ -82,6 +82,11 @@ __all__ = [
 class ChatEngine:
     """Runs turns. Built once in `app.py`; pages and routes call it.
 
+    Over 300 lines on purpose: a session's turn from its start to its saved answer, on this
+    replica or stopped from another (cancel, orphans), is one life cycle over one set of claims;
+    what stands alone is elsewhere (the claims `core.chat.turns`, the run `core.chat.run`, drafts
+    `core.chat.drafts`, the events `core.streaming.events`).
+
     Args:
         db: the database.
         hub: where turn events go.

@@ -81,6 +81,11 @@ TOO_MANY_RUNNING_TASKS = "too_many_running_tasks"  # the refusal's code (a tool 
 class DelegationService:
     """Creates and runs delegated tasks: local callees through the chat engine, remote ones through their adapter.
 
+    Over 300 lines on purpose: a task's life (refusals, creation, announcement, run, end) for each
+    kind of caller (a chat's tool call, a broker dispatch, an A2A client) is one path that reads best
+    in one place; what stands alone is elsewhere (rows `tasks.py`, run records and the remote relay
+    `runs.py`, limits and refusals `tool.py`, events `core.streaming.events`).
+
     The task rows are `TaskRecords`' (`self.records`); the reads at the end of this class
     hand over to it, so pages and routes keep one entry point. `max_running_tasks_per_user`
     limits one user's running tasks (None: no limit, single-user mode; set by `Services.prepare`).
