@@ -15,7 +15,9 @@ from core.chat.agents import AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat.demo_model import _echo, find_mentions
 from core.chat.tools import ToolContext
 from core.delegation import parse_invoke_arguments, task_stream_key
+from core.delegation.tasks import SUBMITTED
 from core.services import Services
+from core.streaming.events import NO_PREVIOUS_STATE, Event, TaskStarted, TaskState, from_stream
 from core.streaming.hub import StreamEvent
 from models import A2ATaskSession, AgentMessage, AgentTool
 from tests.conftest import make_settings
@@ -236,10 +238,10 @@ def test_malformed_arguments_are_explained(arguments, says) -> None:
 async def invoke(services: Services, arguments, *, chain=("general-assistant",), depth=0, **config):
     async with services.db.session() as s:
         general = await agents_store.get_agent_by_slug(s, "general-assistant")
-    emitted: list[tuple[str, dict]] = []
+    emitted: list[Event] = []
 
-    async def emit(kind: str, data: dict) -> None:
-        emitted.append((kind, data))
+    async def emit(event: Event) -> None:
+        emitted.append(event)
 
     chat = await chat_with(services)
     ctx = ToolContext(
@@ -278,6 +280,20 @@ async def test_refusals_are_tool_errors_without_a_task(services, arguments, conf
     assert result.success is False and says in result.error
     assert emitted == []  # no a2a-task-started: no panel opens
     assert await all_tasks(services) == []
+
+
+async def test_a_started_task_is_told_to_the_caller_as_a_typed_event(services: Services) -> None:
+    """The caller's `ToolContext.emit` gets one `TaskStarted` for the task; its stream starts from "unknown"."""
+    result, emitted = await invoke(services, {"agentSlug": "coding-assistant", "input": "write hello"})
+    [task] = await all_tasks(services)
+    assert result.success is True
+    assert emitted == [TaskStarted(task.id, "coding-assistant", result.metadata["calleeAgentName"], "call_1", None, 1)]
+    subscription = services.hub.subscribe(task_stream_key(task.id))
+    try:
+        first = await anext(aiter(subscription))
+    finally:
+        subscription.close()
+    assert from_stream(first.type, first.data) == TaskState(SUBMITTED, NO_PREVIOUS_STATE, first.data["timestamp"])
 
 
 async def test_unknown_callee_error_lists_the_agents_one_may_call(services: Services) -> None:

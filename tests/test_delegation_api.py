@@ -199,7 +199,7 @@ async def test_the_task_stream_speaks_seed_000_and_seed_002_on_the_wire(two_user
         frames = [f for f in raw.decode().split("\n\n") if f.strip()]
         states = [json.loads(f.split("data: ", 1)[1]) for f in frames if "\nevent: state\n" in f"\n{f}"]
         assert [(s["from"], s["to"]) for s in states] == [
-            (None, "submitted"),
+            ("unknown", "submitted"),
             ("submitted", "working"),
             ("working", "completed"),
         ]

@@ -41,6 +41,7 @@ from core.delegation import (
 )
 from core.i18n import _
 from core.services import Services
+from core.streaming import events as ev
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
@@ -132,17 +133,15 @@ class AgentInvokePanel:
 
     # -- opening tasks -------------------------------------------------------------------
 
-    async def task_started(self, data: dict[str, Any]) -> None:
+    async def task_started(self, started: ev.TaskStarted) -> None:
         """An `a2a-task-started` event: add (or show) that task's tab and open the panel."""
-        task_id = data.get("taskId")
-        if not isinstance(task_id, str):
-            return
+        task_id = started.task_id
         if task_id not in self.tabs_by_task:
             self._add_tab(
                 task_id,
-                str(data.get("calleeAgentName") or data.get("calleeAgentSlug") or _("Agent")),
-                data.get("parentTaskId"),
-                self.task_texts.get(str(data.get("toolCallId"))),
+                started.callee_agent_name or started.callee_agent_slug or _("Agent"),
+                started.parent_task_id,
+                self.task_texts.get(started.tool_call_id),
             )
             self._follow_or_load(task_id)
         self._select_if_idle(task_id)
@@ -320,24 +319,26 @@ class AgentInvokePanel:
                 self._show_error(entry, _("The connection to this task's stream was lost."))
 
     async def _apply(self, entry: TaskTab, event: StreamEvent) -> None:
-        data = event.data
-        if event.type == "text-delta":
-            first = not entry.body.text
-            entry.body.append(data.get("delta", ""))
-            if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
-                self._set_state(entry, entry.state)
-        elif event.type == "tool-input-available":  # the callee delegating in turn: its child's request
-            self.note_tool_input(data.get("toolCallId"), data.get("input"))
-        elif event.type == "state":
-            self._set_state(entry, str(data.get("state")), data.get("error"))
-        elif event.type == "error":
-            if isinstance(data.get("code"), str):
-                entry.reason = data["code"]
-            self._show_error(entry, str(data.get("errorText") or _("The delegated agent failed.")))
-        elif event.type == "a2a-task-started":  # the callee delegated in turn: a child tab
-            await self.task_started(data)
-        elif event.type == "done":
-            self._set_state(entry, str(data.get("state")), data.get("error"))
+        try:
+            typed = ev.from_stream(event.type, event.data)
+        except ev.EventFormatError:
+            return  # a kind the panel does not show (or a malformed event): the saved task tells the end
+        match typed:
+            case ev.TextDelta(delta=delta):
+                first = not entry.body.text
+                entry.body.append(delta)
+                if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
+                    self._set_state(entry, entry.state)
+            case ev.ToolInput():  # the callee delegating in turn: its child's request
+                self.note_tool_input(typed.tool_call_id, typed.input)
+            case ev.TaskState() | ev.TaskDone():
+                self._set_state(entry, typed.state, typed.error)
+            case ev.Error(error_text=text, code=code):
+                if code is not None:
+                    entry.reason = code
+                self._show_error(entry, text or _("The delegated agent failed."))
+            case ev.TaskStarted():  # the callee delegated in turn: a child tab
+                await self.task_started(typed)
 
     async def _load_saved(self, entry: TaskTab) -> None:
         detail = await self.services.delegation.task_detail(self.user_id or 0, entry.task_id)

@@ -30,6 +30,7 @@ from core.chat.engine import ChatError, SessionChange
 from core.delegation import TaskView
 from core.i18n import N_, _
 from core.services import Services
+from core.streaming import events as ev
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
@@ -355,8 +356,11 @@ class ChatPage:
         self.panel.flush()
 
     async def _apply(self, event: StreamEvent) -> None:
-        data = event.data
-        if event.type == "start":
+        try:
+            typed = ev.from_stream(event.type, event.data)
+        except ev.EventFormatError:
+            return  # a kind this page does not show (or a malformed event): the saved answer has the turn
+        if isinstance(typed, ev.Start):
             self._views, self._tool_cards = {}, dict(self._tool_cards)
             with self.messages:
                 self._bubble = (
@@ -374,49 +378,48 @@ class ChatPage:
             return
         if self._bubble is None:
             return  # joined mid-way without the start (should not happen: replay begins at the turn's start)
-        if event.type in {"text-delta", "tool-input-available", "error", "finish"}:
+        if isinstance(typed, ev.TextDelta | ev.ToolInput | ev.Error | ev.Finish):
             self._hide_typing()
-        if event.type == "text-delta":
-            text_id = data.get("id", "text")
-            view = self._views.get(text_id)
-            if view is None:
+        match typed:
+            case ev.TextDelta(id=text_id, delta=delta):
+                view = self._views.get(text_id)
+                if view is None:
+                    with self._bubble:
+                        view = StreamingMarkdown()
+                        view.container.props("data-testid=assistant-text")
+                    self._views[text_id] = view
+                view.append(delta)
+            case ev.ToolInput():
+                self._flush()
+                self.panel.note_tool_input(typed.tool_call_id, typed.input)
                 with self._bubble:
-                    view = StreamingMarkdown()
-                    view.container.props("data-testid=assistant-text")
-                self._views[text_id] = view
-            view.append(data.get("delta", ""))
-        elif event.type == "tool-input-available":
-            self._flush()
-            self.panel.note_tool_input(data.get("toolCallId"), data.get("input"))
-            with self._bubble:
-                self._tool_cards[data["toolCallId"]] = ToolCallCard(
-                    data.get("toolName", "tool"), data.get("input"), self.agent_names, self.panel.show_task
-                )
-        elif event.type == "a2a-task-started":
-            card = self._tool_cards.get(data.get("toolCallId"))
-            if card is not None and isinstance(data.get("taskId"), str):
-                card.set_callee(data.get("calleeAgentName"))
-                self._link_card(card, data["taskId"])
-            await self.panel.task_started(data)
-        elif event.type == "tool-output-available":
-            card = self._tool_cards.get(data.get("toolCallId"))
-            if card is not None:
-                card.finish(data.get("output"), data.get("metadata") or {}, bool(data.get("isError")))
-                if card.task_id is not None and self.panel.state_of(card.task_id):
-                    card.show_state(self.panel.state_of(card.task_id) or "", reason=self.panel.reason_of(card.task_id))
-        elif event.type == "error":
-            self._flush()
-            with self._bubble:
-                ui.label(data.get("errorText", _("Something went wrong."))).classes("text-negative text-caption").props(
-                    "data-testid=turn-error role=alert"
-                )
-                ui.notify(data.get("errorText", _("Something went wrong.")), color="negative")
-        elif event.type == "finish":
-            self._flush()
-            self._bubble.props("aria-busy=false")
-            if data.get("finishReason") == "canceled":
+                    self._tool_cards[typed.tool_call_id] = ToolCallCard(
+                        typed.tool_name, typed.input, self.agent_names, self.panel.show_task
+                    )
+            case ev.TaskStarted():
+                card = self._tool_cards.get(typed.tool_call_id)
+                if card is not None:
+                    card.set_callee(typed.callee_agent_name)
+                    self._link_card(card, typed.task_id)
+                await self.panel.task_started(typed)
+            case ev.ToolOutput():
+                card = self._tool_cards.get(typed.tool_call_id)
+                if card is not None:
+                    card.finish(typed.output, typed.metadata, typed.is_error)
+                    if card.task_id is not None and (state := self.panel.state_of(card.task_id)):
+                        card.show_state(state, reason=self.panel.reason_of(card.task_id))
+            case ev.Error(error_text=text):
+                self._flush()
+                text = text or _("Something went wrong.")
                 with self._bubble:
-                    ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
+                    ui.label(text).classes("text-negative text-caption").props("data-testid=turn-error role=alert")
+                    ui.notify(text, color="negative")
+            case ev.Finish(finish_reason=reason):
+                self._flush()
+                self._bubble.props("aria-busy=false")
+                if reason == "canceled":
+                    with self._bubble:
+                        ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
 
     def _hide_typing(self) -> None:
         if self._typing is not None:

@@ -15,7 +15,7 @@ saved with `status='canceled'`.
 One turn at a time per session: `start_turn` claims the session's turn in one
 step (a check and a set with no await between them) before it writes anything,
 so a refused send saves nothing. The claim is released when the turn ends, or
-when starting it fails.
+when starting it fails. The claims are `core.chat.turns.TurnClaims`'.
 
 A crash must not lose the answer: the turn's start saves a draft assistant row
 (status `streaming`, see `core.chat.sessions`), `DraftSaver` (`core.chat.drafts`) writes the text so far
@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat import agents as agents_store
@@ -53,8 +52,10 @@ from core.chat.errors import (
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
+from core.chat.turns import SessionChange, TurnClaim, TurnClaims, TurnStarted, limit_message
 from core.db import RUNNING_WORK_LOCK_KEY, Database
-from core.i18n import _, current_language, format_number, ngettext, set_language
+from core.i18n import _, current_language, format_number, set_language
+from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import BufferInfo, BufferState, StreamBusy
@@ -79,50 +80,13 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class TurnStarted:
-    """What `start_turn` returns at once.
-
-    Attributes:
-        session_id: the session.
-        user_message_id: the saved user message.
-        stream_key: the hub key of the turn's events.
-        after_event_id: subscribe after this id to receive exactly this turn's events.
-    """
-
-    session_id: str
-    user_message_id: int
-    stream_key: str
-    after_event_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class SessionChange:
-    """What changed in a session, for the pages showing it (`ChatEngine.watch`).
-
-    Attributes:
-        session_id: the session.
-        messages: rows saved outside a page's own turn (a turn's user message, background task notes).
-        turn: the turn that started, if one did (follow its events from `turn.after_event_id`).
-    """
-
-    session_id: str
-    messages: list[AgentMessage] = field(default_factory=list)
-    turn: TurnStarted | None = None
-
-
-@dataclass(slots=True, eq=False)
-class _TurnClaim:
-    """A session's turn, from its claim (before anything is saved) until it ends."""
-
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[Any] | None = None  # set once the turn runs
-    shared: bool = False  # its buffer was opened in a cluster's shared hub by the claim
-    user_id: int | None = None  # whose turn it is (`max_running_turns_per_user`)
-
-
 class ChatEngine:
     """Runs turns. Built once in `app.py`; pages and routes call it.
+
+    Over 300 lines on purpose: a session's turn from its start to its saved answer, on this
+    replica or stopped from another (cancel, orphans), is one life cycle over one set of claims;
+    what stands alone is elsewhere (the claims `core.chat.turns`, the run `core.chat.run`, drafts
+    `core.chat.drafts`, the events `core.streaming.events`).
 
     Args:
         db: the database.
@@ -164,7 +128,7 @@ class ChatEngine:
         self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s, open_secret=open_secret)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
-        self._turns: dict[str, _TurnClaim] = {}
+        self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
         self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
         # A cluster (docs/ARCHITECTURE.md, "Cluster"): the session's turn is also claimed in the shared hub (its
         # buffer opened before anything is saved), so a send on any replica sees it; a stop from any replica
@@ -199,7 +163,7 @@ class ChatEngine:
             TooManyRunningTurns: the user has `max_running_turns_per_user` turns running.
         """
         text = self.validate_text(text)
-        claim: _TurnClaim | None = None
+        claim: TurnClaim | None = None
         limit = self.max_running_turns_per_user
         try:
             async with self.db.session() as s:
@@ -208,7 +172,7 @@ class ChatEngine:
                 chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
                 if chat is None:
                     raise SessionNotFound(_("There is no such chat session."))
-                claim = await self._claim_shared(
+                claim = await self._turns.claim_shared(
                     session_id,
                     _("This chat is still answering; wait for it or press Stop."),
                     user_id=user_id,
@@ -220,7 +184,7 @@ class ChatEngine:
                     # sees every start before this one and none slips past it.
                     await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
                     if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
-                        raise TooManyRunningTurns(self._limit_message(limit))
+                        raise TooManyRunningTurns(limit_message(limit))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
                     raise AgentNotFound(
@@ -229,6 +193,7 @@ class ChatEngine:
                             "Start a new chat with another agent."
                         )
                     )
+                assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 user_row, draft = await sessions_store.add_messages(
@@ -239,7 +204,7 @@ class ChatEngine:
             return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
         finally:
             if claim is not None:
-                await self._release_unlaunched(session_id, claim)
+                await self._turns.release_unlaunched(session_id, claim)
 
     async def start_announcement(self, session_id: str) -> TurnStarted:
         """Start a turn without a user message: the agent speaks about what the history ends with.
@@ -251,7 +216,7 @@ class ChatEngine:
             SessionNotFound: no such session, or it has no messages to speak about.
             TurnInProgress: the session is answering; announce after that turn.
         """
-        claim = await self._claim_shared(session_id, _("This chat is still answering; announce after that turn."))
+        claim = await self._turns.claim_shared(session_id, _("This chat is still answering; announce after that turn."))
         try:
             async with self.db.session() as s:
                 chat = await sessions_store.get_session(s, session_id)
@@ -259,6 +224,7 @@ class ChatEngine:
                 if chat is None or agent is None or agent.deleted_at is not None:
                     raise SessionNotFound(_("There is no such chat session (or its agent was deleted)."))
                 claim.user_id = chat.user_id  # counted as the user's, never refused: it tells what already ran
+                assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
@@ -266,78 +232,22 @@ class ChatEngine:
                 [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
             return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
         finally:
-            await self._release_unlaunched(session_id, claim)
-
-    def _claim(
-        self, session_id: str, busy_message: str, *, user_id: int | None = None, limit: int | None = None
-    ) -> _TurnClaim:
-        """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
-
-        With a `limit`, raise TooManyRunningTurns when `user_id` has that many turns claimed here.
-
-        Atomic because nothing awaits between the checks and the set: concurrent sends (the
-        same event loop) cannot both pass. This guards one process; a cluster's replicas also
-        claim the session in the shared hub (`_claim_shared`) and count the user's turns in the
-        database (`start_turn`).
-        """
-        if session_id in self._turns:
-            raise TurnInProgress(busy_message)
-        if limit is not None and sum(1 for c in self._turns.values() if c.user_id == user_id) >= limit:
-            raise TooManyRunningTurns(self._limit_message(limit))
-        claim = self._turns[session_id] = _TurnClaim(user_id=user_id)
-        return claim
-
-    @staticmethod
-    def _limit_message(limit: int) -> str:
-        return ngettext(
-            "You already have {limit} answer being written, the most one account may have at once. "
-            "Wait for it to finish, or stop it, then send again.",
-            "You already have {limit} answers being written, the most one account may have at once. "
-            "Wait for one to finish, or stop one, then send again.",
-            limit,
-        ).format(limit=format_number(limit))
-
-    async def _claim_shared(
-        self, session_id: str, busy_message: str, *, user_id: int | None = None, limit: int | None = None
-    ) -> _TurnClaim:
-        """`_claim`, and in a cluster the session's buffer opened in the shared hub (atomic across replicas)."""
-        claim = self._claim(session_id, busy_message, user_id=user_id, limit=limit)
-        if self._shared:
-            try:
-                await self.hub.create(session_id, meta={})
-            except BaseException as exc:
-                self._release(session_id, claim)
-                if isinstance(exc, StreamBusy):
-                    raise TurnInProgress(busy_message) from exc
-                raise
-            claim.shared = True
-        return claim
-
-    def _release(self, session_id: str, claim: _TurnClaim) -> None:
-        if self._turns.get(session_id) is claim:
-            del self._turns[session_id]
-        claim.ended.set()
-
-    async def _release_unlaunched(self, session_id: str, claim: _TurnClaim) -> None:
-        """On the way out of a start: a claim whose turn never ran is given back (a running turn gives back its own)."""
-        if claim.task is None:
-            self._release(session_id, claim)
-            if claim.shared:  # the buffer opened for the claim ends with nothing in it
-                with contextlib.suppress(Exception):
-                    await self.hub.finish(session_id)
+            await self._turns.release_unlaunched(session_id, claim)
 
     async def _launch(
         self,
-        claim: _TurnClaim,
+        claim: TurnClaim,
         session_id: str,
         user_id: int,
         agent: Agent,
         tool_rows: list[tuple[str, dict[str, Any]]],
         history: list[AgentMessage],
-        draft_id: int,
+        draft_id: int | None,
     ) -> TurnStarted:
         """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
         anchor = history[-1]
+        # Rows read from or written to the database have their ids.
+        assert draft_id is not None and anchor.id is not None
         meta = {
             "userSortOrder": anchor.sort_order,
             "userMessageId": anchor.id,
@@ -352,6 +262,8 @@ class ChatEngine:
                 info = await self.hub.create(session_id, meta=meta)
         except StreamBusy as exc:  # not expected under the claim: only turns write under the session's key
             raise TurnInProgress(_("This chat is still answering; wait for it or press Stop.")) from exc
+        if info is None:  # not expected: the claim opened the buffer, and an open buffer is not evicted
+            raise TurnInProgress(_("This chat is still answering; wait for it or press Stop."))
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )
@@ -363,7 +275,7 @@ class ChatEngine:
             self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx, draft_id),
             name=f"turn {session_id}",
         )
-        task.add_done_callback(lambda _: self._release(session_id, claim))
+        task.add_done_callback(lambda _: self._turns.release(session_id, claim))
         started = TurnStarted(session_id, anchor.id, session_id, info.last_id)
         self._notify(SessionChange(session_id, messages=[anchor] if anchor.role == "user" else [], turn=started))
         return started
@@ -465,7 +377,8 @@ class ChatEngine:
         events = await self.hub.events(session_id)
         info = self.hub.get(session_id)
         draft_id = info.meta.get("draftId") if info is not None else None
-        text = "".join(str(e.data.get("delta", "")) for e in events if e.type == "text-delta")
+        deltas = [ev.from_stream(e.type, e.data) for e in events if e.type == ev.TextDelta.kind]
+        text = "".join(d.delta for d in deltas if isinstance(d, ev.TextDelta))
         error = (
             "Interrupted: the server running this answer stopped while it was being written; what it had said is kept."
         )
@@ -475,10 +388,8 @@ class ChatEngine:
                     await sessions_store.interrupt_draft(s, message_id=draft_id, content=text, error=error)
             except Exception:
                 log.exception("could not save the interrupted answer of session %s", session_id)
-        await self._emit(session_id, "error", {"errorText": error})
-        await self._emit(
-            session_id, "finish", {"finishReason": "error", "usage": {"inputTokens": 0, "outputTokens": 0}}
-        )
+        await ev.publish(self.hub, session_id, ev.Error(error))
+        await ev.publish(self.hub, session_id, ev.Finish("error"))
         await self.hub.finish(session_id, error=error)
 
     async def wait(self, session_id: str, timeout: float | None = None) -> None:
@@ -534,21 +445,18 @@ class ChatEngine:
                 )
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
-            await self._emit(stream_key, "error", {"errorText": _("The answer could not be saved.")})
+            await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))
         finally:
-            finish_reason = outcome.finish_reason if outcome else "error"
-            usage = {
-                "inputTokens": outcome.input_tokens if outcome else 0,
-                "outputTokens": outcome.output_tokens if outcome else 0,
-            }
-            await self._emit(stream_key, "finish", {"finishReason": finish_reason, "usage": usage})
+            finish = (
+                ev.Finish(outcome.finish_reason, outcome.input_tokens, outcome.output_tokens)
+                if outcome
+                else ev.Finish("error")
+            )
+            await ev.publish(self.hub, stream_key, finish)
             await self.hub.finish(stream_key, error=outcome.error if outcome and outcome.status == "error" else None)
             # The answer is saved and its stream closed: the session takes a new message from here on, so a
             # client that sends one as soon as it reads `finish` is not told the chat is still answering. (The
             # hub's append and finish never suspend, so no reader runs between `finish` and this release.)
             claim = self._turns.get(session_id)
             if claim is not None and claim.task is asyncio.current_task():
-                self._release(session_id, claim)
-
-    async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
-        await self.hub.append(key, type, data)
+                self._turns.release(session_id, claim)

@@ -28,6 +28,7 @@ from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
 from core.i18n import _
 from core.secret_box import SecretUnreadable
+from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from models import Agent, AgentMessage
 
@@ -110,7 +111,7 @@ class AgentRunner:
         do not raise. `run.outcome` is set however the run ends, cancellation included
         (the CancelledError is re-raised after it is recorded), so the caller can save it.
         """
-        await self._emit(stream_key, "start", {"messageId": f"msg_{secrets.token_hex(8)}"})
+        await self._emit(stream_key, ev.Start(f"msg_{secrets.token_hex(8)}"))
         try:
             async with asyncio.timeout(self.turn_timeout_s):
                 await self._loop(stream_key, run, tools, ctx, max_output_tokens)
@@ -131,12 +132,13 @@ class AgentRunner:
         except Exception:
             log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
             await self._fail(stream_key, run, _("Something went wrong on the server while answering; try again."))
+        assert run.outcome is not None  # every way out of the loop above finishes the run
         return run.outcome
 
     async def _fail(self, stream_key: str, run: AgentRun, message: str) -> None:
         run.close_step(status="error", error=message)
         run.finish("error", status="error", error=message)
-        await self._emit(stream_key, "error", {"errorText": message})
+        await self._emit(stream_key, ev.Error(message))
 
     async def _loop(
         self, stream_key: str, run: AgentRun, tools: dict[str, BoundTool], ctx: ToolContext, max_tokens: int | None
@@ -152,7 +154,7 @@ class AgentRunner:
                     run.step_text.append(event.text)
                     if run.on_text is not None:
                         run.on_text()
-                    await self._emit(stream_key, "text-delta", {"id": text_id, "delta": event.text})
+                    await self._emit(stream_key, ev.TextDelta(text_id, event.text))
                 else:
                     result = event
             assert result is not None  # the gateway always ends with a ModelResult
@@ -164,11 +166,7 @@ class AgentRunner:
             run.step_calls = result.tool_calls
             run.messages.append(_assistant_message(result.text or "".join(run.step_text), result.tool_calls))
             for call in result.tool_calls:
-                await self._emit(
-                    stream_key,
-                    "tool-input-available",
-                    {"toolCallId": call.id, "toolName": call.name, "input": _input_for_display(call)},
-                )
+                await self._emit(stream_key, ev.ToolInput(call.id, call.name, _input_for_display(call)))
             gates = CallTurnstile.chain(len(result.tool_calls))
             outputs = await asyncio.gather(
                 *(
@@ -235,7 +233,7 @@ class AgentRunner:
                     tool_call_id=call.id,
                     task_id=ctx.task_id,
                     chain=ctx.chain,
-                    emit=lambda type, data: self._emit(stream_key, type, data),
+                    emit=lambda event: self._emit(stream_key, event),
                     turnstile=gate,
                 )
                 try:
@@ -247,15 +245,12 @@ class AgentRunner:
                     result = ToolResult(False, error=f"The tool {call.name} failed unexpectedly.")
         result.metadata.setdefault("durationMs", int((time.monotonic() - started) * 1000))
         output = result.for_model()
-        await self._emit(
-            stream_key,
-            "tool-output-available",
-            {"toolCallId": call.id, "output": output, "metadata": result.metadata, "isError": not result.success},
-        )
+        await self._emit(stream_key, ev.ToolOutput(call.id, output, result.metadata, not result.success))
         return {"output": output, "metadata": result.metadata, "isError": not result.success}
 
-    async def _emit(self, key: str, type: str, data: dict[str, Any]) -> None:
-        await self.hub.append(key, type, data)
+    async def _emit(self, key: str, event: ev.Event) -> None:
+        # `ev.publish`, inlined: this carries every token.
+        await self.hub.append(key, event.kind, event.payload())
 
 
 @dataclass(slots=True)

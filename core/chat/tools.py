@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core.streaming.events import Event
+
 log = logging.getLogger(__name__)
 
 
@@ -60,26 +62,26 @@ class ToolContext:
 
     Attributes:
         user_id: the user who owns the conversation.
-        agent_id: the calling agent (database id).
-        agent_slug: the calling agent's registry id.
-        session_id: the caller's session (its stream buffer receives `a2a-task-started`).
+        agent_id: the calling agent (database id); None for a caller outside the app (an A2A client).
+        agent_slug: the calling agent's registry id ("" outside the app).
+        session_id: the caller's session (its stream buffer receives `a2a-task-started`); None outside the app.
         recursion_depth: 0 for a user's own turn, n inside the n-th nested delegation.
         tool_call_id: the model's id for this call.
         task_id: the delegated task this turn runs in, if any.
         chain: registry ids of the agents on the current delegation chain, outermost first.
-        emit: pushes an extra event into the caller's turn stream (e.g. `a2a-task-started`).
+        emit: pushes an extra event into the caller's turn stream (e.g. `events.TaskStarted`).
         turnstile: orders the start of this step's parallel calls (see `CallTurnstile`).
     """
 
     user_id: int
-    agent_id: int
+    agent_id: int | None
     agent_slug: str
-    session_id: str
+    session_id: str | None
     recursion_depth: int = 0
     tool_call_id: str = ""
     task_id: str | None = None
     chain: tuple[str, ...] = ()
-    emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    emit: Callable[[Event], Awaitable[None]] | None = None
     turnstile: CallTurnstile | None = None
 
 

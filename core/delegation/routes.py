@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from core.auth.deps import CurrentUser, ServicesDep
@@ -23,6 +23,7 @@ from core.i18n import _
 from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
 from core.web.errors import ApiError
+from models import User
 
 # Seed 000 §3.2.5: the task stream says it can be resumed (here with Last-Event-ID or ?lastEventId=).
 RESUMABLE = {"X-Stream-Resume": "true"}
@@ -67,7 +68,7 @@ def tasks_router() -> APIRouter:
         user: CurrentUser,
         services: ServicesDep,
         task_id: Annotated[str | None, Query(alias="taskId", max_length=64)] = None,
-    ):
+    ) -> Response:
         """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
 
         Seed 000's shapes: `{"type": "text-delta", "textDelta"}`, `{"type": "error", "message"}`,
@@ -82,7 +83,10 @@ def tasks_router() -> APIRouter:
             )
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if await services.delegation.owned_task(user.id, task_id) is None or await refresh(services.hub, key) is None:
+        if (
+            await services.delegation.owned_task(_user_id(user), task_id) is None
+            or await refresh(services.hub, key) is None
+        ):
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(
             services.hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE
@@ -91,12 +95,12 @@ def tasks_router() -> APIRouter:
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
     async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
         """Your delegated tasks, newest first (what the audit view lists)."""
-        return [_task_out(t) for t in await services.delegation.list_tasks(user.id)]
+        return [_task_out(t) for t in await services.delegation.list_tasks(_user_id(user))]
 
     @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True, tags=["delegation"])
     async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
         """One delegated task with the callee's messages and its nested delegations."""
-        detail = await services.delegation.task_detail(user.id, task_id)
+        detail = await services.delegation.task_detail(_user_id(user), task_id)
         if detail is None:
             raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
         return {
@@ -106,6 +110,12 @@ def tasks_router() -> APIRouter:
         }
 
     return router
+
+
+def _user_id(user: User) -> int:
+    """The signed-in user's id (read from the database, so never None)."""
+    assert user.id is not None
+    return user.id
 
 
 def _task_out(t: TaskView) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The record of one callee's run, local or remote, as `DelegationService` saves it; and `BackgroundTask`.
 
-`LocalRun` wraps the chat engine's `AgentRun` of a local callee; `RemoteRun` collects
-a remote callee's relayed chunks. Both tell the service how the run ended (`result`),
-take a stop (`mark_stopped`), and give the rows to save in the task's hidden session
-(`rows`, each with `message_fields`: `source='a2a'` and the caller's context).
+`LocalRun` wraps the chat engine's `AgentRun` of a local callee; `RemoteRun` relays a
+remote callee's stream into the task buffer and collects its chunks (`relay`). Both tell
+the service how the run ended (`result`), take a stop (`mark_stopped`), and give the rows
+to save in the task's hidden session (`rows`, each with `message_fields`: `source='a2a'` and the caller's context).
 `BackgroundTask` is a `RemoteRun` fed from elsewhere: the broker's relay.
 """
 
@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
-from core.delegation.tasks import CANCELED, COMPLETED, FAILED, task_stream_key
+from core.delegation.registry import RemoteAgent, RemoteAgentError
+from core.delegation.states import CONNECTION_LOST
+from core.delegation.tasks import CANCELED, COMPLETED, FAILED, TERMINAL_STATES, task_stream_key
+from core.streaming import events as ev
 
 if TYPE_CHECKING:
     from core.delegation.service import DelegationService
@@ -126,6 +129,34 @@ class RemoteRun:
         """The remote agent's answer: what it gave as its result, else everything it streamed."""
         return self.answer if self.answer is not None else "".join(self.chunks)
 
+    async def relay(self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str) -> None:
+        """Ask `remote` for `text` and relay its events into the task buffer `key` until it reports a terminal state.
+
+        The run's chunks, answer, state and error are recorded here; an unreachable agent is a failure.
+        """
+        code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
+        try:
+            async for event in remote.stream(text, task_id=task_id):
+                if event.text:
+                    self.chunks.append(event.text)
+                    await ev.publish(hub, key, ev.TextDelta("text-0", event.text))
+                if event.answer is not None:  # the result, not the progress notes around it
+                    self.answer = event.answer
+                if event.error:
+                    self.error = event.error
+                if event.final or (event.state in TERMINAL_STATES):
+                    self.state = event.state if event.state in TERMINAL_STATES else COMPLETED
+                    if self.state == FAILED and not self.error:
+                        self.error = f"{remote.name} reported that the task failed."
+                    break
+            else:
+                self.state, self.error = FAILED, f"{remote.name} ended the stream without a final state."
+        except (ConnectionError, OSError, RemoteAgentError) as exc:
+            self.state, self.error = FAILED, f"{remote.name} is unreachable: {exc}"
+            code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
+        if self.state == FAILED and self.error:
+            await ev.publish(hub, key, ev.Error(self.error, code))
+
 
 RunRecord = LocalRun | RemoteRun
 
@@ -164,7 +195,7 @@ class BackgroundTask:
         if self.ended or not text:
             return
         self.record.chunks.append(text)
-        await self.service.hub.append(task_stream_key(self.task_id), "text-delta", {"id": "text-0", "delta": text})
+        await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.TextDelta("text-0", text))
 
     async def on_end(self, state: str, text: str) -> None:
         """The work is over: `state` as the broker names it, `text` its closing words."""
@@ -172,10 +203,11 @@ class BackgroundTask:
             return
         self.ended = True
         final = self._STATES.get(state, FAILED)
-        error = None if final == COMPLETED else text or f"the task ended as {state}"
+        error: str | None = None
         self.record.state = final
         if final != COMPLETED:
+            error = text or f"the task ended as {state}"
             self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
             if final == FAILED:
-                await self.service.hub.append(task_stream_key(self.task_id), "error", {"errorText": error})
+                await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.Error(error))
         await self.service._finish(self.task_id, self.session_id, self.record, final, error, self._started)

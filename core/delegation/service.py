@@ -39,6 +39,8 @@ import logging
 import time
 from typing import Any
 
+from sqlmodel.ext.asyncio.session import AsyncSession
+
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
@@ -46,15 +48,14 @@ from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
-from core.delegation.registry import AgentRegistry, RemoteAgent, RemoteAgentError
+from core.delegation.registry import AgentRegistry
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
-from core.delegation.states import CONNECTION_LOST, TIMED_OUT
+from core.delegation.states import TIMED_OUT
 from core.delegation.tasks import (
     CANCELED,
     COMPLETED,
     FAILED,
     SUBMITTED,
-    TERMINAL_STATES,
     WORKING,
     TaskDetail,
     TaskRecords,
@@ -64,6 +65,7 @@ from core.delegation.tasks import (
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
 from core.i18n import _
+from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.redis_hub import RedisStreamHub
@@ -78,6 +80,11 @@ TOO_MANY_RUNNING_TASKS = "too_many_running_tasks"  # the refusal's code (a tool 
 
 class DelegationService:
     """Creates and runs delegated tasks: local callees through the chat engine, remote ones through their adapter.
+
+    Over 300 lines on purpose: a task's life (refusals, creation, announcement, run, end) for each
+    kind of caller (a chat's tool call, a broker dispatch, an A2A client) is one path that reads best
+    in one place; what stands alone is elsewhere (rows `tasks.py`, run records and the remote relay
+    `runs.py`, limits and refusals `tool.py`, events `core.streaming.events`).
 
     The task rows are `TaskRecords`' (`self.records`); the reads at the end of this class
     hand over to it, so pages and routes keep one entry point. `max_running_tasks_per_user`
@@ -145,7 +152,7 @@ class DelegationService:
         except ValueError as exc:
             return ToolResult(False, error=f"Invalid agent_invoke call: {exc}.")
         depth = ctx.recursion_depth + 1
-        refusal = self._refusal(slug, depth, limits, ctx)
+        refusal = limits.refusal(slug, depth, ctx.chain)
         if refusal is not None:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
 
@@ -162,7 +169,13 @@ class DelegationService:
             )
         async with self.db.session() as s:
             callee = await agents_store.get_agent_by_slug(s, slug)
-            if callee is None and remote is None:
+            tool_rows: list[tuple[str, dict[str, Any]]] = []
+            if callee is not None:
+                assert callee.id is not None  # a row read from the database
+                tool_rows, callee_name = await agents_store.agent_tool_rows(s, callee.id), callee.name
+            elif remote is not None:
+                callee_name = remote.name
+            else:
                 known = sorted({a.slug for a in await agents_store.list_agents(s)} | set(self._remote_ids()))
                 known = [k for k in known if k not in ctx.chain]
                 return ToolResult(
@@ -170,8 +183,6 @@ class DelegationService:
                     error=f"There is no agent {slug!r}. Agents you can delegate to: {', '.join(known) or 'none'}.",
                     metadata={"agentSlug": slug, "recursionDepth": depth},
                 )
-            tool_rows = await agents_store.agent_tool_rows(s, callee.id) if callee is not None else []
-            callee_name = callee.name if callee is not None else remote.name
             try:
                 await self._check_running_tasks(s, ctx.user_id)
             except TooManyRunningTasks as exc:
@@ -212,16 +223,17 @@ class DelegationService:
             await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
                 if isinstance(record, LocalRun):
+                    agent = record.run.agent
                     callee_ctx = ToolContext(
                         user_id=ctx.user_id,
-                        agent_id=callee.id,
-                        agent_slug=callee.slug,
+                        agent_id=agent.id,
+                        agent_slug=agent.slug,
                         session_id=task.session_id,
                         recursion_depth=depth,
                         task_id=task.id,
-                        chain=(*ctx.chain, callee.slug),
+                        chain=(*ctx.chain, agent.slug),
                     )
-                    tools = self.tools.bind(tool_rows, agent_id=callee.id, agent_slug=callee.slug)
+                    tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
                     await self.engine.runner.run(
                         stream_key=key,
                         run=record.run,
@@ -229,14 +241,14 @@ class DelegationService:
                         ctx=callee_ctx,
                         max_output_tokens=limits.max_output_tokens,
                     )
-                else:
-                    await self._run_remote(key, remote, text, task.id, record)
+                elif remote is not None:  # always, when the callee is not local
+                    await record.relay(self.hub, key, remote, text, task.id)
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
                 name=callee_name, seconds=f"{limits.timeout_s:g}"
             )
-            await self.hub.append(key, "error", {"errorText": error, "code": TIMED_OUT})
+            await ev.publish(self.hub, key, ev.Error(error, TIMED_OUT))
             record.mark_stopped(status="error", error=error)
         except asyncio.CancelledError:
             state, error = (
@@ -271,48 +283,7 @@ class DelegationService:
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
 
-    async def _run_remote(self, key: str, remote: RemoteAgent, text: str, task_id: str, record: RemoteRun) -> None:
-        """Relay a remote agent's events into the task buffer until it reports a terminal state."""
-        code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
-        try:
-            async for event in remote.stream(text, task_id=task_id):
-                if event.text:
-                    record.chunks.append(event.text)
-                    await self.hub.append(key, "text-delta", {"id": "text-0", "delta": event.text})
-                if event.answer is not None:  # the result, not the progress notes around it
-                    record.answer = event.answer
-                if event.error:
-                    record.error = event.error
-                if event.final or (event.state in TERMINAL_STATES):
-                    record.state = event.state if event.state in TERMINAL_STATES else COMPLETED
-                    if record.state == FAILED and not record.error:
-                        record.error = f"{remote.name} reported that the task failed."
-                    break
-            else:
-                record.state, record.error = FAILED, f"{remote.name} ended the stream without a final state."
-        except (ConnectionError, OSError, RemoteAgentError) as exc:
-            record.state, record.error = FAILED, f"{remote.name} is unreachable: {exc}"
-            code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
-        if record.state == FAILED and record.error:
-            await self.hub.append(key, "error", {"errorText": record.error, **({"code": code} if code else {})})
-
-    def _refusal(self, slug: str, depth: int, limits: InvokeLimits, ctx: ToolContext) -> str | None:
-        if depth > limits.max_recursion_depth:
-            return (
-                f"Delegation refused: this would be delegation level {depth}, and the limit is "
-                f"{limits.max_recursion_depth}. Answer with what you have instead."
-            )
-        if slug in ctx.chain:
-            return (
-                f"Delegation refused: {slug!r} is already working on this request "
-                f"({' → '.join([*ctx.chain, slug])}); delegating to it again would loop."
-            )
-        if limits.allowed_agents is not None and slug not in limits.allowed_agents:
-            allowed = ", ".join(sorted(limits.allowed_agents)) or "none"
-            return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
-        return None
-
-    async def _check_running_tasks(self, s, user_id: int | None) -> None:
+    async def _check_running_tasks(self, s: AsyncSession, user_id: int | None) -> None:
         """Refuse a new task of `user_id` when they have the most running tasks allowed (in `s`, before its insert).
 
         The lock (PostgreSQL; SQLite's units of work take turns already) is held until `s` commits the new
@@ -346,20 +317,10 @@ class DelegationService:
             "recursionDepth": depth,
         }
         await self.hub.create(key, meta=meta)
-        await self.hub.append(key, "state", state_event(SUBMITTED, None))
+        await ev.publish(self.hub, key, state_event(SUBMITTED, None))
         self.tasks_started += 1
         if ctx.emit is not None:
-            await ctx.emit(
-                "a2a-task-started",
-                {
-                    "taskId": task_id,
-                    "calleeAgentSlug": slug,
-                    "calleeAgentName": callee_name,
-                    "toolCallId": ctx.tool_call_id,
-                    "parentTaskId": ctx.task_id,
-                    "recursionDepth": depth,
-                },
-            )
+            await ctx.emit(ev.TaskStarted(task_id, slug, callee_name, ctx.tool_call_id, ctx.task_id, depth))
         if ctx.turnstile is not None:
             ctx.turnstile.release()  # announced: the next call of this step may start
 
@@ -397,21 +358,14 @@ class DelegationService:
                 output_tokens=record.output_tokens,
             )
             if state == CANCELED:
-                await self.hub.append(key, "error", {"errorText": error})
+                await ev.publish(self.hub, key, ev.Error(error or ""))
             await self.records.announce_state(task_id, state, WORKING, error)
         except Exception:
             log.exception("could not record the end of task %s", task_id)
         finally:
-            await self.hub.append(
-                key,
-                "done",
-                {
-                    "state": state,
-                    "error": error,
-                    "durationMs": int((time.monotonic() - started) * 1000),
-                    "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
-                },
-            )
+            duration_ms = int((time.monotonic() - started) * 1000)
+            done = ev.TaskDone(state, error, duration_ms, record.input_tokens, record.output_tokens)
+            await ev.publish(self.hub, key, done)
             await self.hub.finish(key, error=error if state != COMPLETED else None)
 
     # -- tasks for callers outside the app (A2A JSON-RPC, issue 6) ---------------------------
@@ -443,7 +397,7 @@ class DelegationService:
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
-        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)  # type: ignore[arg-type]
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)
         arguments = {"agentSlug": agent_slug, "input": text}
         run = self._external.spawn(
             self._invoke(arguments, config or {}, ctx, session_id=session_id, message_id=message_id, task_row=task_row),
@@ -496,11 +450,7 @@ class DelegationService:
             await self.records.set_state(task_id, FAILED, WORKING, error)
         except Exception:
             log.exception("could not record the interruption of task %s", task_id)
-        await self.hub.append(
-            key,
-            "done",
-            {"state": FAILED, "error": error, "durationMs": 0, "usage": {"inputTokens": 0, "outputTokens": 0}},
-        )
+        await ev.publish(self.hub, key, ev.TaskDone(FAILED, error, 0))
         await self.hub.finish(key, error=error)
 
     async def shutdown_external_tasks(self) -> None:

@@ -18,13 +18,16 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import literal_column, update
+from sqlalchemy.sql.expression import ColumnClause
 from sqlmodel import col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
+from core.streaming import events
 from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import StreamEvent
 from core.streaming.sse import Shape
@@ -35,7 +38,7 @@ SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "compl
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 # Written into the statement, not bound: the planner then knows the partial index of running tasks
 # (`idx_a2a_task_sessions_running`, migration 0009) covers the query.
-_RUNNING_LITERALS = [literal_column(f"'{SUBMITTED}'"), literal_column(f"'{WORKING}'")]
+_RUNNING_LITERALS: list[ColumnClause[Any]] = [literal_column(f"'{SUBMITTED}'"), literal_column(f"'{WORKING}'")]
 
 
 def task_stream_key(task_id: str) -> str:
@@ -43,39 +46,23 @@ def task_stream_key(task_id: str) -> str:
     return f"a2a_{task_id}"
 
 
-def state_event(state: str, previous: str | None, error: str | None = None) -> dict[str, Any]:
-    """The payload of a task buffer's `state` event: `{state, previous, timestamp}` (and `error`)."""
-    data: dict[str, Any] = {"state": state, "previous": previous, "timestamp": iso_now()}
-    if error:
-        data["error"] = error
-    return data
+def state_event(state: str, previous: str | None, error: str | None = None) -> events.TaskState:
+    """A task buffer's `state` event, stamped now; a first state (no `previous`) comes from `NO_PREVIOUS_STATE`."""
+    return events.TaskState(state, previous or events.NO_PREVIOUS_STATE, iso_now(), error)
 
 
 def seed_task_shape(task_id: str) -> Shape:
-    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes.
+    """How `GET /api/agents/a2a/stream` sends a task buffer's events: the seeds' shapes (`events.seed_task_wire`).
 
-    Seed 000 (§3.2.2, §3.3.1): text `{"type": "text-delta", "textDelta": …}`, an error
-    `{"type": "error", "message": …}`, the end `{"type": "done", …}` (with the state,
-    error, durationMs and usage). Seed 002: the named `state` event is `{taskId, from, to,
-    timestamp}` (and `error` when the task failed). Every other event is sent as it is in
-    the buffer (the chat turn's shape, which the side panel and the A2A server read).
+    An event of a kind the types do not know is sent as the buffer holds it.
     """
 
     def shape(event: StreamEvent) -> tuple[str, dict[str, Any]]:
-        kind, data = event.type, event.data
-        if kind == "text-delta":
-            return kind, {"textDelta": data.get("delta", "")}
-        if kind == "error":
-            return kind, {"message": data.get("errorText") or data.get("message") or ""}
-        if kind == "state":
-            seed = {
-                "taskId": task_id,
-                "from": data.get("previous"),
-                "to": data.get("state"),
-                "timestamp": data.get("timestamp"),
-            }
-            return kind, {**seed, "error": data["error"]} if data.get("error") else seed
-        return kind, data
+        try:
+            typed = events.from_stream(event.type, event.data)
+        except events.EventFormatError:
+            return event.type, event.data
+        return events.seed_task_wire(typed, task_id)
 
     return shape
 
@@ -139,7 +126,7 @@ class TaskRecords:
 
     async def create_task(
         self,
-        s,
+        s: AsyncSession,
         slug: str,
         callee_id: int | None,
         text: str,
@@ -169,6 +156,8 @@ class TaskRecords:
             owner_id = callee_id if callee_id is not None else ctx.agent_id
             if owner_id is None:
                 owner_id = (await s.exec(select(Agent.id).order_by(col(Agent.id)).limit(1))).first()
+            if owner_id is None:  # no agent at all (the column is NOT NULL; say so rather than fail on insert)
+                raise LookupError("there is no local agent to own the task's hidden session")
             hidden = sessions_store.add_session(
                 s, user_id=ctx.user_id, agent_id=owner_id, title=sessions_store.make_title(f"Task: {text}")
             )
@@ -207,19 +196,20 @@ class TaskRecords:
         return task, user_row
 
     @staticmethod
-    async def count_running(s, user_id: int) -> int:
+    async def count_running(s: AsyncSession, user_id: int) -> int:
         """How many tasks of `user_id` are running (`submitted` or `working`), on any replica, read in session `s`."""
         query = (
             select(func.count())
             .select_from(A2ATaskSession)
             .where(A2ATaskSession.caller_user_id == user_id, col(A2ATaskSession.state).in_(_RUNNING_LITERALS))
         )
-        return (await s.exec(query)).one()
+        count: int = (await s.exec(query)).one()
+        return count
 
     async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
         """Record the task's new state, then tell its stream (`announce_state`)."""
         async with self.db.session() as s:
-            await s.exec(_state_update(task_id, state, error))  # type: ignore[call-overload]
+            await s.exec(_state_update(task_id, state, error))
             await s.commit()
         await self.announce_state(task_id, state, previous, error)
 
@@ -242,13 +232,13 @@ class TaskRecords:
             if rows:
                 await sessions_store.append_messages(s, session_id=session_id, messages=rows)
             await s.exec(
-                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[call-overload]
+                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)
             )
             await s.commit()
 
     async def announce_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Tell the task's stream of its new state (`state` {state, previous, timestamp, error})."""
-        await self.hub.append(task_stream_key(task_id), "state", state_event(state, previous, error))
+        """Tell the task's stream of its new state (`events.TaskState`)."""
+        await events.publish(self.hub, task_stream_key(task_id), state_event(state, previous, error))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -367,9 +357,10 @@ def _state_update(task_id: str, state: str, error: str | None) -> Any:
 DELETED_MARK = " (agent deleted)"
 
 
-async def _agent_names(s) -> dict[int, tuple[str, str]]:
+async def _agent_names(s: AsyncSession) -> dict[int, tuple[str, str]]:
     # A deleted agent's tasks stay readable; its name says it is gone.
     return {
         a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
         for a in await agents_store.list_agents(s, include_deleted=True)
+        if a.id is not None
     }

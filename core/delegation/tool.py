@@ -53,11 +53,29 @@ class InvokeLimits:
             return self
         return replace(self, timeout_s=min(self.timeout_s, requested / 1000))
 
+    def refusal(self, slug: str, depth: int, chain: tuple[str, ...]) -> str | None:
+        """Why a call to `slug` at delegation level `depth` on `chain` is refused (worded for the model), or None."""
+        if depth > self.max_recursion_depth:
+            return (
+                f"Delegation refused: this would be delegation level {depth}, and the limit is "
+                f"{self.max_recursion_depth}. Answer with what you have instead."
+            )
+        if slug in chain:
+            return (
+                f"Delegation refused: {slug!r} is already working on this request "
+                f"({' → '.join([*chain, slug])}); delegating to it again would loop."
+            )
+        if self.allowed_agents is not None and slug not in self.allowed_agents:
+            allowed = ", ".join(sorted(self.allowed_agents)) or "none"
+            return f"Delegation refused: {slug!r} is not one of the agents this agent may call ({allowed})."
+        return None
+
 
 def _limit(config: dict[str, Any], name: str, default: int) -> int:
     value = config.get(name)
-    usable = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return min(value, AGENT_INVOKE_MAXIMA[name]) if usable else default
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return min(value, AGENT_INVOKE_MAXIMA[name])
+    return default
 
 
 def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
