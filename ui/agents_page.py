@@ -1,6 +1,6 @@
 """`/agents`: every agent, an editor for local ones, "Try it", and who may call whom as a graph.
 
-The page calls `services.agent_admin` (`core/delegation/agent_admin.py`) for everything; the rules and
+The page calls `AgentAdmin` (`core/delegation/agent_admin.py`) for everything; the rules and
 their messages are there, and a refusal is shown beside the field it names. Everyone sees the page;
 only admins (`local` in single-user mode) get the editor's Save, Delete and Try it (which
 `AgentAdmin.try_model` checks again itself).
@@ -12,10 +12,10 @@ from typing import Any
 
 from nicegui import ui
 
+from core.auth.deps import AuthState
 from core.chat.agents import A2A_DISPATCH, AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
-from core.delegation.agent_admin import AgentRuleError, AgentView, Edge
+from core.delegation.agent_admin import AgentAdmin, AgentRuleError, AgentView, Edge
 from core.i18n import N_, _
-from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame
 from ui.language import page
@@ -43,13 +43,13 @@ LIMITS = (
 )
 
 
-def register_agents_page(services: Services) -> None:
+def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
     """`/agents`."""
 
     @page("/agents", title="Agents")
     async def agents_page(edit: str = "") -> None:
-        build_frame(services, title=_("Agents"), active="/agents")
-        may_edit = await services.agent_admin.may_change(current_user_id(services), multi_user=services.auth.multi_user)
+        build_frame(auth, title=_("Agents"), active="/agents")
+        may_edit = await admin.may_change(current_user_id(auth), multi_user=auth.multi_user)
         state: dict[str, Any] = {"selected": edit or None}
 
         @ui.refreshable
@@ -87,14 +87,14 @@ def register_agents_page(services: Services) -> None:
             await render_editor()
 
         async def render_editor() -> None:
-            views = await services.agent_admin.list()
+            views = await admin.list()
             editor.clear()
             with editor:
                 selected = next((v for v in views if v.id == state["selected"]), None)
                 if selected is not None and not selected.is_local:
                     _remote_details(selected)
                 elif selected is not None or state["selected"] == "":
-                    AgentEditor(services, selected, views, may_edit, on_saved=after_change).render()
+                    AgentEditor(admin, auth, selected, views, may_edit, on_saved=after_change).render()
                 else:
                     ui.label(
                         _("Pick an agent to see or change it, or make a new one.")
@@ -107,9 +107,9 @@ def register_agents_page(services: Services) -> None:
             await refresh_all()
 
         async def refresh_all() -> None:
-            views = await services.agent_admin.list()
+            views = await admin.list()
             agent_list.refresh(views)
-            graph.refresh(views, await services.agent_admin.edges(views))
+            graph.refresh(views, await admin.edges(views))
             await render_editor()
 
         @ui.refreshable
@@ -140,7 +140,7 @@ def register_agents_page(services: Services) -> None:
                         f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}"
                     )
 
-        views = await services.agent_admin.list()
+        views = await admin.list()
         with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
             with ui.row().classes("w-full items-center justify-between"):
                 ui.label(_("Agents")).classes("text-h5")
@@ -161,7 +161,7 @@ def register_agents_page(services: Services) -> None:
                     "dispatch. Click an agent to open it."
                 )
             ).classes("text-caption text-grey-7")
-            graph(views, await services.agent_admin.edges(views))
+            graph(views, await admin.edges(views))
 
 
 def _mermaid_text(text: str) -> str:
@@ -188,9 +188,16 @@ class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
     def __init__(
-        self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved
+        self,
+        admin: AgentAdmin,
+        auth: AuthState,
+        view: AgentView | None,
+        views: list[AgentView],
+        may_edit: bool,
+        on_saved,
     ) -> None:
-        self.services = services
+        self.admin = admin
+        self.auth = auth
         self.view = view
         self.views = views
         self.may_edit = may_edit
@@ -360,9 +367,9 @@ class AgentEditor:
         fields = self.fields()
         try:
             if self.view is None:
-                saved = await self.services.agent_admin.create({**fields, "id": self.inputs["id"].value or ""})
+                saved = await self.admin.create({**fields, "id": self.inputs["id"].value or ""})
             else:
-                saved = await self.services.agent_admin.update(self.view.id, fields)
+                saved = await self.admin.update(self.view.id, fields)
         except AgentRuleError as exc:
             self._show_error(exc)
             return
@@ -379,7 +386,7 @@ class AgentEditor:
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
         try:
-            deleted = await self.services.agent_admin.delete(self.view.id)
+            deleted = await self.admin.delete(self.view.id)
         except AgentRuleError as exc:
             ui.notify(exc.message, color="negative", multi_line=True)
             return
@@ -397,11 +404,11 @@ class AgentEditor:
         self.try_output.text = _("Asking the model…")
         self.inputs["apiKey"].error = None
         try:
-            result = await self.services.agent_admin.try_model(
+            result = await self.admin.try_model(
                 self.fields(),
                 self.view.id if self.view else None,
-                user_id=current_user_id(self.services),
-                multi_user=self.services.auth.multi_user,
+                user_id=current_user_id(self.auth),
+                multi_user=self.auth.multi_user,
             )
         except AgentRuleError as exc:
             self.try_output.text = _("Error: {text}").format(text=exc.message)

@@ -1,6 +1,6 @@
 """The one page frame every page enters: header, left drawer, navigation, dark mode.
 
-    with page_frame(services, title="Delegated tasks", active="/audit") as frame:
+    with page_frame(auth, title="Delegated tasks", active="/audit") as frame:
         ...  # the page's content; `frame.drawer` is the left drawer (below the navigation)
 
 The header fits one row at any width: the app name shortens below 600 px, the
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from nicegui import app, ui
 
+from core.auth.deps import AuthState
 from core.i18n import N_, _
-from core.services import Services
 from ui.language import language_switch
 
 APP_NAME = N_("A2A Delegation Chat")
@@ -76,16 +76,16 @@ def _stored_dark_mode() -> bool | None:
 
 
 @contextmanager
-def page_frame(services: Services, *, title: str, active: str) -> Iterator[Frame]:
+def page_frame(auth: AuthState, *, title: str, active: str) -> Iterator[Frame]:
     """Lay out the header, the drawer with the navigation and dark mode; the block adds the page's content.
 
     `title` is the browser tab's title; `active` the path of the navigation entry to highlight. Add to
     the drawer with `with frame.drawer:` (below the navigation).
     """
-    yield build_frame(services, title=title, active=active)
+    yield build_frame(auth, title=title, active=active)
 
 
-def build_frame(services: Services, *, title: str, active: str) -> Frame:
+def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
     """`page_frame` as a plain call, for pages that lay out their content after it."""
     ui.page_title(title)
     mode = _stored_dark_mode()
@@ -124,7 +124,7 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
 
             toggle.on("click", cycle_dark_mode)
             toggle.props(f"data-mode={'auto' if mode is None else 'dark' if mode else 'light'}")
-            if services.auth.multi_user:
+            if auth.multi_user:
                 testid(
                     ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
                         "flat round color=white aria-label='" + _("Log out") + "'"
