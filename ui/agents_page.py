@@ -8,7 +8,8 @@ only admins (`local` in single-user mode) get the editor's Save, Delete and Try 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from nicegui import ui
 
@@ -43,6 +44,26 @@ LIMITS = (
 )
 
 
+class AgentEditing(Protocol):
+    """What the editor uses: the agents' rules and the login mode (`core.services.Services` has both)."""
+
+    @property
+    def agent_admin(self) -> AgentAdmin:
+        """Agents as people list, create, change and delete them."""
+        ...
+
+    @property
+    def auth(self) -> AuthState:
+        """Single-user or multi-user mode."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Editing:
+    agent_admin: AgentAdmin
+    auth: AuthState
+
+
 def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
     """`/agents`."""
 
@@ -50,6 +71,7 @@ def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
     async def agents_page(edit: str = "") -> None:
         build_frame(auth, title=_("Agents"), active="/agents")
         may_edit = await admin.may_change(current_user_id(auth), multi_user=auth.multi_user)
+        editing = _Editing(agent_admin=admin, auth=auth)
         state: dict[str, Any] = {"selected": edit or None}
 
         @ui.refreshable
@@ -94,7 +116,7 @@ def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
                 if selected is not None and not selected.is_local:
                     _remote_details(selected)
                 elif selected is not None or state["selected"] == "":
-                    AgentEditor(admin, auth, selected, views, may_edit, on_saved=after_change).render()
+                    AgentEditor(editing, selected, views, may_edit, on_saved=after_change).render()
                 else:
                     ui.label(
                         _("Pick an agent to see or change it, or make a new one.")
@@ -188,16 +210,9 @@ class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
     def __init__(
-        self,
-        admin: AgentAdmin,
-        auth: AuthState,
-        view: AgentView | None,
-        views: list[AgentView],
-        may_edit: bool,
-        on_saved,
+        self, services: AgentEditing, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved
     ) -> None:
-        self.admin = admin
-        self.auth = auth
+        self.services = services
         self.view = view
         self.views = views
         self.may_edit = may_edit
@@ -367,9 +382,9 @@ class AgentEditor:
         fields = self.fields()
         try:
             if self.view is None:
-                saved = await self.admin.create({**fields, "id": self.inputs["id"].value or ""})
+                saved = await self.services.agent_admin.create({**fields, "id": self.inputs["id"].value or ""})
             else:
-                saved = await self.admin.update(self.view.id, fields)
+                saved = await self.services.agent_admin.update(self.view.id, fields)
         except AgentRuleError as exc:
             self._show_error(exc)
             return
@@ -386,7 +401,7 @@ class AgentEditor:
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
         try:
-            deleted = await self.admin.delete(self.view.id)
+            deleted = await self.services.agent_admin.delete(self.view.id)
         except AgentRuleError as exc:
             ui.notify(exc.message, color="negative", multi_line=True)
             return
@@ -404,11 +419,11 @@ class AgentEditor:
         self.try_output.text = _("Asking the model…")
         self.inputs["apiKey"].error = None
         try:
-            result = await self.admin.try_model(
+            result = await self.services.agent_admin.try_model(
                 self.fields(),
                 self.view.id if self.view else None,
-                user_id=current_user_id(self.auth),
-                multi_user=self.auth.multi_user,
+                user_id=current_user_id(self.services.auth),
+                multi_user=self.services.auth.multi_user,
             )
         except AgentRuleError as exc:
             self.try_output.text = _("Error: {text}").format(text=exc.message)
