@@ -23,6 +23,7 @@ from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.auth import accounts
 from core.auth.deps import AuthState
+from core.auth.login_throttle import RedisLoginFailures
 from core.broker import Broker
 from core.broker.inbox import ChatInbox
 from core.broker.inbox_feed import InboxStreamFeed
@@ -148,7 +149,7 @@ class Services:
         agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
         failures = None
         if settings.cluster and settings.redis.dsn:  # wrong passwords counted across replicas (the same limits)
-            failures = accounts.RedisLoginFailures.from_url(
+            failures = RedisLoginFailures.from_url(
                 settings.redis.dsn,
                 prefix=settings.redis.key_prefix,
                 max_failures=settings.login_max_failures,

@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from nicegui import app, ui
 
 from core.auth.deps import AuthState
 from core.i18n import N_, _
 from ui.language import language_switch
+
+E = TypeVar("E", bound=ui.element)  # testid gives back the element as it came (an input stays an input)
 
 APP_NAME = N_("A2A Delegation Chat")
 SHORT_APP_NAME = N_("A2A Chat")
@@ -53,9 +56,10 @@ NAV_ITEMS: list[NavItem] = [
 ]
 
 
-def testid(element: ui.element, name: str) -> ui.element:
-    """Give an element both a server-side marker (User tests) and a DOM test id (Playwright)."""
-    return element.mark(name).props(f"data-testid={name}")
+def testid(element: E, name: str) -> E:
+    """Give an element both a server-side marker (User tests) and a DOM test id (Playwright); returns it."""
+    element.mark(name).props(f"data-testid={name}")
+    return element
 
 
 @dataclass(slots=True)

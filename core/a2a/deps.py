@@ -5,15 +5,31 @@ from __future__ import annotations
 import asyncio
 import importlib
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 
 from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import RemoteAgentDirectory
 from core.auth.deps import get_services
 
 _server_lock = threading.Lock()
+
+
+class A2AEndpoints(Protocol):
+    """What the routes ask of the JSON-RPC server (`core.a2a.server.A2AServer`, not imported here: see below)."""
+
+    async def card_response(self, agent_id: str, request: Request) -> Response:
+        """The agent's card."""
+        ...
+
+    async def root_card_response(self, request: Request) -> Response:
+        """The default agent's card."""
+        ...
+
+    async def rpc_response(self, agent_id: str, request: Request) -> Response:
+        """One JSON-RPC call to the agent."""
+        ...
 
 
 def get_api_keys(request: Request) -> ApiKeys:
@@ -28,9 +44,10 @@ def get_remote_agents(request: Request) -> RemoteAgentDirectory:
     return remote_agents
 
 
-async def get_a2a_server(request: Request) -> Any:
+async def get_a2a_server(request: Request) -> A2AEndpoints:
     """The JSON-RPC server (`core.a2a.server.A2AServer`), built on first use."""
-    return await a2a_server(get_services(request))
+    server: A2AEndpoints = await a2a_server(get_services(request))
+    return server
 
 
 async def a2a_server(services: Any) -> Any:
@@ -48,4 +65,4 @@ async def a2a_server(services: Any) -> Any:
 
 ApiKeysDep = Annotated[ApiKeys, Depends(get_api_keys)]
 RemoteAgentsDep = Annotated[RemoteAgentDirectory, Depends(get_remote_agents)]
-A2AServerDep = Annotated[Any, Depends(get_a2a_server)]
+A2AServerDep = Annotated[A2AEndpoints, Depends(get_a2a_server)]

@@ -10,8 +10,9 @@ reads the composition on `app.state` by attribute, without importing `core.servi
 every router), not even for type checkers.
 """
 
-from core.auth.accounts import AccountError, PasswordLogin, TooManyFailedLogins
+from core.auth.accounts import AccountError, PasswordLogin
 from core.auth.deps import USER_ID_KEY, AuthState, CurrentUser, client_address, get_current_user
+from core.auth.login_throttle import TooManyFailedLogins
 
 __all__ = [
     "USER_ID_KEY",

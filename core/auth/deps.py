@@ -19,6 +19,7 @@ from fastapi import Depends, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from core.auth import accounts
+from core.auth.login_throttle import TooManyFailedLogins
 from core.db import Database
 from core.i18n import _
 from core.settings import Settings
@@ -108,7 +109,7 @@ async def get_current_user(
             user = await logins.authenticate(
                 credentials.username, credentials.password, address=client_address(request)
             )
-        except accounts.TooManyFailedLogins as exc:
+        except TooManyFailedLogins as exc:
             raise ApiError(
                 status.HTTP_429_TOO_MANY_REQUESTS,
                 "too_many_failed_logins",
