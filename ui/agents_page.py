@@ -8,6 +8,7 @@ only admins (`local` in single-user mode) get the editor's Save, Delete and Try 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -210,7 +211,12 @@ class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
     def __init__(
-        self, services: AgentEditing, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved
+        self,
+        services: AgentEditing,
+        view: AgentView | None,
+        views: list[AgentView],
+        may_edit: bool,
+        on_saved: Callable[[str | None], Awaitable[None]],
     ) -> None:
         self.services = services
         self.view = view
@@ -350,7 +356,10 @@ class AgentEditor:
 
     def fields(self) -> dict[str, Any]:
         """The form as the admin's fields (snake_case, API-shaped)."""
-        get = lambda key: self.inputs[key].value  # noqa: E731
+
+        def get(key: str) -> Any:
+            return self.inputs[key].value
+
         fields: dict[str, Any] = {
             "name": get("name") or "",
             "description": get("description") or "",
@@ -400,17 +409,20 @@ class AgentEditor:
 
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
+        if self.view is None:  # a new agent's form has no Delete button
+            return
+        view = self.view
         try:
-            deleted = await self.services.agent_admin.delete(self.view.id)
+            deleted = await self.services.agent_admin.delete(view.id)
         except AgentRuleError as exc:
             ui.notify(exc.message, color="negative", multi_line=True)
             return
         if deleted.removed_from:
             done = _("Deleted {name}; removed from the allowed agents of {agents}.").format(
-                name=self.view.name, agents=", ".join(deleted.removed_from)
+                name=view.name, agents=", ".join(deleted.removed_from)
             )
         else:
-            done = _("Deleted {name}.").format(name=self.view.name)
+            done = _("Deleted {name}.").format(name=view.name)
         ui.notify(done, color="positive")
         await self.on_saved(None)
 

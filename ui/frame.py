@@ -94,6 +94,7 @@ def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
     ui.page_title(title)
     mode = _stored_dark_mode()
     dark = ui.dark_mode(mode)
+    drawer: ui.left_drawer  # made below the header; the menu button opens it
     with ui.header().classes("items-center justify-between bg-primary no-wrap q-px-sm app-header") as header:
         header.props("data-testid=app-header")
         with ui.row().classes("items-center gap-1 no-wrap min-w-0"):

@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep
 from core.chat import agents as agents_store
@@ -183,7 +184,7 @@ def chat_router() -> APIRouter:
         return {"stopped": await chat.cancel(session_id)}
 
     @router.get("/sessions/{session_id}/stream", response_model=None)
-    async def stream(session_id: str, request: Request, user: CurrentUser, db: DatabaseDep, hub: HubDep):
+    async def stream(session_id: str, request: Request, user: CurrentUser, db: DatabaseDep, hub: HubDep) -> Response:
         """SSE of the chat's current (or last) turn; resumable with `Last-Event-ID`."""
         async with db.read() as s:
             await _owned_session(s, session_id, user)
@@ -194,14 +195,14 @@ def chat_router() -> APIRouter:
     return router
 
 
-async def _owned_session(s, session_id: str, user: User) -> AgentSession:
+async def _owned_session(s: AsyncSession, session_id: str, user: User) -> AgentSession:
     row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user.id)
     if row is None:
         raise ApiError(404, "session_not_found", detail=_("There is no such chat session."))
     return row
 
 
-async def _agent_slugs(s) -> dict[int, tuple[str, bool]]:
+async def _agent_slugs(s: AsyncSession) -> dict[int, tuple[str, bool]]:
     return {a.id: (a.slug, a.deleted_at is not None) for a in await agents_store.list_agents(s, include_deleted=True)}
 
 

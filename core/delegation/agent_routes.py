@@ -9,7 +9,8 @@ rule's refusal names its field in the shape of FastAPI's own 422 (`detail[].loc`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -20,6 +21,8 @@ from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView
 from core.delegation.deps import AgentAdminDep
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
+
+T = TypeVar("T")
 
 
 class InvokeConfig(RequestBody):
@@ -183,7 +186,7 @@ def _tool_specs(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     return [{"type": t.type, "config": t.config.as_config() if t.config is not None else {}} for t in tools]
 
 
-async def _call(awaitable):
+async def _call(awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
     except (AgentConflict, UnknownAgent) as exc:
