@@ -1,8 +1,8 @@
 """The long-lived services of one app process, built once by `app.py`.
 
-Pages and routes reach them through `app.state.services` (routes: the
-`ServicesDep` dependency in `core/auth/deps.py`; pages: the argument of
-`ui.register_pages`). Nothing in `core` reads a global.
+Routes reach the few they use through FastAPI dependencies (`core/auth/deps.py` and a
+`deps.py` beside each package's services), which read `app.state.services`; pages get
+theirs from `ui.register_pages`, each page only what it uses. Nothing in `core` reads a global.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from urllib.parse import urlsplit
 from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 
+from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.auth import accounts
+from core.auth.deps import AuthState
+from core.auth.login_throttle import RedisLoginFailures
 from core.broker import Broker
 from core.broker.inbox import ChatInbox
 from core.broker.inbox_feed import InboxStreamFeed
@@ -55,14 +58,6 @@ class StartupRefused(RuntimeError):
 
 
 @dataclass(slots=True)
-class AuthState:
-    """Single-user (`local`, loopback only) or multi-user (log in with a password)."""
-
-    multi_user: bool
-    local_user_id: int | None
-
-
-@dataclass(slots=True)
 class Services:
     """Everything a page or route needs."""
 
@@ -80,6 +75,7 @@ class Services:
     # Standard A2A (issue 6): remote agents registered by card URL; the JSON-RPC server, built on first use.
     remote_agents: RemoteAgentDirectory = None  # type: ignore[assignment]  # set in __post_init__
     a2a_server: Any = None
+    api_keys: ApiKeys = None  # type: ignore[assignment]  # set in __post_init__
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
     inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
     inbox_feed: InboxStreamFeed | None = None  # cluster mode: the inbox reads every replica's injects from Redis
@@ -90,6 +86,8 @@ class Services:
     def __post_init__(self) -> None:
         if self.remote_agents is None:
             self.remote_agents = RemoteAgentDirectory(self.db, self.registry, self.settings)
+        if self.api_keys is None:
+            self.api_keys = ApiKeys(self.db)
         if self.logins is None:
             self.logins = accounts.PasswordLogin(
                 self.db.read,
@@ -152,7 +150,7 @@ class Services:
         agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
         failures = None
         if settings.cluster and settings.redis.dsn:  # wrong passwords counted across replicas (the same limits)
-            failures = accounts.RedisLoginFailures.from_url(
+            failures = RedisLoginFailures.from_url(
                 settings.redis.dsn,
                 prefix=settings.redis.key_prefix,
                 max_failures=settings.login_max_failures,

@@ -17,11 +17,13 @@ def register_pages(services: Services) -> None:
     from ui.remote_agents_page import register_remote_agents_page
 
     install_languages()  # core.i18n finds the language of the page whose callback runs
-    install_login_middleware(services)
-    register_login_pages(services)
-    register_chat_pages(services)
-    register_audit_pages(services)
-    register_api_keys_page(services)  # issue 6: keys for A2A callers
-    register_remote_agents_page(services)  # issue 6: remote A2A agents by card URL
-    register_broker_pages(services)  # issue 5: the seed-003 broker, live
-    register_agents_page(services)  # issue 15: agents made and changed in the app
+    # Each page gets the services it uses. `services.auth` is settled: `Services.prepare` ran before this.
+    auth = services.auth
+    install_login_middleware(auth)
+    register_login_pages(auth=auth, logins=services.logins)
+    register_chat_pages(services)  # the chat page and its panel still take the whole composition
+    register_audit_pages(delegation=services.delegation, auth=auth)
+    register_api_keys_page(keys=services.api_keys, auth=auth, base_url=services.settings.base_url)  # issue 6
+    register_remote_agents_page(remote_agents=services.remote_agents, auth=auth)  # issue 6: by card URL
+    register_broker_pages(broker=services.broker, auth=auth)  # issue 5: the seed-003 broker, live
+    register_agents_page(admin=services.agent_admin, auth=auth)  # issue 15: agents made and changed in the app

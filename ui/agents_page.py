@@ -1,6 +1,6 @@
 """`/agents`: every agent, an editor for local ones, "Try it", and who may call whom as a graph.
 
-The page calls `services.agent_admin` (`core/delegation/agent_admin.py`) for everything; the rules and
+The page calls `AgentAdmin` (`core/delegation/agent_admin.py`) for everything; the rules and
 their messages are there, and a refusal is shown beside the field it names. Everyone sees the page;
 only admins (`local` in single-user mode) get the editor's Save, Delete and Try it (which
 `AgentAdmin.try_model` checks again itself).
@@ -9,14 +9,15 @@ only admins (`local` in single-user mode) get the editor's Save, Delete and Try 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from nicegui import ui
 
+from core.auth.deps import AuthState
 from core.chat.agents import A2A_DISPATCH, AGENT_INVOKE, DEFAULT_AGENT_INVOKE_CONFIG
-from core.delegation.agent_admin import AgentRuleError, AgentView, Edge
+from core.delegation.agent_admin import AgentAdmin, AgentRuleError, AgentView, Edge
 from core.i18n import N_, _
-from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame
 from ui.language import page
@@ -44,13 +45,34 @@ LIMITS = (
 )
 
 
-def register_agents_page(services: Services) -> None:
+class AgentEditing(Protocol):
+    """What the editor uses: the agents' rules and the login mode (`core.services.Services` has both)."""
+
+    @property
+    def agent_admin(self) -> AgentAdmin:
+        """Agents as people list, create, change and delete them."""
+        ...
+
+    @property
+    def auth(self) -> AuthState:
+        """Single-user or multi-user mode."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Editing:
+    agent_admin: AgentAdmin
+    auth: AuthState
+
+
+def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
     """`/agents`."""
 
     @page("/agents", title="Agents")
     async def agents_page(edit: str = "") -> None:
-        build_frame(services, title=_("Agents"), active="/agents")
-        may_edit = await services.agent_admin.may_change(current_user_id(services), multi_user=services.auth.multi_user)
+        build_frame(auth, title=_("Agents"), active="/agents")
+        may_edit = await admin.may_change(current_user_id(auth), multi_user=auth.multi_user)
+        editing = _Editing(agent_admin=admin, auth=auth)
         state: dict[str, Any] = {"selected": edit or None}
 
         @ui.refreshable
@@ -88,14 +110,14 @@ def register_agents_page(services: Services) -> None:
             await render_editor()
 
         async def render_editor() -> None:
-            views = await services.agent_admin.list()
+            views = await admin.list()
             editor.clear()
             with editor:
                 selected = next((v for v in views if v.id == state["selected"]), None)
                 if selected is not None and not selected.is_local:
                     _remote_details(selected)
                 elif selected is not None or state["selected"] == "":
-                    AgentEditor(services, selected, views, may_edit, on_saved=after_change).render()
+                    AgentEditor(editing, selected, views, may_edit, on_saved=after_change).render()
                 else:
                     ui.label(
                         _("Pick an agent to see or change it, or make a new one.")
@@ -108,9 +130,9 @@ def register_agents_page(services: Services) -> None:
             await refresh_all()
 
         async def refresh_all() -> None:
-            views = await services.agent_admin.list()
+            views = await admin.list()
             agent_list.refresh(views)
-            graph.refresh(views, await services.agent_admin.edges(views))
+            graph.refresh(views, await admin.edges(views))
             await render_editor()
 
         @ui.refreshable
@@ -141,7 +163,7 @@ def register_agents_page(services: Services) -> None:
                         f"data-testid=agent-edge data-edge={edge.caller}--{edge.callee}"
                     )
 
-        views = await services.agent_admin.list()
+        views = await admin.list()
         with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
             with ui.row().classes("w-full items-center justify-between"):
                 ui.label(_("Agents")).classes("text-h5")
@@ -162,7 +184,7 @@ def register_agents_page(services: Services) -> None:
                     "dispatch. Click an agent to open it."
                 )
             ).classes("text-caption text-grey-7")
-            graph(views, await services.agent_admin.edges(views))
+            graph(views, await admin.edges(views))
 
 
 def _mermaid_text(text: str) -> str:
@@ -193,7 +215,12 @@ class AgentEditor:
     """The form of one local agent (or a new one): every writable field, Save, Delete and Try it."""
 
     def __init__(
-        self, services: Services, view: AgentView | None, views: list[AgentView], may_edit: bool, on_saved: OnSaved
+        self,
+        services: AgentEditing,
+        view: AgentView | None,
+        views: list[AgentView],
+        may_edit: bool,
+        on_saved: Callable[[str | None], Awaitable[None]],
     ) -> None:
         self.services = services
         self.view = view
@@ -386,8 +413,9 @@ class AgentEditor:
 
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
+        if self.view is None:  # a new agent's form has no Delete button
+            return
         view = self.view
-        assert view is not None  # (Delete is shown for an existing agent only)
         try:
             deleted = await self.services.agent_admin.delete(view.id)
         except AgentRuleError as exc:
@@ -410,7 +438,7 @@ class AgentEditor:
             result = await self.services.agent_admin.try_model(
                 self.fields(),
                 self.view.id if self.view else None,
-                user_id=current_user_id(self.services),
+                user_id=current_user_id(self.services.auth),
                 multi_user=self.services.auth.multi_user,
             )
         except AgentRuleError as exc:

@@ -10,25 +10,24 @@ from datetime import datetime
 from nicegui import ui
 
 from core.a2a import api_keys
+from core.auth.deps import AuthState
 from core.i18n import _, format_datetime
-from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame, testid
 from ui.language import page
 
 
-def register_api_keys_page(services: Services) -> None:
-    """`/api-keys`."""
+def register_api_keys_page(*, keys: api_keys.ApiKeys, auth: AuthState, base_url: str) -> None:
+    """`/api-keys`: the user's keys in `keys`; `base_url` is where callers reach the A2A endpoints."""
 
     @page("/api-keys", title="API keys")
     async def api_keys_page() -> None:
-        user_id = current_user_id(services) or 0
-        build_frame(services, title=_("API keys"), active="/api-keys")
+        user_id = current_user_id(auth) or 0
+        build_frame(auth, title=_("API keys"), active="/api-keys")
 
         @ui.refreshable
         async def key_list() -> None:
-            async with services.db.session() as s:
-                rows = await api_keys.list_keys(s, user_id=user_id)
+            rows = await keys.list_keys(user_id=user_id)
             if not rows:
                 ui.label(_("No keys yet.")).classes("text-grey-7").mark("no-keys").props("data-testid=no-keys")
                 return
@@ -52,12 +51,11 @@ def register_api_keys_page(services: Services) -> None:
                         ).mark(f"revoke-{row.name}").props("data-testid=revoke-key-btn")
 
         async def create() -> None:
-            async with services.db.session() as s:
-                try:
-                    _row, key = await api_keys.create_key(s, user_id=user_id, name=name.value or "")
-                except api_keys.ApiKeyError as exc:
-                    ui.notify(_("Cannot create the key: {reason}.").format(reason=exc), color="negative")
-                    return
+            try:
+                _row, key = await keys.create_key(user_id=user_id, name=name.value or "")
+            except api_keys.ApiKeyError as exc:
+                ui.notify(_("Cannot create the key: {reason}.").format(reason=exc), color="negative")
+                return
             name.value = ""
             new_key.clear()
             with new_key:
@@ -71,8 +69,7 @@ def register_api_keys_page(services: Services) -> None:
             key_list.refresh()
 
         async def revoke(key_id: int, key_name: str) -> None:
-            async with services.db.session() as s:
-                done = await api_keys.revoke_key(s, user_id=user_id, key_id=key_id)
+            done = await keys.revoke_key(user_id=user_id, key_id=key_id)
             ui.notify(_("Revoked {name!r}.").format(name=key_name) if done else _("That key was already revoked."))
             key_list.refresh()
 
@@ -85,7 +82,7 @@ def register_api_keys_page(services: Services) -> None:
                     "`…/.well-known/agent-card.json`). JSON-RPC calls need one of your keys as "
                     "`Authorization: Bearer <key>`, in single-user mode too; the tasks they start are yours "
                     "and appear in the [audit view](/audit)."
-                ).format(base_url=services.settings.base_url)
+                ).format(base_url=base_url)
             )
             with ui.row().classes("items-end gap-2"):
                 name = testid(ui.input(_("Name"), placeholder=_("what will use the key")), "key-name").props(

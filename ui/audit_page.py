@@ -9,31 +9,32 @@ from __future__ import annotations
 
 from nicegui import ui
 
+from core.auth.deps import AuthState
 from core.delegation import TaskView, short_task_text, state_label, state_word
+from core.delegation.service import DelegationService
 from core.i18n import N_, _, format_datetime, format_number, ngettext
-from core.services import Services
 from ui.agent_invoke_panel import STATUS_COLORS
 from ui.auth import current_user_id
 from ui.frame import page_frame
 from ui.language import page
 
 
-def register_audit_pages(services: Services) -> None:
+def register_audit_pages(*, delegation: DelegationService, auth: AuthState) -> None:
     """`/audit` and `/audit/{task_id}`."""
 
     @page("/audit", title="Delegated tasks")
     async def audit_page() -> None:
-        with page_frame(services, title=_("Delegated tasks"), active="/audit"):
-            await _audit_list(services)
+        with page_frame(auth, title=_("Delegated tasks"), active="/audit"):
+            await _audit_list(delegation, auth)
 
     @page("/audit/{task_id}", title="Delegated task")
     async def audit_task_page(task_id: str) -> None:
-        with page_frame(services, title=_("Delegated task"), active="/audit"):
-            await _audit_task(services, task_id)
+        with page_frame(auth, title=_("Delegated task"), active="/audit"):
+            await _audit_task(delegation, auth, task_id)
 
 
-async def _audit_list(services: Services) -> None:
-    tasks = await services.delegation.list_tasks(current_user_id(services) or 0)
+async def _audit_list(delegation: DelegationService, auth: AuthState) -> None:
+    tasks = await delegation.list_tasks(current_user_id(auth) or 0)
     with ui.column().classes("w-full max-w-5xl mx-auto q-pa-md"):
         ui.label(_("Delegated tasks")).classes("text-h5")
         ui.label(
@@ -65,8 +66,8 @@ async def _audit_list(services: Services) -> None:
                     _task_row(task)
 
 
-async def _audit_task(services: Services, task_id: str) -> None:
-    detail = await services.delegation.task_detail(current_user_id(services) or 0, task_id)
+async def _audit_task(delegation: DelegationService, auth: AuthState, task_id: str) -> None:
+    detail = await delegation.task_detail(current_user_id(auth) or 0, task_id)
     with ui.column().classes("w-full max-w-3xl mx-auto q-pa-md"):
         ui.link(_("← All delegated tasks"), "/audit")
         if detail is None:

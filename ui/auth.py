@@ -13,9 +13,9 @@ from nicegui import app, ui
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.auth import accounts
-from core.auth.deps import USER_ID_KEY
+from core.auth.deps import USER_ID_KEY, AuthState
+from core.auth.login_throttle import TooManyFailedLogins
 from core.i18n import _
-from core.services import Services
 from ui.language import page
 
 # Paths that work without a browser login: NiceGUI's own assets and socket, the login page,
@@ -37,15 +37,15 @@ def safe_local_path(target: str) -> str:
     return target
 
 
-def current_user_id(services: Services) -> int | None:
+def current_user_id(auth: AuthState) -> int | None:
     """The logged-in user's id in this browser (the `local` user in single-user mode)."""
-    if not services.auth.multi_user:
-        return services.auth.local_user_id
+    if not auth.multi_user:
+        return auth.local_user_id
     value = app.storage.user.get(USER_ID_KEY)
     return value if isinstance(value, int) else None
 
 
-def install_login_middleware(services: Services) -> None:
+def install_login_middleware(auth: AuthState) -> None:
     """Redirect page requests without a login to `/login` (multi-user mode only)."""
 
     class LoginRequired:
@@ -55,7 +55,7 @@ def install_login_middleware(services: Services) -> None:
 
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
             path = scope.get("path", "")
-            if scope["type"] == "http" and services.auth.multi_user and not path.startswith(PUBLIC_PREFIXES):
+            if scope["type"] == "http" and auth.multi_user and not path.startswith(PUBLIC_PREFIXES):
                 if not isinstance(app.storage.user.get(USER_ID_KEY), int):
                     query = scope.get("query_string", b"").decode("latin-1")
                     target = path + (f"?{query}" if query else "")
@@ -67,21 +67,19 @@ def install_login_middleware(services: Services) -> None:
     app.add_middleware(LoginRequired)
 
 
-def register_login_pages(services: Services) -> None:
+def register_login_pages(*, auth: AuthState, logins: accounts.PasswordLogin) -> None:
     """`/login` and `/logout`."""
 
     @page("/login", title="Log in")
     async def login_page(redirect_to: str = "/") -> RedirectResponse | None:
         target = safe_local_path(redirect_to)
-        if not services.auth.multi_user or isinstance(app.storage.user.get(USER_ID_KEY), int):
+        if not auth.multi_user or isinstance(app.storage.user.get(USER_ID_KEY), int):
             return RedirectResponse(target)
 
         async def try_login() -> None:
             try:
-                user = await services.logins.authenticate(
-                    username.value.strip(), password.value, address=ui.context.client.ip
-                )
-            except accounts.TooManyFailedLogins as exc:
+                user = await logins.authenticate(username.value.strip(), password.value, address=ui.context.client.ip)
+            except TooManyFailedLogins as exc:
                 ui.notify(str(exc), color="negative")
                 return
             if user is None:

@@ -11,10 +11,10 @@ from typing import Any
 
 from nicegui import ui
 
+from core.auth.deps import AuthState
 from core.broker import Broker
 from core.broker.service import user_owner
 from core.i18n import N_, _, format_number
-from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import page_frame, testid
 from ui.language import page
@@ -122,17 +122,16 @@ def counters(broker: Broker) -> list[tuple[str, str]]:
     ]
 
 
-def register_broker_pages(services: Services) -> None:
+def register_broker_pages(*, broker: Broker | None, auth: AuthState) -> None:
     """`/broker`."""
 
     @page("/broker", title="Broker")
     async def broker_page() -> None:
-        with page_frame(services, title=_("Broker"), active="/broker"):
-            _broker_content(services)
+        with page_frame(auth, title=_("Broker"), active="/broker"):
+            _broker_content(broker, auth)
 
 
-def _broker_content(services: Services) -> None:
-    broker = services.broker
+def _broker_content(broker: Broker | None, auth: AuthState) -> None:
     with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
         ui.label(_("Broker")).classes("text-h5")
         ui.label(
@@ -144,7 +143,7 @@ def _broker_content(services: Services) -> None:
         if broker is None:
             ui.label(_("The broker is not running in this process."))
             return
-        viewer = user_owner(current_user_id(services) or 0)  # texts and chat ids of one's own tasks only
+        viewer = user_owner(current_user_id(auth) or 0)  # texts and chat ids of one's own tasks only
         figures: dict[str, ui.label] = {}
         with ui.row().classes("gap-3 w-full").mark("broker-counters").props("data-testid=broker-counters"):
             for title, value in counters(broker):

@@ -69,7 +69,7 @@ class ChatPage:
         self.client = client
         self.session_id = session_id
         self.agent_slug = agent_slug
-        self.user_id = current_user_id(services)
+        self.user_id = current_user_id(services.auth)
         self._follow_task: asyncio.Task | None = None
         self._views: dict[str, StreamingMarkdown] = {}
         self._tool_cards: dict[str, ToolCallCard] = {}
@@ -96,7 +96,7 @@ class ChatPage:
             try:
                 view = await self.services.workspace.open(self.user_id, self.session_id)
             except ChatError as exc:
-                with page_frame(self.services, title=_("Chat not found"), active="/"):
+                with page_frame(self.services.auth, title=_("Chat not found"), active="/"):
                     with ui.column().classes("absolute-center items-center"):
                         ui.label(exc.message).classes("text-h6")
                         ui.button(_("Start a new chat"), on_click=lambda: ui.navigate.to("/"))
@@ -107,7 +107,7 @@ class ChatPage:
             self.agent_slug = default.slug if default else None
 
         title = view.session.title if view is not None else _(NEW_CHAT_TITLE)
-        with page_frame(self.services, title=title, active="/") as frame:
+        with page_frame(self.services.auth, title=title, active="/") as frame:
             with frame.drawer:
                 self.sessions = SessionDrawer(self.services, self.user_id, lambda: self.session_id, self._new_chat)
             self.frame = frame

@@ -1,6 +1,6 @@
 """The one page frame every page enters: header, left drawer, navigation, dark mode.
 
-    with page_frame(services, title="Delegated tasks", active="/audit") as frame:
+    with page_frame(auth, title="Delegated tasks", active="/audit") as frame:
         ...  # the page's content; `frame.drawer` is the left drawer (below the navigation)
 
 The header fits one row at any width: the app name shortens below 600 px, the
@@ -21,11 +21,11 @@ from typing import TypeVar
 
 from nicegui import app, ui
 
+from core.auth.deps import AuthState
 from core.i18n import N_, _
-from core.services import Services
 from ui.language import language_switch
 
-E = TypeVar("E", bound=ui.element)
+E = TypeVar("E", bound=ui.element)  # testid gives back the element as it came (an input stays an input)
 
 APP_NAME = N_("A2A Delegation Chat")
 SHORT_APP_NAME = N_("A2A Chat")
@@ -57,8 +57,9 @@ NAV_ITEMS: list[NavItem] = [
 
 
 def testid(element: E, name: str) -> E:
-    """Give an element both a server-side marker (User tests) and a DOM test id (Playwright)."""
-    return element.mark(name).props(f"data-testid={name}")
+    """Give an element both a server-side marker (User tests) and a DOM test id (Playwright); returns it."""
+    element.mark(name).props(f"data-testid={name}")
+    return element
 
 
 @dataclass(slots=True)
@@ -79,20 +80,21 @@ def _stored_dark_mode() -> bool | None:
 
 
 @contextmanager
-def page_frame(services: Services, *, title: str, active: str) -> Iterator[Frame]:
+def page_frame(auth: AuthState, *, title: str, active: str) -> Iterator[Frame]:
     """Lay out the header, the drawer with the navigation and dark mode; the block adds the page's content.
 
     `title` is the browser tab's title; `active` the path of the navigation entry to highlight. Add to
     the drawer with `with frame.drawer:` (below the navigation).
     """
-    yield build_frame(services, title=title, active=active)
+    yield build_frame(auth, title=title, active=active)
 
 
-def build_frame(services: Services, *, title: str, active: str) -> Frame:
+def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
     """`page_frame` as a plain call, for pages that lay out their content after it."""
     ui.page_title(title)
     mode = _stored_dark_mode()
     dark = ui.dark_mode(mode)
+    drawer: ui.left_drawer  # made below the header; the menu button opens it
     with ui.header().classes("items-center justify-between bg-primary no-wrap q-px-sm app-header") as header:
         header.props("data-testid=app-header")
         with ui.row().classes("items-center gap-1 no-wrap min-w-0"):
@@ -127,7 +129,7 @@ def build_frame(services: Services, *, title: str, active: str) -> Frame:
 
             toggle.on("click", cycle_dark_mode)
             toggle.props(f"data-mode={'auto' if mode is None else 'dark' if mode else 'light'}")
-            if services.auth.multi_user:
+            if auth.multi_user:
                 testid(
                     ui.button(icon="logout", on_click=lambda: ui.navigate.to("/logout")).props(
                         "flat round color=white aria-label='" + _("Log out") + "'"

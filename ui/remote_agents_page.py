@@ -8,24 +8,24 @@ from __future__ import annotations
 
 from nicegui import ui
 
-from core.a2a.remote_agents import RegistrationError
+from core.a2a.remote_agents import RegistrationError, RemoteAgentDirectory
+from core.auth.deps import AuthState
 from core.i18n import _
-from core.services import Services
 from ui.auth import current_user_id
 from ui.frame import build_frame, testid
 from ui.language import page
 
 
-def register_remote_agents_page(services: Services) -> None:
+def register_remote_agents_page(*, remote_agents: RemoteAgentDirectory, auth: AuthState) -> None:
     """`/remote-agents`."""
 
     @page("/remote-agents", title="Remote agents")
     async def remote_agents_page() -> None:
-        build_frame(services, title=_("Remote agents"), active="/remote-agents")
+        build_frame(auth, title=_("Remote agents"), active="/remote-agents")
 
         @ui.refreshable
         async def agent_list() -> None:
-            agents = await services.remote_agents.list()
+            agents = await remote_agents.list()
             if not agents:
                 testid(ui.label(_("No remote agents registered yet.")), "no-remote-agents").classes("text-grey-7")
                 return
@@ -42,7 +42,7 @@ def register_remote_agents_page(services: Services) -> None:
                                 _("online") if agent.online else _("not loaded"),
                                 color="positive" if agent.online else "grey-7",
                             )
-                        if agent.owner_id in (None, current_user_id(services)):
+                        if agent.owner_id in (None, current_user_id(auth)):
                             ui.button(_("Remove"), on_click=lambda a=agent: remove(a.id)).props(
                                 "flat color=negative dense data-testid=remove-remote-agent-btn"
                             ).mark(f"remove-{agent.id}")
@@ -61,11 +61,11 @@ def register_remote_agents_page(services: Services) -> None:
         async def register() -> None:
             button.disable()
             try:
-                view = await services.remote_agents.register(
+                view = await remote_agents.register(
                     card_url.value or "",
                     agent_id=agent_id.value or None,
                     bearer_token=token.value or None,
-                    user_id=current_user_id(services),
+                    user_id=current_user_id(auth),
                 )
             except RegistrationError as exc:
                 ui.notify(str(exc), color="negative", multi_line=True)
@@ -78,7 +78,7 @@ def register_remote_agents_page(services: Services) -> None:
 
         async def remove(remote_id: str) -> None:
             try:
-                removed = await services.remote_agents.unregister(remote_id, user_id=current_user_id(services))
+                removed = await remote_agents.unregister(remote_id, user_id=current_user_id(auth))
             except RegistrationError as exc:
                 ui.notify(str(exc), color="negative")
                 return

@@ -8,15 +8,24 @@ item is made when it is opened, since the list is re-rendered after every answer
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from nicegui import ui
 
 from core.chat.engine import ChatError
+from core.chat.workspace import Workspace
 from core.i18n import _, format_datetime
-from core.services import Services
 from models import AgentSession
 from ui.frame import testid
+
+
+class HasWorkspace(Protocol):
+    """What the drawer uses: the chats as people see them (`core.services.Services` has it)."""
+
+    @property
+    def workspace(self) -> Workspace:
+        """The user's chats: list, rename, delete."""
+        ...
 
 
 class SessionDrawer:
@@ -24,7 +33,7 @@ class SessionDrawer:
 
     def __init__(
         self,
-        services: Services,
+        services: HasWorkspace,
         user_id: int | None,
         current: Callable[[], str | None],
         on_new_chat: Callable[[], None],

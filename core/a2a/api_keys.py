@@ -122,5 +122,40 @@ async def _live_key(session: AsyncSession, key: str) -> ApiKey | None:
     return None if row is None or row.revoked_at is not None else row
 
 
+class ApiKeys:
+    """Users' API keys as the page and the REST API manage them: each call is its own transaction.
+
+    Pages and routes hold this, not the database: they say what to do with a user's keys, and
+    the session each step needs is opened here.
+    """
+
+    def __init__(self, db: Database) -> None:
+        """Keys in `db`."""
+        self.db = db
+
+    async def list_keys(self, *, user_id: int) -> list[ApiKey]:
+        """The user's keys, revoked ones included, newest first."""
+        async with self.db.session() as s:
+            return await list_keys(s, user_id=user_id)
+
+    async def create_key(self, *, user_id: int, name: str) -> tuple[ApiKey, str]:
+        """Create a key for `user_id`; returns the row and the key itself (its only appearance).
+
+        Raises:
+            ApiKeyError: the name is empty or too long.
+        """
+        async with self.db.session() as s:
+            return await create_key(s, user_id=user_id, name=name)
+
+    async def revoke_key(self, *, user_id: int, key_id: int) -> bool:
+        """Revoke one of the user's keys; False when the user has no such key (or it was revoked already)."""
+        async with self.db.session() as s:
+            return await revoke_key(s, user_id=user_id, key_id=key_id)
+
+    async def authenticate(self, key: str) -> ApiKey | None:
+        """The live key row for a presented key, or None; see the module's `authenticate`."""
+        return await authenticate(self.db, key)
+
+
 def _use_worth_noting(row: ApiKey) -> bool:
     return row.last_used_at is None or utcnow() - row.last_used_at >= LAST_USED_RESOLUTION

@@ -14,26 +14,26 @@ kept off the path to the first page.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
 from core.a2a import api_keys
+from core.a2a.deps import A2AServerDep, ApiKeysDep, RemoteAgentsDep
 from core.a2a.remote_agents import RegistrationError
-from core.auth.deps import CurrentUser, ServicesDep
+from core.auth.deps import CurrentUser
 from core.i18n import _
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 from models import User
 
 if TYPE_CHECKING:  # imported at run time only on first use (a2a_server): it loads the a2a-sdk
-    from core.a2a.server import A2AServer
+    pass
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from GET /api/a2a/keys)")]
@@ -44,34 +44,21 @@ def a2a_router() -> APIRouter:
     router = APIRouter(tags=["a2a"])
 
     @router.get("/.well-known/agent-card.json", response_model=None)
-    async def read_root_agent_card(request: Request, services: ServicesDep) -> Response:
+    async def read_root_agent_card(request: Request, server: A2AServerDep) -> Response:
         """The default agent's A2A card (`DEFAULT_AGENT`), where generic clients look for one; no key needed."""
-        return await (await a2a_server(services)).root_card_response(request)
+        return await server.root_card_response(request)
 
     @router.get("/a2a/agents/{agent_id}/.well-known/agent-card.json", response_model=None)
-    async def read_agent_card(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
+    async def read_agent_card(agent_id: AgentId, request: Request, server: A2AServerDep) -> Response:
         """The agent's A2A card (v1.0; v0.3 with `A2A-Version: 0.3`); no key needed."""
-        return await (await a2a_server(services)).card_response(agent_id, request)
+        return await server.card_response(agent_id, request)
 
     @router.post("/a2a/agents/{agent_id}", response_model=None)
-    async def call_agent(agent_id: AgentId, request: Request, services: ServicesDep) -> Response:
+    async def call_agent(agent_id: AgentId, request: Request, server: A2AServerDep) -> Response:
         """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
-        return await (await a2a_server(services)).rpc_response(agent_id, request)
+        return await server.rpc_response(agent_id, request)
 
     return router
-
-
-_server_lock = threading.Lock()
-
-
-async def a2a_server(services: Any) -> A2AServer:
-    """The A2A server of these services, built on first use (For internal use only.)."""
-    if services.a2a_server is None:
-        module = await asyncio.to_thread(importlib.import_module, "core.a2a.server")
-        with _server_lock:
-            if services.a2a_server is None:
-                services.a2a_server = module.A2AServer(services)
-    return cast("A2AServer", services.a2a_server)
 
 
 def warm_up() -> None:
@@ -146,44 +133,41 @@ def a2a_api_router() -> APIRouter:
     router = APIRouter(prefix="/api/a2a", tags=["a2a"])
 
     @router.get("/keys", response_model=list[ApiKeyOut], response_model_by_alias=True)
-    async def list_keys(user: CurrentUser, services: ServicesDep) -> list[ApiKeyOut]:
+    async def list_keys(user: CurrentUser, keys: ApiKeysDep) -> list[ApiKeyOut]:
         """Your API keys, newest first (secrets are never shown again)."""
-        async with services.db.session() as s:
-            rows = await api_keys.list_keys(s, user_id=_user_id(user))
+        rows = await keys.list_keys(user_id=_user_id(user))
         return [ApiKeyOut.model_validate(r, from_attributes=True) for r in rows]
 
     @router.post("/keys", status_code=201, response_model=ApiKeyCreated, response_model_by_alias=True)
-    async def create_key(body: ApiKeyCreate, user: CurrentUser, services: ServicesDep) -> ApiKeyCreated:
+    async def create_key(body: ApiKeyCreate, user: CurrentUser, keys: ApiKeysDep) -> ApiKeyCreated:
         """Create an API key for A2A callers; copy `key` now, it is stored only as a hash."""
-        async with services.db.session() as s:
-            try:
-                row, key = await api_keys.create_key(s, user_id=_user_id(user), name=body.name)
-            except api_keys.ApiKeyError as exc:
-                raise ApiError(
-                    422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(reason=exc)
-                ) from exc
+        try:
+            row, key = await keys.create_key(user_id=_user_id(user), name=body.name)
+        except api_keys.ApiKeyError as exc:
+            raise ApiError(
+                422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(reason=exc)
+            ) from exc
         return ApiKeyCreated(**ApiKeyOut.model_validate(row, from_attributes=True).model_dump(), key=key)
 
     @router.delete("/keys/{key_id}", status_code=204)
-    async def revoke_key(key_id: KeyId, user: CurrentUser, services: ServicesDep) -> Response:
+    async def revoke_key(key_id: KeyId, user: CurrentUser, keys: ApiKeysDep) -> Response:
         """Revoke one of your keys; requests with it are refused from now on."""
-        async with services.db.session() as s:
-            if not await api_keys.revoke_key(s, user_id=_user_id(user), key_id=key_id):
-                raise ApiError(404, "api_key_not_found", detail=_("You have no such active key."))
+        if not await keys.revoke_key(user_id=_user_id(user), key_id=key_id):
+            raise ApiError(404, "api_key_not_found", detail=_("You have no such active key."))
         return Response(status_code=204)
 
     @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
-    async def list_remote_agents(user: CurrentUser, services: ServicesDep) -> list[RemoteAgentOut]:
+    async def list_remote_agents(user: CurrentUser, remote_agents: RemoteAgentsDep) -> list[RemoteAgentOut]:
         """Remote A2A agents registered by card URL (every user may delegate to them; tokens are never shown)."""
-        return [_remote_out(v, _user_id(user)) for v in await services.remote_agents.list()]
+        return [_remote_out(v, _user_id(user)) for v in await remote_agents.list()]
 
     @router.post("/remote-agents", status_code=201, response_model=RemoteAgentOut, response_model_by_alias=True)
     async def register_remote_agent(
-        body: RemoteAgentCreate, user: CurrentUser, services: ServicesDep
+        body: RemoteAgentCreate, user: CurrentUser, remote_agents: RemoteAgentsDep
     ) -> RemoteAgentOut:
         """Register a remote A2A agent by its card URL; it can be delegated to at once (`@<id> …`)."""
         try:
-            view = await services.remote_agents.register(
+            view = await remote_agents.register(
                 body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=_user_id(user)
             )
         except RegistrationError as exc:
@@ -191,10 +175,10 @@ def a2a_api_router() -> APIRouter:
         return _remote_out(view, _user_id(user))
 
     @router.delete("/remote-agents/{agent_id}", status_code=204)
-    async def unregister_remote_agent(agent_id: AgentId, user: CurrentUser, services: ServicesDep) -> Response:
+    async def unregister_remote_agent(agent_id: AgentId, user: CurrentUser, remote_agents: RemoteAgentsDep) -> Response:
         """Remove a remote agent you registered (403 for another user's)."""
         try:
-            removed = await services.remote_agents.unregister(agent_id, user_id=_user_id(user))
+            removed = await remote_agents.unregister(agent_id, user_id=_user_id(user))
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         if not removed:

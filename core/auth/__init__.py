@@ -1,4 +1,4 @@
-"""People and who is asking: accounts, password logins, and the routers' `CurrentUser`/`ServicesDep`.
+"""People and who is asking: accounts, password logins, and the routers' `CurrentUser` and ground-floor dependencies.
 
 Owns: the `users` table's rules (`accounts.py`: create, change a password, single-user mode's
 `local` user, `PasswordLogin` with its throttle, argon2 off the event loop); the FastAPI
@@ -6,20 +6,21 @@ dependencies every router uses (`deps.py`); `GET /api/me` (`routes.py`). API key
 callers are the A2A layer's (`core.a2a.api_keys`); the broker's JWTs are the broker's.
 
 May import: `core.web`, `core.streaming`, the ground floor (settings, db) and `models`. `deps.py`
-names `core.services.Services` for type checkers only: the composition sits above every router.
+reads the composition on `app.state` by attribute, without importing `core.services` (which sits above
+every router), not even for type checkers.
 """
 
-from core.auth.accounts import AccountError, PasswordLogin, TooManyFailedLogins
-from core.auth.deps import USER_ID_KEY, CurrentUser, ServicesDep, client_address, get_current_user, get_services
+from core.auth.accounts import AccountError, PasswordLogin
+from core.auth.deps import USER_ID_KEY, AuthState, CurrentUser, client_address, get_current_user
+from core.auth.login_throttle import TooManyFailedLogins
 
 __all__ = [
     "USER_ID_KEY",
     "AccountError",
+    "AuthState",
     "CurrentUser",
     "PasswordLogin",
-    "ServicesDep",
     "TooManyFailedLogins",
     "client_address",
     "get_current_user",
-    "get_services",
 ]

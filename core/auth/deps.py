@@ -1,47 +1,98 @@
-"""Who is asking, and the app's services, as FastAPI dependencies for every router of `/api` and `/a2a`.
+"""Who is asking, and the ground-floor services, as FastAPI dependencies for every router of `/api` and `/a2a`.
 
 In single-user mode every request is the `local` user. With accounts, a request carries either the
 browser's session (after logging in on `/login`) or HTTP Basic credentials (checked by
 `PasswordLogin`: throttled, argon2 off the event loop).
+
+A route names the few services it uses, each as its own dependency (`DatabaseDep`, `HubDep`, ...,
+as the FastAPI full-stack template's `SessionDep`), never the whole composition. The services of
+the packages above this one have their dependencies beside them (`core/chat/deps.py`, ...). All
+of them read the one composition `app.py` sets on `app.state.services`, by attribute.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from core.auth import accounts
+from core.auth.login_throttle import TooManyFailedLogins
+from core.db import Database
 from core.i18n import _
+from core.settings import Settings
+from core.streaming.backend import StreamHubBackend
 from core.web.errors import ApiError
 from models import User
-
-if TYPE_CHECKING:  # the composition of services sits above every router; routes only read it
-    from core.services import Services
 
 USER_ID_KEY = "user_id"  # in app.storage.user, set by the login page
 
 _basic = HTTPBasic(auto_error=False)
 
 
-def get_services(request: Request) -> Services:
-    """The app's services (set on `app.state` by `app.py`)."""
+@dataclass(slots=True)
+class AuthState:
+    """Single-user (`local`, loopback only) or multi-user (log in with a password)."""
+
+    multi_user: bool
+    local_user_id: int | None
+
+
+def get_services(request: Request) -> Any:
+    """The app's composition of services (set on `app.state` by `app.py`); the dependencies below read it."""
     return request.app.state.services
 
 
-ServicesDep = Annotated["Services", Depends(get_services)]
+def get_db(request: Request) -> Database:
+    """The database."""
+    db: Database = get_services(request).db
+    return db
+
+
+def get_settings(request: Request) -> Settings:
+    """The settings the app started with."""
+    settings: Settings = get_services(request).settings
+    return settings
+
+
+def get_hub(request: Request) -> StreamHubBackend:
+    """The stream hub (turns', delegations' and tasks' event buffers)."""
+    hub: StreamHubBackend = get_services(request).hub
+    return hub
+
+
+def get_auth_state(request: Request) -> AuthState:
+    """Single-user or multi-user mode (decided at start-up)."""
+    auth: AuthState = get_services(request).auth
+    return auth
+
+
+def get_logins(request: Request) -> accounts.PasswordLogin:
+    """Password logins with their throttle."""
+    logins: accounts.PasswordLogin = get_services(request).logins
+    return logins
+
+
+DatabaseDep = Annotated[Database, Depends(get_db)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+HubDep = Annotated[StreamHubBackend, Depends(get_hub)]
+AuthStateDep = Annotated[AuthState, Depends(get_auth_state)]
+LoginsDep = Annotated[accounts.PasswordLogin, Depends(get_logins)]
 
 
 async def get_current_user(
     request: Request,
-    services: ServicesDep,
+    db: DatabaseDep,
+    auth: AuthStateDep,
+    logins: LoginsDep,
     credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)],
 ) -> User:
     """The user making the request, or 401."""
-    async with services.db.read() as s:
-        if not services.auth.multi_user:
-            user = await accounts.get_user(s, services.auth.local_user_id or 0)
+    async with db.read() as s:
+        if not auth.multi_user:
+            user = await accounts.get_user(s, auth.local_user_id or 0)
             if user is not None:
                 return user
         user_id = _browser_user_id(request)
@@ -51,10 +102,10 @@ async def get_current_user(
                 return user
     if credentials is not None:
         try:
-            user = await services.logins.authenticate(
+            user = await logins.authenticate(
                 credentials.username, credentials.password, address=client_address(request)
             )
-        except accounts.TooManyFailedLogins as exc:
+        except TooManyFailedLogins as exc:
             raise ApiError(
                 status.HTTP_429_TOO_MANY_REQUESTS,
                 "too_many_failed_logins",
@@ -91,9 +142,9 @@ def _browser_user_id(request: Request) -> int | None:
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
-async def get_admin_user(user: CurrentUser, services: ServicesDep) -> User:
+async def get_admin_user(user: CurrentUser, auth: AuthStateDep) -> User:
     """The user making the request if they may change agents (an admin, or `local` in single-user mode), else 403."""
-    if not accounts.may_change_agents(user, multi_user=services.auth.multi_user):
+    if not accounts.may_change_agents(user, multi_user=auth.multi_user):
         raise ApiError(
             status.HTTP_403_FORBIDDEN,
             "admin_required",

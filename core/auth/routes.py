@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from core.auth import accounts
-from core.auth.deps import CurrentUser, ServicesDep
+from core.auth.deps import AuthStateDep, CurrentUser
 
 
 def me_router() -> APIRouter:
@@ -15,13 +15,13 @@ def me_router() -> APIRouter:
     router = APIRouter()
 
     @router.get("/me")
-    async def me(user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+    async def me(user: CurrentUser, auth: AuthStateDep) -> dict[str, Any]:
         """Who is logged in."""
         return {
             "id": user.id,
             "username": user.username,
-            "multiUser": services.auth.multi_user,
-            "admin": accounts.may_change_agents(user, multi_user=services.auth.multi_user),
+            "multiUser": auth.multi_user,
+            "admin": accounts.may_change_agents(user, multi_user=auth.multi_user),
         }
 
     return router

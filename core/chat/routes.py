@@ -7,25 +7,24 @@ so ids cannot be probed. Who the caller is: `core.auth.deps`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.auth.deps import CurrentUser, ServicesDep
+from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.engine import ChatError
+from core.chat.deps import ChatDep
+from core.chat.engine import ChatEngine, ChatError
 from core.i18n import _
 from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 from models import AgentMessage, AgentSession, User
-
-if TYPE_CHECKING:
-    from core.services import Services
 
 
 class SessionCreate(RequestBody):
@@ -97,17 +96,19 @@ def chat_router() -> APIRouter:
     router = APIRouter()
 
     @router.get("/sessions", response_model=list[SessionOut], response_model_by_alias=True)
-    async def list_sessions(user: CurrentUser, services: ServicesDep) -> list[SessionOut]:
+    async def list_sessions(user: CurrentUser, db: DatabaseDep, chat: ChatDep) -> list[SessionOut]:
         """The caller's chat sessions, most recent first (delegated-task sessions are not listed)."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             rows = await sessions_store.list_sessions(s, user_id=user.id)
             slugs = await _agent_slugs(s)
-        return [_session_out(r, slugs, services) for r in rows]
+        return [_session_out(r, slugs, chat) for r in rows]
 
     @router.post("/sessions", status_code=201, response_model=SessionOut, response_model_by_alias=True)
-    async def create_session(body: SessionCreate, user: CurrentUser, services: ServicesDep) -> SessionOut:
+    async def create_session(
+        body: SessionCreate, user: CurrentUser, db: DatabaseDep, chat: ChatDep, settings: SettingsDep
+    ) -> SessionOut:
         """Start a new chat with an agent."""
-        async with services.db.session() as s:
+        async with db.session() as s:
             if body.agent_id:
                 agent = await agents_store.get_agent_by_slug(s, body.agent_id)
                 if agent is None:
@@ -115,7 +116,7 @@ def chat_router() -> APIRouter:
                         404, "agent_not_found", detail=_("There is no agent {name!r}.").format(name=body.agent_id)
                     )
             else:
-                agent = await agents_store.get_default_agent(s, services.settings.default_agent)
+                agent = await agents_store.get_default_agent(s, settings.default_agent)
                 if agent is None:
                     raise ApiError(
                         404,
@@ -123,36 +124,38 @@ def chat_router() -> APIRouter:
                         detail=_(
                             "The default agent {name!r} does not exist: name one with "
                             "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."
-                        ).format(name=services.settings.default_agent),
+                        ).format(name=settings.default_agent),
                     )
             row = await sessions_store.create_session(
                 s, user_id=user.id, agent_id=agent.id, title=body.title or "New chat"
             )
-        return _session_out(row, {agent.id: (agent.slug, False)}, services)
+        return _session_out(row, {agent.id: (agent.slug, False)}, chat)
 
     @router.get("/sessions/{session_id}", response_model=SessionOut, response_model_by_alias=True)
-    async def get_session(session_id: str, user: CurrentUser, services: ServicesDep) -> SessionOut:
+    async def get_session(
+        session_id: str, user: CurrentUser, db: DatabaseDep, chat: ChatDep, hub: HubDep
+    ) -> SessionOut:
         """One chat session."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             row = await _owned_session(s, session_id, user)
             slugs = await _agent_slugs(s)
-        await refresh(services.hub, session_id)  # a cluster: whether a turn runs on any replica
-        return _session_out(row, slugs, services)
+        await refresh(hub, session_id)  # a cluster: whether a turn runs on any replica
+        return _session_out(row, slugs, chat)
 
     @router.delete("/sessions/{session_id}", status_code=204)
-    async def delete_session(session_id: str, user: CurrentUser, services: ServicesDep) -> Response:
+    async def delete_session(session_id: str, user: CurrentUser, db: DatabaseDep, chat: ChatDep) -> Response:
         """Delete a chat (stops its running turn first)."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             await _owned_session(s, session_id, user)
-        await services.chat.cancel(session_id)  # outside the transaction: the turn saves in its own
-        async with services.db.session() as s:
+        await chat.cancel(session_id)  # outside the transaction: the turn saves in its own
+        async with db.session() as s:
             await sessions_store.delete_session(s, session_id=session_id, user_id=user.id)
         return Response(status_code=204)
 
     @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut], response_model_by_alias=True)
-    async def list_messages(session_id: str, user: CurrentUser, services: ServicesDep) -> list[MessageOut]:
+    async def list_messages(session_id: str, user: CurrentUser, db: DatabaseDep) -> list[MessageOut]:
         """The saved messages of a chat, in order."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             await _owned_session(s, session_id, user)
             rows = await sessions_store.list_messages(s, session_id=session_id)
         return [message_out(m) for m in rows]
@@ -160,10 +163,10 @@ def chat_router() -> APIRouter:
     @router.post(
         "/sessions/{session_id}/messages", status_code=202, response_model=TurnOut, response_model_by_alias=True
     )
-    async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, services: ServicesDep) -> TurnOut:
+    async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, chat: ChatDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
         try:  # the engine checks the chat is the user's before it checks it is busy (404 before 409)
-            turn = await services.chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
+            turn = await chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
         except ChatError as exc:
             raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
         return TurnOut(
@@ -174,36 +177,36 @@ def chat_router() -> APIRouter:
         )
 
     @router.post("/sessions/{session_id}/stop")
-    async def stop_turn(session_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, bool]:
+    async def stop_turn(session_id: str, user: CurrentUser, db: DatabaseDep, chat: ChatDep) -> dict[str, bool]:
         """Stop the running answer; what it said so far is kept."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             await _owned_session(s, session_id, user)
-        return {"stopped": await services.chat.cancel(session_id)}
+        return {"stopped": await chat.cancel(session_id)}
 
     @router.get("/sessions/{session_id}/stream", response_model=None)
-    async def stream(session_id: str, request: Request, user: CurrentUser, services: ServicesDep):
+    async def stream(session_id: str, request: Request, user: CurrentUser, db: DatabaseDep, hub: HubDep) -> Response:
         """SSE of the chat's current (or last) turn; resumable with `Last-Event-ID`."""
-        async with services.db.read() as s:
+        async with db.read() as s:
             await _owned_session(s, session_id, user)
-        if await refresh(services.hub, session_id) is None:  # a cluster: the turn may run on another replica
+        if await refresh(hub, session_id) is None:  # a cluster: the turn may run on another replica
             return JSONResponse({"active": False, "reason": "no-buffer"})
-        return hub_sse_response(services.hub, session_id, last_event_id(request))
+        return hub_sse_response(hub, session_id, last_event_id(request))
 
     return router
 
 
-async def _owned_session(s, session_id: str, user: User) -> AgentSession:
+async def _owned_session(s: AsyncSession, session_id: str, user: User) -> AgentSession:
     row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user.id)
     if row is None:
         raise ApiError(404, "session_not_found", detail=_("There is no such chat session."))
     return row
 
 
-async def _agent_slugs(s) -> dict[int, tuple[str, bool]]:
+async def _agent_slugs(s: AsyncSession) -> dict[int, tuple[str, bool]]:
     return {a.id: (a.slug, a.deleted_at is not None) for a in await agents_store.list_agents(s, include_deleted=True)}
 
 
-def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], services: Services) -> SessionOut:
+def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], chat: ChatEngine) -> SessionOut:
     slug, deleted = slugs.get(row.agent_id, ("", True))
     return SessionOut(
         id=row.id,
@@ -211,7 +214,7 @@ def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], services
         agent_id=slug,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        running=services.chat.is_running(row.id),
+        running=chat.is_running(row.id),
         agent_deleted=deleted,
     )
 

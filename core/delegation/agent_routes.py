@@ -15,9 +15,10 @@ from typing import Any, Literal, TypeVar
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from core.auth.deps import AdminUser, CurrentUser, ServicesDep
+from core.auth.deps import AdminUser, CurrentUser
 from core.chat.agents import AGENT_INVOKE_MAXIMA
 from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView, UnknownAgent
+from core.delegation.deps import AgentAdminDep
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 
@@ -145,37 +146,37 @@ def agents_router() -> APIRouter:
     router = APIRouter(tags=["agents"])
 
     @router.get("/agents", response_model=list[AgentOut], response_model_by_alias=True)
-    async def read_agents(_: CurrentUser, services: ServicesDep) -> list[AgentOut]:
+    async def read_agents(_: CurrentUser, admin: AgentAdminDep) -> list[AgentOut]:
         """Every agent: local, remote HTTP and broker (any user)."""
-        return [_out(v) for v in await services.agent_admin.list()]
+        return [_out(v) for v in await admin.list()]
 
     @router.get("/agents/{agent_id}", response_model=AgentOut, response_model_by_alias=True)
-    async def read_agent(agent_id: str, _: CurrentUser, services: ServicesDep) -> AgentOut:
+    async def read_agent(agent_id: str, _: CurrentUser, admin: AgentAdminDep) -> AgentOut:
         """One agent with its tools and their config (any user)."""
-        return _out(await _call(services.agent_admin.get(agent_id)))
+        return _out(await _call(admin.get(agent_id)))
 
     @router.post("/agents", status_code=201, response_model=AgentOut, response_model_by_alias=True)
-    async def create_agent(body: AgentCreate, _: AdminUser, services: ServicesDep) -> AgentOut:
+    async def create_agent(body: AgentCreate, _: AdminUser, admin: AgentAdminDep) -> AgentOut:
         """Add a local agent (admins); it can be chatted with and delegated to at once."""
         fields = body.model_dump(exclude_unset=True)
         if body.tools is not None:
             fields["tools"] = _tool_specs(body.tools)
         if body.delegation is not None:
             fields["delegation"] = body.delegation.as_config()
-        return _out(await _call(services.agent_admin.create(fields)))
+        return _out(await _call(admin.create(fields)))
 
     @router.patch("/agents/{agent_id}", response_model=AgentOut, response_model_by_alias=True)
-    async def update_agent(agent_id: str, body: AgentUpdate, _: AdminUser, services: ServicesDep) -> AgentOut:
+    async def update_agent(agent_id: str, body: AgentUpdate, _: AdminUser, admin: AgentAdminDep) -> AgentOut:
         """Change a local agent (admins); the change applies from its next turn."""
         fields = body.model_dump(exclude_unset=True)
         if "tools" in fields:
             fields["tools"] = _tool_specs(body.tools or [])
-        return _out(await _call(services.agent_admin.update(agent_id, fields)))
+        return _out(await _call(admin.update(agent_id, fields)))
 
     @router.delete("/agents/{agent_id}", response_model=AgentDeleted, response_model_by_alias=True)
-    async def delete_agent(agent_id: str, _: AdminUser, services: ServicesDep) -> AgentDeleted:
+    async def delete_agent(agent_id: str, _: AdminUser, admin: AgentAdminDep) -> AgentDeleted:
         """Delete a local agent (admins); its chats and audit records stay readable, marked "agent deleted"."""
-        deleted = await _call(services.agent_admin.delete(agent_id))
+        deleted = await _call(admin.delete(agent_id))
         return AgentDeleted(id=deleted.id, removed_from_allowed_agents=deleted.removed_from)
 
     return router

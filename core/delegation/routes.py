@@ -16,8 +16,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from core.auth.deps import CurrentUser, ServicesDep
+from core.auth.deps import CurrentUser, HubDep
 from core.chat.routes import MessageOut, message_out
+from core.delegation.deps import DelegationDep
 from core.delegation.tasks import TaskView, seed_task_shape, task_stream_key
 from core.i18n import _
 from core.streaming.redis_hub import refresh
@@ -66,7 +67,8 @@ def tasks_router() -> APIRouter:
     async def task_stream(
         request: Request,
         user: CurrentUser,
-        services: ServicesDep,
+        delegation: DelegationDep,
+        hub: HubDep,
         task_id: Annotated[str | None, Query(alias="taskId", max_length=64)] = None,
     ) -> Response:
         """SSE of one delegated task (seed 000 §3.2.5): replay, then live; resumable with `Last-Event-ID`.
@@ -83,24 +85,19 @@ def tasks_router() -> APIRouter:
             )
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if (
-            await services.delegation.owned_task(_user_id(user), task_id) is None
-            or await refresh(services.hub, key) is None
-        ):
+        if await delegation.owned_task(_user_id(user), task_id) is None or await refresh(hub, key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
-        return hub_sse_response(
-            services.hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE
-        )
+        return hub_sse_response(hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE)
 
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
-    async def list_tasks(user: CurrentUser, services: ServicesDep) -> list[dict[str, Any]]:
+    async def list_tasks(user: CurrentUser, delegation: DelegationDep) -> list[dict[str, Any]]:
         """Your delegated tasks, newest first (what the audit view lists)."""
-        return [_task_out(t) for t in await services.delegation.list_tasks(_user_id(user))]
+        return [_task_out(t) for t in await delegation.list_tasks(_user_id(user))]
 
     @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True, tags=["delegation"])
-    async def get_task(task_id: str, user: CurrentUser, services: ServicesDep) -> dict[str, Any]:
+    async def get_task(task_id: str, user: CurrentUser, delegation: DelegationDep) -> dict[str, Any]:
         """One delegated task with the callee's messages and its nested delegations."""
-        detail = await services.delegation.task_detail(_user_id(user), task_id)
+        detail = await delegation.task_detail(_user_id(user), task_id)
         if detail is None:
             raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
         return {

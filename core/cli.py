@@ -1,0 +1,127 @@
+"""The command line of `python app.py`: its arguments and the commands that do not serve.
+
+    python app.py                      start the app (HOST/PORT, default 127.0.0.1:3100)
+    python app.py users add NAME       create an account (asks for the password; --admin: may change agents)
+    python app.py users promote NAME   make an account an admin (the first account is one)
+    python app.py users passwd NAME    change a password
+    python app.py users list           list accounts
+    python app.py migrate              upgrade the database and exit (a one-shot step before replicas start)
+
+Serving is `app.py`'s own (it wires the pages, which `core` does not know); every other command is here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import os
+import sys
+
+from core.settings import Settings, load_settings
+
+
+def load_settings_or_exit() -> Settings:
+    """The settings, or exit with one line per bad setting."""
+    try:
+        return load_settings()
+    except ValueError as exc:  # pydantic's ValidationError, or a config file that is not JSON
+        sys.exit(
+            f"error: the settings are not valid; fix the environment, .env or config/server.json:\n"
+            f"{_describe_settings_error(exc)}"
+        )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command and its arguments (`command` is None: serve)."""
+    parser = argparse.ArgumentParser(prog="python app.py", description="A2A delegation chat and hub.")
+    commands = parser.add_subparsers(dest="command")
+    users = commands.add_parser("users", help="manage accounts")
+    users_actions = users.add_subparsers(dest="action", required=True)
+    add = users_actions.add_parser("add", help="create an account")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true", help="may create, change and delete agents")
+    users_actions.add_parser("promote", help="make an account an admin").add_argument("name")
+    users_actions.add_parser("passwd", help="change a password").add_argument("name")
+    users_actions.add_parser("list", help="list accounts")
+    commands.add_parser("migrate", help="upgrade the database schema and exit (run once before the replicas)")
+    return parser.parse_args(argv)
+
+
+def run_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the command `args` names (not serving); returns the exit code."""
+    if args.command == "users":
+        return users_command(settings, args)
+    if args.command == "migrate":
+        return migrate_command(settings)
+    raise ValueError(f"not a command: {args.command!r}")
+
+
+def migrate_command(settings: Settings) -> int:
+    """`migrate`: bring the schema to head (under PostgreSQL's migration lock, so replicas starting meanwhile wait)."""
+    from core.db import Database
+    from core.services import describe_database
+
+    try:
+        Database(settings.database).migrate()
+    except Exception as exc:  # the driver's errors: unreachable server, missing rights, ...
+        print(f"error: could not migrate {describe_database(settings.database)}: {exc}", file=sys.stderr)
+        return 2
+    print(f"the database is at the newest schema: {describe_database(settings.database)}")
+    return 0
+
+
+def users_command(settings: Settings, args: argparse.Namespace) -> int:
+    """`users add|passwd|list|promote`."""
+    from core.auth import accounts
+    from core.db import Database
+
+    db = Database(settings.database)
+    db.migrate()
+
+    async def run() -> int:
+        try:
+            async with db.session() as s:
+                if args.action == "list":
+                    for user in await accounts.list_users(s):
+                        kind = "password" if user.password_hash else "single-user mode"
+                        print(f"{user.username}\t{kind}" + ("\tadmin" if user.is_admin else ""))
+                    return 0
+                if args.action == "promote":
+                    await accounts.promote(s, username=args.name)
+                    print(f"{args.name!r} is an admin: may create, change and delete agents")
+                    return 0
+                password = os.environ.get("APP_USER_PASSWORD") or _ask_password()
+                if args.action == "add":
+                    user = await accounts.create_user(s, username=args.name, password=password, admin=args.admin)
+                    role = " (admin)" if user.is_admin else ""
+                    print(f"created user {args.name!r}{role}; restart the app to switch to multi-user mode")
+                else:
+                    await accounts.set_password(s, username=args.name, password=password)
+                    print(f"changed the password of {args.name!r}")
+                return 0
+        except accounts.AccountError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            await db.close()
+
+    return asyncio.run(run())
+
+
+def _describe_settings_error(exc: ValueError) -> str:
+    """One line per bad setting: its name and what is wrong."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return f"  {exc}"
+    return "\n".join(
+        f"  {'.'.join(str(part) for part in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+    )
+
+
+def _ask_password() -> str:
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Repeat: ") != first:
+        raise SystemExit("error: the passwords differ")
+    return first
