@@ -42,6 +42,7 @@ from core.delegation import (
 from core.i18n import _
 from core.services import Services
 from core.streaming import events as ev
+from core.streaming.backend import HubSubscription
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
@@ -82,7 +83,7 @@ class TaskTab:
     body: StreamingMarkdown
     state: str = "submitted"
     reason: str | None = None  # why it failed, when that has its own words (states.py: timeout, connection lost)
-    follower: asyncio.Task | None = None
+    follower: asyncio.Task[None] | None = None
     views: dict[str, StreamingMarkdown] = field(default_factory=dict)
 
 
@@ -299,7 +300,7 @@ class AgentInvokePanel:
             self._consume(entry, subscription), name=f"follow task {task_id}", context=self.client
         )
 
-    async def _consume(self, entry: TaskTab, subscription) -> None:
+    async def _consume(self, entry: TaskTab, subscription: HubSubscription) -> None:
         try:
             async for event in subscription:
                 if self.client.is_deleted:

@@ -25,12 +25,14 @@ import contextlib
 from collections.abc import Callable
 
 from nicegui import Client, background_tasks, ui
+from nicegui.events import ValueChangeEventArguments
 
 from core.chat.engine import ChatError, SessionChange
 from core.delegation import TaskView
 from core.i18n import N_, _
 from core.services import Services
 from core.streaming import events as ev
+from core.streaming.backend import HubSubscription
 from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
@@ -69,8 +71,8 @@ class ChatPage:
         self.client = client
         self.session_id = session_id
         self.agent_slug = agent_slug
-        self.user_id = current_user_id(services.auth)
-        self._follow_task: asyncio.Task | None = None
+        self._user_id = current_user_id(services.auth)
+        self._follow_task: asyncio.Task[None] | None = None
         self._views: dict[str, StreamingMarkdown] = {}
         self._tool_cards: dict[str, ToolCallCard] = {}
         self._cards_by_task: dict[str, ToolCallCard] = {}
@@ -85,10 +87,19 @@ class ChatPage:
         on_rebuild(client, self._stop_following)
         on_rebuild(client, self._stop_watching)
 
+    @property
+    def user_id(self) -> int:
+        """The signed-in user: `build` leaves for /login before anything reads it without one."""
+        assert self._user_id is not None
+        return self._user_id
+
     # -- layout ----------------------------------------------------------------------
 
     async def build(self) -> None:
         """Lay out the page and load the chat."""
+        if self._user_id is None:  # the login middleware sends such requests to /login; a login lost since
+            ui.navigate.to("/login")
+            return
         agents = await self.services.workspace.agents()
         self.agent_names = {a.slug: a.name for a in agents}
         view = None
@@ -169,7 +180,7 @@ class ChatPage:
         self._set_generating(False)
         ui.on("app-escape", self._on_escape)
         ui.timer(FLUSH_INTERVAL_S, self._flush)
-        if view is not None:
+        if view is not None and self.session_id is not None:
             tasks = await self.services.delegation.tasks_of_session(self.user_id, self.session_id)
             self._show_task_states(tasks)
             await self.panel.restore(tasks)
@@ -269,16 +280,16 @@ class ChatPage:
         is_new = self.session_id is None
         try:
             text = self.services.chat.validate_text(text)
-            if self.session_id is None:
+            session_id = self.session_id
+            if session_id is None:
                 created = await self.services.workspace.create(self.user_id, self.agent_slug or "")
-                self.session_id = created.id
-                ui.navigate.history.replace(f"/chat/{created.id}")
-                set_rebuild(
-                    self.client, lambda sid=created.id: ChatPage(self.services, self.client, session_id=sid).build()
-                )
+                session_id = self.session_id = created.id
+                ui.navigate.history.replace(f"/chat/{session_id}")
+                new_id: str = session_id
+                set_rebuild(self.client, lambda: ChatPage(self.services, self.client, session_id=new_id).build())
                 self._watch()
             # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
-            await self.services.chat.start_turn(session_id=self.session_id, user_id=self.user_id, text=text)
+            await self.services.chat.start_turn(session_id=session_id, user_id=self.user_id, text=text)
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
@@ -293,6 +304,8 @@ class ChatPage:
 
     def _follow(self, after: int | None) -> None:
         self._stop_following()
+        if self.session_id is None:
+            return
         try:
             subscription = self.services.hub.subscribe(self.session_id, after=after)
         except UnknownStream:
@@ -305,6 +318,8 @@ class ChatPage:
     def _watch(self) -> None:
         """Show the session's turns and notes as they start or are saved, whoever started them."""
         self._stop_watching()
+        if self.session_id is None:
+            return
         self._unwatch = self.services.chat.watch(self.session_id, self._on_session_change)
 
     def _stop_watching(self) -> None:
@@ -329,7 +344,7 @@ class ChatPage:
             self._follow_task.cancel()
         self._follow_task = None
 
-    async def _consume(self, subscription) -> None:
+    async def _consume(self, subscription: HubSubscription) -> None:
         try:
             async for event in subscription:
                 if self.client.is_deleted:
@@ -446,7 +461,7 @@ class ChatPage:
     def _new_chat(self) -> None:
         ui.navigate.to(f"/?agent={self.agent_slug}" if self.agent_slug else "/")
 
-    async def _on_agent_change(self, event) -> None:
+    async def _on_agent_change(self, event: ValueChangeEventArguments[str]) -> None:
         slug = event.value
         if slug == self.agent_slug:
             return

@@ -136,7 +136,7 @@ def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
                     ),
                     "logout-btn",
                 )
-    drawer: ui.left_drawer = (
+    drawer = (
         ui.left_drawer(value=None, bordered=True, bottom_corner=True)
         .props(f"breakpoint={DRAWER_BREAKPOINT_PX - 1} width=280")
         .classes("app-drawer q-pa-sm column no-wrap")

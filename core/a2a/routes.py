@@ -26,11 +26,10 @@ from pydantic import BaseModel, Field
 from core.a2a import api_keys
 from core.a2a.deps import A2AServerDep, ApiKeysDep, RemoteAgentsDep
 from core.a2a.remote_agents import RegistrationError
-from core.auth.deps import CurrentUser
+from core.auth.deps import CurrentUser, user_id_of
 from core.i18n import _
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
-from models import User
 
 if TYPE_CHECKING:  # imported at run time only on first use (a2a_server): it loads the a2a-sdk
     pass
@@ -64,12 +63,6 @@ def a2a_router() -> APIRouter:
 def warm_up() -> None:
     """Import the A2A server in a thread, so the first A2A request does not pay for it."""
     threading.Thread(target=importlib.import_module, args=("core.a2a.server",), name="a2a warm-up", daemon=True).start()
-
-
-def _user_id(user: User) -> int:
-    """The signed-in user's id: `CurrentUser` is a saved row, which always has one."""
-    assert user.id is not None, "CurrentUser is a saved row"
-    return user.id
 
 
 # -- /api/a2a ------------------------------------------------------------------------------
@@ -135,14 +128,14 @@ def a2a_api_router() -> APIRouter:
     @router.get("/keys", response_model=list[ApiKeyOut], response_model_by_alias=True)
     async def list_keys(user: CurrentUser, keys: ApiKeysDep) -> list[ApiKeyOut]:
         """Your API keys, newest first (secrets are never shown again)."""
-        rows = await keys.list_keys(user_id=_user_id(user))
+        rows = await keys.list_keys(user_id=user_id_of(user))
         return [ApiKeyOut.model_validate(r, from_attributes=True) for r in rows]
 
     @router.post("/keys", status_code=201, response_model=ApiKeyCreated, response_model_by_alias=True)
     async def create_key(body: ApiKeyCreate, user: CurrentUser, keys: ApiKeysDep) -> ApiKeyCreated:
         """Create an API key for A2A callers; copy `key` now, it is stored only as a hash."""
         try:
-            row, key = await keys.create_key(user_id=_user_id(user), name=body.name)
+            row, key = await keys.create_key(user_id=user_id_of(user), name=body.name)
         except api_keys.ApiKeyError as exc:
             raise ApiError(
                 422, "api_key_invalid", detail=_("Cannot create the key: {reason}.").format(reason=exc)
@@ -152,14 +145,14 @@ def a2a_api_router() -> APIRouter:
     @router.delete("/keys/{key_id}", status_code=204)
     async def revoke_key(key_id: KeyId, user: CurrentUser, keys: ApiKeysDep) -> Response:
         """Revoke one of your keys; requests with it are refused from now on."""
-        if not await keys.revoke_key(user_id=_user_id(user), key_id=key_id):
+        if not await keys.revoke_key(user_id=user_id_of(user), key_id=key_id):
             raise ApiError(404, "api_key_not_found", detail=_("You have no such active key."))
         return Response(status_code=204)
 
     @router.get("/remote-agents", response_model=list[RemoteAgentOut], response_model_by_alias=True)
     async def list_remote_agents(user: CurrentUser, remote_agents: RemoteAgentsDep) -> list[RemoteAgentOut]:
         """Remote A2A agents registered by card URL (every user may delegate to them; tokens are never shown)."""
-        return [_remote_out(v, _user_id(user)) for v in await remote_agents.list()]
+        return [_remote_out(v, user_id_of(user)) for v in await remote_agents.list()]
 
     @router.post("/remote-agents", status_code=201, response_model=RemoteAgentOut, response_model_by_alias=True)
     async def register_remote_agent(
@@ -168,17 +161,17 @@ def a2a_api_router() -> APIRouter:
         """Register a remote A2A agent by its card URL; it can be delegated to at once (`@<id> …`)."""
         try:
             view = await remote_agents.register(
-                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=_user_id(user)
+                body.card_url, agent_id=body.id, bearer_token=body.bearer_token or None, user_id=user_id_of(user)
             )
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
-        return _remote_out(view, _user_id(user))
+        return _remote_out(view, user_id_of(user))
 
     @router.delete("/remote-agents/{agent_id}", status_code=204)
     async def unregister_remote_agent(agent_id: AgentId, user: CurrentUser, remote_agents: RemoteAgentsDep) -> Response:
         """Remove a remote agent you registered (403 for another user's)."""
         try:
-            removed = await remote_agents.unregister(agent_id, user_id=_user_id(user))
+            removed = await remote_agents.unregister(agent_id, user_id=user_id_of(user))
         except RegistrationError as exc:
             raise HTTPException(exc.status_code, detail=str(exc)) from exc
         if not removed:

@@ -82,6 +82,12 @@ AuthStateDep = Annotated[AuthState, Depends(get_auth_state)]
 LoginsDep = Annotated[accounts.PasswordLogin, Depends(get_logins)]
 
 
+def user_id_of(user: User) -> int:
+    """The signed-in user's id: `CurrentUser` is a saved row, which always has one (SQLModel types it optional)."""
+    assert user.id is not None, "CurrentUser is a saved row"
+    return user.id
+
+
 async def get_current_user(
     request: Request,
     db: DatabaseDep,

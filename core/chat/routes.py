@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep
+from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep, user_id_of
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.deps import ChatDep
@@ -99,7 +99,7 @@ def chat_router() -> APIRouter:
     async def list_sessions(user: CurrentUser, db: DatabaseDep, chat: ChatDep) -> list[SessionOut]:
         """The caller's chat sessions, most recent first (delegated-task sessions are not listed)."""
         async with db.read() as s:
-            rows = await sessions_store.list_sessions(s, user_id=user.id)
+            rows = await sessions_store.list_sessions(s, user_id=user_id_of(user))
             slugs = await _agent_slugs(s)
         return [_session_out(r, slugs, chat) for r in rows]
 
@@ -126,8 +126,9 @@ def chat_router() -> APIRouter:
                             "agentId (GET /api/agents lists them), or set DEFAULT_AGENT."
                         ).format(name=settings.default_agent),
                     )
+            assert agent.id is not None  # a saved row
             row = await sessions_store.create_session(
-                s, user_id=user.id, agent_id=agent.id, title=body.title or "New chat"
+                s, user_id=user_id_of(user), agent_id=agent.id, title=body.title or "New chat"
             )
         return _session_out(row, {agent.id: (agent.slug, False)}, chat)
 
@@ -149,7 +150,7 @@ def chat_router() -> APIRouter:
             await _owned_session(s, session_id, user)
         await chat.cancel(session_id)  # outside the transaction: the turn saves in its own
         async with db.session() as s:
-            await sessions_store.delete_session(s, session_id=session_id, user_id=user.id)
+            await sessions_store.delete_session(s, session_id=session_id, user_id=user_id_of(user))
         return Response(status_code=204)
 
     @router.get("/sessions/{session_id}/messages", response_model=list[MessageOut], response_model_by_alias=True)
@@ -166,7 +167,7 @@ def chat_router() -> APIRouter:
     async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, chat: ChatDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
         try:  # the engine checks the chat is the user's before it checks it is busy (404 before 409)
-            turn = await chat.start_turn(session_id=session_id, user_id=user.id, text=body.content)
+            turn = await chat.start_turn(session_id=session_id, user_id=user_id_of(user), text=body.content)
         except ChatError as exc:
             raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
         return TurnOut(
@@ -196,14 +197,15 @@ def chat_router() -> APIRouter:
 
 
 async def _owned_session(s: AsyncSession, session_id: str, user: User) -> AgentSession:
-    row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user.id)
+    row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id_of(user))
     if row is None:
         raise ApiError(404, "session_not_found", detail=_("There is no such chat session."))
     return row
 
 
 async def _agent_slugs(s: AsyncSession) -> dict[int, tuple[str, bool]]:
-    return {a.id: (a.slug, a.deleted_at is not None) for a in await agents_store.list_agents(s, include_deleted=True)}
+    agents = await agents_store.list_agents(s, include_deleted=True)
+    return {a.id: (a.slug, a.deleted_at is not None) for a in agents if a.id is not None}
 
 
 def _session_out(row: AgentSession, slugs: dict[int, tuple[str, bool]], chat: ChatEngine) -> SessionOut:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,7 +147,7 @@ class ToolFamily(Protocol):
 
     tool_type: str
 
-    def tools_for(self, agent_id: int | None, agent_slug: str) -> list[Tool]:
+    def tools_for(self, agent_id: int | None, agent_slug: str) -> Sequence[Tool]:
         """The functions this family offers to that agent now."""
         ...
 

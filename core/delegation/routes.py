@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from core.auth.deps import CurrentUser, HubDep
+from core.auth.deps import CurrentUser, HubDep, user_id_of
 from core.chat.routes import MessageOut, message_out
 from core.delegation.deps import DelegationDep
 from core.delegation.tasks import TaskView, seed_task_shape, task_stream_key
@@ -24,7 +24,6 @@ from core.i18n import _
 from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
 from core.web.errors import ApiError
-from models import User
 
 # Seed 000 §3.2.5: the task stream says it can be resumed (here with Last-Event-ID or ?lastEventId=).
 RESUMABLE = {"X-Stream-Resume": "true"}
@@ -85,19 +84,19 @@ def tasks_router() -> APIRouter:
             )
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if await delegation.owned_task(_user_id(user), task_id) is None or await refresh(hub, key) is None:
+        if await delegation.owned_task(user_id_of(user), task_id) is None or await refresh(hub, key) is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE)
 
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
     async def list_tasks(user: CurrentUser, delegation: DelegationDep) -> list[dict[str, Any]]:
         """Your delegated tasks, newest first (what the audit view lists)."""
-        return [_task_out(t) for t in await delegation.list_tasks(_user_id(user))]
+        return [_task_out(t) for t in await delegation.list_tasks(user_id_of(user))]
 
     @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True, tags=["delegation"])
     async def get_task(task_id: str, user: CurrentUser, delegation: DelegationDep) -> dict[str, Any]:
         """One delegated task with the callee's messages and its nested delegations."""
-        detail = await delegation.task_detail(_user_id(user), task_id)
+        detail = await delegation.task_detail(user_id_of(user), task_id)
         if detail is None:
             raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
         return {
@@ -107,12 +106,6 @@ def tasks_router() -> APIRouter:
         }
 
     return router
-
-
-def _user_id(user: User) -> int:
-    """The signed-in user's id (read from the database, so never None)."""
-    assert user.id is not None
-    return user.id
 
 
 def _task_out(t: TaskView) -> dict[str, Any]:
