@@ -25,117 +25,68 @@ A change is read by the next turn: a running turn keeps the agent row it started
 from __future__ import annotations
 
 import asyncio
+import builtins  # `list` is also a method of AgentAdmin
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlmodel import col, select
 
 from core.auth import accounts
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem, provider_of
-from core.chat.model_route import same_base
+from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem
 from core.db import Database
+from core.delegation.agent_rules import (
+    AgentConflict,
+    AgentRuleError,
+    Loc,
+    NotAllowed,
+    UnknownAgent,
+    allowed_loc,
+    invoke_config,
+    key_stays_with_its_endpoint,
+    parse_api_base,
+    parse_tools,
+    stored_key_elsewhere,
+)
+from core.delegation.agent_views import (
+    KIND_BROKER,
+    KIND_HTTP,
+    KIND_LOCAL,
+    AgentView,
+    Deleted,
+    Edge,
+    TryResult,
+    local_view,
+)
 from core.delegation.registry import AgentRegistry
 from core.delegation.tasks import SUBMITTED, WORKING
 from core.i18n import _, format_number
 from core.secret_box import LazySecretBox
 from models import A2ATaskSession, Agent, RemoteA2AAgent
 
+# The rule errors live in core.delegation.agent_rules; they are named here too, where callers have always found them.
+__all__ = [
+    "KIND_BROKER",
+    "KIND_HTTP",
+    "KIND_LOCAL",
+    "LOCAL_AGENT",
+    "TRY_PROMPT",
+    "AgentAdmin",
+    "AgentConflict",
+    "AgentRuleError",
+    "AgentView",
+    "Deleted",
+    "Edge",
+    "NotAllowed",
+    "TryResult",
+    "UnknownAgent",
+]
+
 LOCAL_AGENT = "agent"  # the kind of registry notice an edit sends (core/db_events.py)
 
-KIND_LOCAL, KIND_HTTP, KIND_BROKER = "local", "remote-http", "broker"
-TOOL_TYPES = (agents_store.AGENT_INVOKE, agents_store.A2A_DISPATCH)
-INVOKE_LIMITS = ("maxRecursionDepth", "timeoutMs", "maxOutputTokens")
 TRY_PROMPT = "Say hello and, in one short sentence, what you can do."
 TRY_TIMEOUT_S = 30.0
-
-Loc = tuple[str | int, ...]
-
-
-class AgentRuleError(ValueError):
-    """An edit the rules refuse; `loc` is the field (API names) and `status_code` the HTTP answer."""
-
-    status_code = 422
-
-    def __init__(self, message: str, loc: Loc = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.loc = loc
-
-
-class AgentConflict(AgentRuleError):
-    """The id is taken, or the agent is busy."""
-
-    status_code = 409
-
-
-class NotAllowed(AgentRuleError):
-    """The user may not do this (only admins change and try agents)."""
-
-    status_code = 403
-
-
-class UnknownAgent(AgentRuleError):
-    """No local agent with that id (a remote one is not edited here)."""
-
-    status_code = 404
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AgentView:
-    """One agent as the list, the editor and the API show it (secrets only as `has_api_key`)."""
-
-    id: str
-    name: str
-    description: str
-    kind: str  # local | remote-http | broker
-    model: str | None = None
-    online: bool | None = None  # remote agents only
-    system_prompt: str | None = None
-    api_base: str | None = None
-    has_api_key: bool = False
-    temperature: float | None = None
-    max_output_tokens: int | None = None
-    tools: list[dict[str, Any]] = field(default_factory=list)  # [{"type", "config"}]
-
-    @property
-    def is_local(self) -> bool:
-        """An agent of this app (editable)."""
-        return self.kind == KIND_LOCAL
-
-    def tool(self, tool_type: str) -> dict[str, Any] | None:
-        """The config of one of its tools, or None."""
-        return next((t["config"] for t in self.tools if t["type"] == tool_type), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Edge:
-    """An allowed call: `caller` may delegate to `callee` (`any`: it may call every agent, no list)."""
-
-    caller: str
-    callee: str
-    tool: str
-    any: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Deleted:
-    """What a delete did: the agent is gone, and these agents' `allowedAgents` no longer name it."""
-
-    id: str
-    removed_from: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class TryResult:
-    """One prompt through an agent's model: its reply, or the provider's error in plain words."""
-
-    ok: bool
-    text: str
-    field: str | None = None  # the form field (API name) the error concerns, if one does
 
 
 class AgentAdmin:
@@ -173,7 +124,7 @@ class AgentAdmin:
             rows = await agents_store.list_agents(s)
             tools = await agents_store.tools_by_agent(s)
             registered = list((await s.exec(select(RemoteA2AAgent).order_by(col(RemoteA2AAgent.id)))).all())
-        views = [_local_view(a, tools.get(a.id, {})) for a in rows]
+        views = [local_view(a, tools.get(a.id, {}) if a.id is not None else {}) for a in rows]
         online = {r.id: r for r in self.registry.remote_agents()}
         for remote in online.values():
             views.append(
@@ -210,7 +161,7 @@ class AgentAdmin:
             raise UnknownAgent(_("There is no agent {name!r}.").format(name=agent_id))
         return view
 
-    async def edges(self, views: list[AgentView] | None = None) -> list[Edge]:
+    async def edges(self, views: builtins.list[AgentView] | None = None) -> builtins.list[Edge]:
         """Who may call whom.
 
         An edge per allowed delegation (`agent-invoke`; to every agent when it has no list) and per
@@ -261,12 +212,12 @@ class AgentAdmin:
             raise AgentRuleError(_("An agent needs a name."), ("name",))
         await self._check_id_free(slug)
         model = (fields.get("model") or "").strip() or self.default_model
-        api_base = _api_base(fields.get("api_base"))
+        api_base = parse_api_base(fields.get("api_base"))
         await self._check_model(model, api_base)
-        tools = _tools(fields.get("tools"))
+        tools = parse_tools(fields.get("tools"))
         if fields.get("can_delegate") and agents_store.AGENT_INVOKE not in tools:
-            tools[agents_store.AGENT_INVOKE] = _invoke_config(fields.get("delegation") or {}, ("delegation",))
-        await self._check_allowed(slug, tools, _allowed_loc(fields))
+            tools[agents_store.AGENT_INVOKE] = invoke_config(fields.get("delegation") or {}, ("delegation",))
+        await self._check_allowed(slug, tools, allowed_loc(fields))
         settings = {
             "api_base": api_base,
             "temperature": fields.get("temperature"),
@@ -323,19 +274,19 @@ class AgentAdmin:
         if "model" in fields:
             changes["model"] = (fields["model"] or "").strip()
         if "api_base" in fields:
-            changes["api_base"] = _api_base(fields["api_base"])
+            changes["api_base"] = parse_api_base(fields["api_base"])
         if agent.api_key and "api_key" not in fields and ("api_base" in fields or "model" in fields):
             new_model, new_base = changes.get("model", agent.model), changes.get("api_base", agent.api_base)
-            if not await _key_stays_with_its_endpoint(agent.model, agent.api_base, new_model, new_base):
-                raise AgentRuleError(_stored_key_elsewhere(agent.model, agent.api_base), ("apiKey",))
+            if not await key_stays_with_its_endpoint(agent.model, agent.api_base, new_model, new_base):
+                raise AgentRuleError(stored_key_elsewhere(agent.model, agent.api_base), ("apiKey",))
         if "model" in fields or "api_base" in fields:
             await self._check_model(changes.get("model", agent.model), changes.get("api_base", agent.api_base))
         if "api_key" in fields:
             changes["api_key"] = self.secrets.seal(fields["api_key"]) if fields["api_key"] else None
         tools = None
         if "tools" in fields:
-            tools = _tools(fields["tools"])
-            await self._check_allowed(agent_id, tools, _allowed_loc(fields))
+            tools = parse_tools(fields["tools"])
+            await self._check_allowed(agent_id, tools, allowed_loc(fields))
         async with self.db.session() as s:
             row = await agents_store.get_agent_by_slug(s, agent_id)
             if row is None:
@@ -374,7 +325,9 @@ class AgentAdmin:
                     )
                 )
             # A chat answering with it, on any replica: its turn's draft is in the database from the turn's start.
-            answering = await sessions_store.sessions_answering_with(s, agent_id=agent.id)
+            answering = (
+                await sessions_store.sessions_answering_with(s, agent_id=agent.id) if agent.id is not None else []
+            )
             if answering:
                 raise AgentConflict(
                     _(
@@ -415,7 +368,9 @@ class AgentAdmin:
                 stored = await agents_store.get_agent_by_slug(s, agent_id)
         model = (fields.get("model") or "").strip() or (stored.model if stored else self.default_model)
         try:
-            api_base = _api_base(fields["api_base"] if "api_base" in fields else (stored.api_base if stored else None))
+            api_base = parse_api_base(
+                fields["api_base"] if "api_base" in fields else (stored.api_base if stored else None)
+            )
         except AgentRuleError as exc:
             return TryResult(False, exc.message)
         problem = await model_problem(model, api_base=api_base)
@@ -423,8 +378,8 @@ class AgentAdmin:
             return TryResult(False, problem[0].upper() + problem[1:] + ".")
         api_key = fields.get("api_key") or None
         if api_key is None and stored is not None and stored.api_key and "api_key" not in fields:
-            if not await _key_stays_with_its_endpoint(stored.model, stored.api_base, model, api_base):
-                return TryResult(False, _stored_key_elsewhere(stored.model, stored.api_base), field="apiKey")
+            if not await key_stays_with_its_endpoint(stored.model, stored.api_base, model, api_base):
+                return TryResult(False, stored_key_elsewhere(stored.model, stored.api_base), field="apiKey")
             api_key = self.secrets.open(stored.api_key)
         system = fields.get("system_prompt") if "system_prompt" in fields else (stored.system_prompt if stored else "")
         messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
@@ -492,116 +447,3 @@ class AgentAdmin:
                 ).format(ids=", ".join(unknown)),
                 loc,
             )
-
-
-async def _key_stays_with_its_endpoint(
-    saved_model: str, saved_base: str | None, model: str, api_base: str | None
-) -> bool:
-    """Whether an agent's stored key would still go where it was saved for.
-
-    That is the same `apiBase`, or without one the same provider's endpoint (a key saved
-    for `openai/...` must not go to Anthropic with `anthropic/...`).
-    """
-    if saved_base or api_base:
-        return same_base(saved_base, api_base)
-    return await provider_of(saved_model) == await provider_of(model)
-
-
-def _stored_key_elsewhere(saved_model: str, saved_base: str | None) -> str:
-    if saved_base:
-        return _(
-            "The stored API key was saved for {base}; give the key again for another base URL, "
-            "or remove it (apiKey null)."
-        ).format(base=saved_base)
-    return _(
-        "The stored API key was saved for the provider of {model}; give the key again for another "
-        "provider or base URL, or remove it (apiKey null)."
-    ).format(model=saved_model)
-
-
-def _allowed_loc(fields: dict[str, Any]) -> Loc:
-    for index, spec in enumerate(fields.get("tools") or []):
-        if spec.get("type") == agents_store.AGENT_INVOKE:
-            return ("tools", index, "config", "allowedAgents")
-    return ("delegation", "allowedAgents")
-
-
-def _local_view(agent: Agent, tools: dict[str, dict[str, Any]]) -> AgentView:
-    return AgentView(
-        id=agent.slug,
-        name=agent.name,
-        description=agent.description,
-        kind=KIND_LOCAL,
-        model=agent.model,
-        system_prompt=agent.system_prompt,
-        api_base=agent.api_base,
-        has_api_key=bool(agent.api_key),
-        temperature=agent.temperature,
-        max_output_tokens=agent.max_output_tokens,
-        tools=[{"type": t, "config": _shown_config(t, tools[t])} for t in sorted(tools)],
-    )
-
-
-def _shown_config(tool_type: str, config: dict[str, Any]) -> dict[str, Any]:
-    if tool_type != agents_store.AGENT_INVOKE:
-        return dict(config)
-    return {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG, **config}  # the limits with their defaults filled in
-
-
-def _api_base(value: Any) -> str | None:
-    text = str(value or "").strip()
-    if not text:
-        return None
-    parts = urlsplit(text)
-    if parts.scheme not in {"http", "https"} or not parts.netloc:
-        raise AgentRuleError(
-            _("An apiBase is an http:// or https:// URL, e.g. http://127.0.0.1:11434/v1."), ("apiBase",)
-        )
-    return text
-
-
-def _tools(specs: Any) -> dict[str, dict[str, Any]]:
-    """`{type: config}` from `[{"type", "config"}]`; refuses unknown or repeated types."""
-    tools: dict[str, dict[str, Any]] = {}
-    for index, spec in enumerate(specs or []):
-        tool_type = spec.get("type")
-        if tool_type not in TOOL_TYPES:
-            raise AgentRuleError(
-                _("Unknown tool type {type!r}; the tools are {types}.").format(
-                    type=tool_type, types=", ".join(TOOL_TYPES)
-                ),
-                ("tools", index, "type"),
-            )
-        if tool_type in tools:
-            raise AgentRuleError(
-                _("The tool {type!r} is listed twice.").format(type=tool_type), ("tools", index, "type")
-            )
-        config = spec.get("config") or {}
-        if tool_type == agents_store.A2A_DISPATCH:
-            if config:
-                raise AgentRuleError(_("The a2a-dispatch tool takes no config."), ("tools", index, "config"))
-            tools[tool_type] = {}
-        else:
-            tools[tool_type] = _invoke_config(config, ("tools", index, "config"))
-    return tools
-
-
-def _invoke_config(config: dict[str, Any], loc: Loc) -> dict[str, Any]:
-    result: dict[str, Any] = {**agents_store.DEFAULT_AGENT_INVOKE_CONFIG}
-    for name, value in config.items():
-        if name in INVOKE_LIMITS:
-            if value is None:
-                continue
-            maximum = agents_store.AGENT_INVOKE_MAXIMA[name]
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
-                raise AgentRuleError(
-                    _("{name} is a whole number from 1 to {maximum}.").format(name=name, maximum=maximum), (*loc, name)
-                )
-            result[name] = value
-        elif name == "allowedAgents":
-            if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-                raise AgentRuleError(_("allowedAgents is a list of agent ids, or null for any agent."), (*loc, name))
-            result[name] = sorted(set(value)) if value is not None else None
-        else:
-            raise AgentRuleError(_("Unknown agent-invoke setting {name!r}.").format(name=name), (*loc, name))
-    return result
