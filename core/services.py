@@ -138,7 +138,7 @@ class Services:
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
-        broker = Broker(settings, registry)
+        broker = Broker(settings, registry, hub)
         inbox_feed = None
         if settings.cluster and settings.redis.dsn:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             inbox_feed = InboxStreamFeed(db, settings.redis.dsn, settings.redis.key_prefix)

@@ -35,36 +35,46 @@ import contextlib
 import logging
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-from core.broker import wire
+from core.broker import report, wire
 from core.broker.auth import Identity, Refused, identify, is_blacklisted
 from core.broker.cluster import DirectoryEntry
-from core.broker.connection import AgentConnection, ConnectionStats, RpcError, TaskIdle
+from core.broker.connection import AgentConnection, ConnectionStats, RpcError
 from core.broker.inbox_feed import inbox_stream_key
-from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
+from core.broker.inject import InjectPublisher
+from core.broker.relay import RECENT_TASKS, STOPPED, TIMEOUT, TaskRelay
 from core.broker.reload import ConfigReloader
 from core.broker.replicas import BrokerCluster, ForwardFailed
 from core.broker.store import BrokerStore
-from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgentError
-from core.i18n import N_, _
+from core.broker.task import DISPATCH_TOKEN_OWNER, OPEN_OWNER, BrokerTask, TaskObserver, user_owner
+from core.broker.task_log import TaskLog, owner_user_id
+from core.delegation.registry import AgentRegistry, IdTaken
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
+from core.streaming.hub import StreamHub
+from core.streaming.redis_hub import RedisStreamHub
 from core.web.logtext import loggable
 
-log = logging.getLogger(__name__)
+__all__ = [  # the task's names, re-exported: callers import them from here
+    "DISPATCH_TOKEN_OWNER",
+    "OPEN_OWNER",
+    "RECENT_TASKS",
+    "STOPPED",
+    "TIMEOUT",
+    "Broker",
+    "BrokerTask",
+    "TaskObserver",
+    "user_owner",
+]
 
-RECENT_TASKS = 100
+log = logging.getLogger(__name__)
 
 # WebSocket close codes (4000-4999 are the application's).
 CLOSE_BAD_CARD, CLOSE_ID_TAKEN, CLOSE_NO_CARD, CLOSE_GOING_AWAY = 4400, 4409, 4408, 1001
 CLOSE_TRY_AGAIN = 1013  # cluster mode: the directory (Redis) is unreachable, the agent should dial again later
-
-TIMEOUT = "timeout"  # a task state of the broker's own, next to A2A's
-STOPPED = N_("The task was stopped: the broker is shutting down.")
 
 
 def _close_reason(text: str) -> str:
@@ -73,81 +83,15 @@ def _close_reason(text: str) -> str:
     return text if len(data) <= 123 else data[:120].decode("utf-8", "ignore") + "..."
 
 
-class TaskObserver(Protocol):
-    """Follows one dispatched task besides its injects (the app's own dispatches: the side panel)."""
-
-    async def on_text(self, text: str) -> None:
-        """The text of one event, as it arrives (not throttled)."""
-        ...
-
-    async def on_end(self, state: str, text: str) -> None:
-        """The task ended (completed, failed, canceled, timeout, input-required...) with this closing text."""
-        ...
-
-
-OPEN_OWNER = "open"  # tasks dispatched in the seed's open mode (broker_open_dispatch: trusted networks only)
-DISPATCH_TOKEN_OWNER = "dispatch-token"  # tasks dispatched with the settings' broker_dispatch_token
-
-
-def user_owner(user_id: int) -> str:
-    """The owner of the tasks a user dispatches (with an API key, or from the app's own chat)."""
-    return f"user:{user_id}"
-
-
-@dataclass(slots=True)
-class BrokerTask:
-    """One dispatched task, as the broker page and stats see it."""
-
-    id: str
-    agent: AgentConnection
-    chat_agent_id: Any
-    chat_id: str
-    text: str
-    owner: str = OPEN_OWNER  # who dispatched it: `user:<id>` (an API key or the app's chat), a token, open mode
-    session_id: str | None = None  # the app's own chat session that dispatched it
-    mac_address: str | None = None
-    state: str = "submitted"
-    last_text: str = ""
-    events: int = 0
-    injects: int = 0
-    throttled: int = 0
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
-    remote_task_id: str | None = None
-    cancel_requested: bool = False
-    first_inject_at: float | None = None
-    runner: asyncio.Task[None] | None = None
-    observer: TaskObserver | None = None
-    _last_delay: float = float("-inf")
-
-    def view(self) -> dict[str, Any]:
-        """A JSON-able summary."""
-        return {
-            "taskId": self.id,
-            "targetAgent": self.agent.id,
-            "agentName": self.agent.name,
-            "agentId": self.chat_agent_id,
-            "chatId": self.chat_id,
-            "task": self.text,
-            "state": self.state,
-            "lastProgress": self.last_text,
-            "events": self.events,
-            "injects": self.injects,
-            "throttled": self.throttled,
-            "remoteTaskId": self.remote_task_id,
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-            "finishedAt": self.finished_at,
-        }
-
-
 class Broker:
     """Connections, tasks and the return path."""
 
-    def __init__(self, settings: Settings, registry: AgentRegistry) -> None:
+    def __init__(
+        self, settings: Settings, registry: AgentRegistry, hub: StreamHub | RedisStreamHub | None = None
+    ) -> None:
         self.settings = settings
         self.registry = registry
+        self.hub = hub  # where each task's events are logged (`a2a_<taskId>`); None: not logged
         # Cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas"): the directory and forwarding.
         # (Without REDIS_URL cluster mode refuses to start, Settings.cluster_problems: nothing to build then.)
         self.cluster = BrokerCluster(settings, on_lost=self._lost) if settings.cluster and settings.redis.dsn else None
@@ -167,14 +111,13 @@ class Broker:
         self.connections_refused = 0
         self.tasks_dispatched = 0
         self.tasks_no_agent = 0
-        self.injects_throttled = 0
-        self.tasks_finished: Counter[str] = Counter()
         self._connections: dict[str, AgentConnection] = {}
         self._closers: dict[str, Callable[[int, str], Awaitable[None]]] = {}
-        self._tasks: dict[str, BrokerTask] = {}
-        self._recent: deque[BrokerTask] = deque(maxlen=RECENT_TASKS)
         self._runners = BackgroundTasks()
         self._stopping = False
+        self.relay = TaskRelay(settings, self.store, self.injects, lambda: self._stopping)
+        self._tasks = self.relay.tasks  # the running tasks (the relay's own dict: it removes the ended)
+        self._recent = self.relay.recent
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -537,9 +480,14 @@ class Broker:
             session_id=session_id,
             task=task,
         )
+        # The app's own dispatches have their stream already, fed by their observer (core.broker.task_log).
+        record.task_log = TaskLog(self.hub, record.id, writes=observer is None)
+        await record.task_log.open(
+            {"kind": "broker", "agent": conn.id, "agentName": conn.name, "userId": owner_user_id(owner)}
+        )
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
-        record.runner = self._runners.spawn(self._relay(record), name=f"a2a task {record.id}")
+        record.runner = self._runners.spawn(self.relay.run(record), name=f"a2a task {record.id}")
         return {"taskId": record.id, "status": "accepted"}
 
     async def _forward_dispatch(
@@ -596,188 +544,27 @@ class Broker:
         """Finished tasks, newest first (the last hundred)."""
         return list(reversed(self._recent))
 
-    async def _inject(self, record: BrokerTask, text: str, mode: str) -> None:
-        inject = Inject(
-            agent_id=record.chat_agent_id,
-            chat_id=record.chat_id,
-            text=f"[{record.agent.name}] {text}",
-            mode=mode,
-            task_id=record.id,
-            session_id=record.session_id,
-        )
-        if mode == AUTO:  # the result is saved with the task's end before it is sent
-            try:
-                outbox_id = await self.store.finish_task(
-                    record.id, record.state, inject, sent=not self.injects.configured
-                )
-            except Exception:  # the database is down: send it anyway, it just is not durable
-                log.exception("could not save the result of task %s", record.id)
-            else:
-                inject = replace(inject, outbox_id=outbox_id)
-        await self.injects.publish(inject)
-        record.injects += 1
-        if record.first_inject_at is None:
-            record.first_inject_at = time.time()
-
-    async def _relay(self, record: BrokerTask) -> None:
-        stream = record.agent.open_task(record.text, task_id=record.id)
-        result = wire.Answer()
-        state, final_text = "failed", ""
-        try:
-            async with contextlib.aclosing(stream.events()) as events:
-                async for event in events:
-                    record.events += 1
-                    record.updated_at = time.time()
-                    record.remote_task_id = stream.remote_task_id
-                    if event.state:
-                        record.state = event.state
-                    if event.text and record.observer is not None:
-                        await self._observe(record, record.observer.on_text(wire.answer_piece(event)))
-                    if event.kind == "artifact":
-                        result.add_artifact(event)
-                        if event.text:  # seed 003: each event's text is injected, artifacts' too (throttled)
-                            record.last_text = event.text
-                            await self._progress(record, event.text)
-                        continue
-                    if event.final:
-                        # Interrupted states (input-required, auth-required) end the relay too, under their name.
-                        state = (
-                            "failed"
-                            if event.state == "rejected"
-                            else (
-                                event.state
-                                if event.state in wire.TERMINAL_STATES | wire.INTERRUPTED_STATES
-                                else "completed"
-                            )
-                        )
-                        final_text = result.text(event)
-                        break
-                    if event.text:
-                        record.last_text = result.last_progress = event.text
-                        await self._progress(record, event.text)
-        except asyncio.CancelledError:
-            state = "canceled"
-            final_text = _("The task was canceled.") if record.cancel_requested or not self._stopping else _(STOPPED)
-            await asyncio.shield(self._finish(record, state, final_text))
-            raise
-        except TaskIdle as exc:
-            state, final_text = TIMEOUT, _("The task timed out: {reason}.").format(reason=exc)
-        except ConnectionError:
-            # The server closes agents' sockets first when it stops: that is not the agent's failure.
-            state, final_text = (
-                ("canceled", _(STOPPED))
-                if self._stopping
-                else ("failed", _("The task failed: the agent disconnected."))
-            )
-        except RemoteAgentError as exc:
-            state, final_text = "failed", _("The task failed: {reason}.").format(reason=exc)
-        except Exception as exc:  # a bug here must still tell the chat the task is over
-            log.exception("relay of task %s failed", record.id)
-            state, final_text = "failed", f"The task failed in the broker: {type(exc).__name__}."
-        else:
-            if state == "failed":
-                final_text = (
-                    _("The task failed: {reason}").format(reason=final_text) if final_text else _("The task failed.")
-                )
-            elif state == "canceled":
-                final_text = (
-                    _("The task was canceled: {reason}").format(reason=final_text)
-                    if final_text
-                    else _("The task was canceled.")
-                )
-            elif state in wire.INTERRUPTED_STATES:
-                final_text = final_text or _("The agent needs more from you ({state}).").format(state=state)
-            final_text = final_text or _("The task completed.")
-        await self._finish(record, state, final_text)
-
-    async def _progress(self, record: BrokerTask, text: str) -> None:
-        now = time.monotonic()
-        if (now - record._last_delay) * 1000 < self.settings.inject_min_interval:
-            record.throttled += 1
-            self.injects_throttled += 1
-            return
-        record._last_delay = now
-        await self._inject(record, text, DELAY)
-
-    async def _finish(self, record: BrokerTask, state: str, text: str) -> None:
-        if record.finished_at is not None:
-            return
-        record.state, record.finished_at = state, time.time()
-        record.runner = None
-        self._tasks.pop(record.id, None)
-        self._recent.append(record)
-        self.tasks_finished[state] += 1
-        try:
-            await self._inject(record, text, AUTO)
-        except Exception:
-            log.exception("the final inject of task %s failed", record.id)
-        if record.observer is not None:
-            await self._observe(record, record.observer.on_end(state, text))
-
-    @staticmethod
-    async def _observe(record: BrokerTask, call: Awaitable[None]) -> None:
-        """An observer's failure is logged; it never stops the relay or the injects."""
-        try:
-            await call
-        except Exception:
-            log.exception("the observer of task %s failed", record.id)
-
     # -- health and counters ------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
         """`GET /a2a/health`: ok, or degraded while Redis is configured but down."""
-        redis_state = self.injects.state
-        return {
-            "status": "degraded" if redis_state == "down" else "ok",
-            "redis": redis_state,
-            "outbox": self.injects.outbox_size,
-            "redisError": self.injects.last_error,
-            "agentsOnline": len(self.agents()),
-            **({"replica": self.cluster.replica_id, "agentsHere": len(self._connections)} if self.cluster else {}),
-            "tasksRunning": len(self._tasks),
-            "uptimeS": round(time.time() - self.started_at, 1),
-            "config": {
-                "watching": self.reloader.watching,
-                "lastReloadAt": self.reloader.last_reload_at,
-                "lastError": self.reloader.last_error,
-            },
-        }
+        return report.health(self)
 
     def stats(self) -> dict[str, Any]:
         """`GET /a2a/stats`: counters since start."""
-        c = self.conn_stats
-        by_state = Counter({"running": len(self._tasks), **self.tasks_finished})
-        cluster = (
-            {}
-            if self.cluster is None
-            else {
-                "cluster": {
-                    "replica": self.cluster.replica_id,
-                    "agentsHere": len(self._connections),
-                    "forwarded": dict(self.cluster.forwarded),
-                }
-            }
-        )
-        return {
-            "agentsOnline": len(self.agents()),
-            **cluster,
-            "connections": {"total": self.connections_total, "refused": self.connections_refused},
-            "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
-            "eventsRelayed": c.events_in,
-            "injects": {
-                "sent": self.injects.sent,
-                "throttled": self.injects_throttled,
-                "dropped": self.injects.dropped,
-                "queued": self.injects.outbox_size,
-            },
-            "lines": {
-                "in": c.lines_in,
-                "malformed": c.lines_malformed,
-                "oversized": c.lines_oversized,
-                "unknownResponses": c.unknown_responses,
-                "agentRequests": c.agent_requests,
-                "badEvents": c.bad_events,
-            },
-            "redis": self.injects.state,
-            "config": {"reloads": self.reloader.reloads, "rejected": self.reloader.rejected},
-        }
+        return report.stats(self)
+
+    @property
+    def connections_here(self) -> int:
+        """Agents connected to this replica."""
+        return len(self._connections)
+
+    @property
+    def injects_throttled(self) -> int:
+        """`delay` injects dropped by the throttle since start."""
+        return self.relay.injects_throttled
+
+    @property
+    def tasks_finished(self) -> Counter[str]:
+        """Finished tasks by end state since start."""
+        return self.relay.tasks_finished

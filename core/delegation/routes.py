@@ -84,7 +84,12 @@ def tasks_router() -> APIRouter:
             )
         key = task_stream_key(task_id)
         # Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
-        if await delegation.owned_task(user_id_of(user), task_id) is None or await refresh(hub, key) is None:
+        info = await refresh(hub, key)
+        # A broker task dispatched with the user's API key has no task row: its stream says whose it is.
+        owned = (info is not None and info.meta.get("userId") == user.id) or (
+            await delegation.owned_task(user_id_of(user), task_id) is not None
+        )
+        if not owned or info is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(hub, key, last_event_id(request), shape=seed_task_shape(task_id), headers=RESUMABLE)
 

@@ -1,0 +1,70 @@
+"""The broker's health and counters (`GET /a2a/health`, `GET /a2a/stats`)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.broker.service import Broker
+
+
+def health(self: Broker) -> dict[str, Any]:
+    """`GET /a2a/health`: ok, or degraded while Redis is configured but down."""
+    redis_state = self.injects.state
+    return {
+        "status": "degraded" if redis_state == "down" else "ok",
+        "redis": redis_state,
+        "outbox": self.injects.outbox_size,
+        "redisError": self.injects.last_error,
+        "agentsOnline": len(self.agents()),
+        **({"replica": self.cluster.replica_id, "agentsHere": self.connections_here} if self.cluster else {}),
+        "tasksRunning": len(self.relay.tasks),
+        "uptimeS": round(time.time() - self.started_at, 1),
+        "config": {
+            "watching": self.reloader.watching,
+            "lastReloadAt": self.reloader.last_reload_at,
+            "lastError": self.reloader.last_error,
+        },
+    }
+
+
+def stats(self: Broker) -> dict[str, Any]:
+    """`GET /a2a/stats`: counters since start."""
+    c = self.conn_stats
+    by_state = Counter({"running": len(self.relay.tasks), **self.relay.tasks_finished})
+    cluster = (
+        {}
+        if self.cluster is None
+        else {
+            "cluster": {
+                "replica": self.cluster.replica_id,
+                "agentsHere": self.connections_here,
+                "forwarded": dict(self.cluster.forwarded),
+            }
+        }
+    )
+    return {
+        "agentsOnline": len(self.agents()),
+        **cluster,
+        "connections": {"total": self.connections_total, "refused": self.connections_refused},
+        "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
+        "eventsRelayed": c.events_in,
+        "injects": {
+            "sent": self.injects.sent,
+            "throttled": self.relay.injects_throttled,
+            "dropped": self.injects.dropped,
+            "queued": self.injects.outbox_size,
+        },
+        "lines": {
+            "in": c.lines_in,
+            "malformed": c.lines_malformed,
+            "oversized": c.lines_oversized,
+            "unknownResponses": c.unknown_responses,
+            "agentRequests": c.agent_requests,
+            "badEvents": c.bad_events,
+        },
+        "redis": self.injects.state,
+        "config": {"reloads": self.reloader.reloads, "rejected": self.reloader.rejected},
+    }
