@@ -20,8 +20,9 @@ import time
 from typing import Any
 
 from core.delegation.tasks import state_event, task_stream_key
-from core.streaming.hub import StreamBusy, StreamHub
-from core.streaming.redis_hub import RedisStreamHub
+from core.streaming import events as ev
+from core.streaming.backend import StreamHubBackend
+from core.streaming.hub import StreamBusy
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def owner_user_id(owner: str) -> int | None:
 class TaskLog:
     """Writes one broker task's events to its hub stream; a hub failure is logged, never stops the relay."""
 
-    def __init__(self, hub: StreamHub | RedisStreamHub | None, task_id: str, *, writes: bool) -> None:
+    def __init__(self, hub: StreamHubBackend | None, task_id: str, *, writes: bool) -> None:
         self.hub = hub
         self.key = task_stream_key(task_id)
         self.writes = writes and hub is not None
@@ -63,13 +64,13 @@ class TaskLog:
             log.warning("could not open the stream %s", self.key, exc_info=True)
             self.writes = False
             return
-        await self._append("state", state_event("working", self._state))
+        await self._append(state_event("working", self._state))
         self._state = "working"
 
     async def text(self, piece: str) -> None:
         """One event's text, as it arrives."""
         if piece:
-            await self._append("text-delta", {"id": "text-0", "delta": piece})
+            await self._append(ev.TextDelta("text-0", piece))
 
     async def end(self, state: str, text: str) -> None:
         """The task's end: `error` (unless completed), the last `state`, `done`, then the stream is finished."""
@@ -78,28 +79,20 @@ class TaskLog:
         assert self.hub is not None
         error = None if state == "completed" else text
         if error is not None:
-            await self._append("error", {"errorText": error})
-        await self._append("state", state_event(state, self._state, error))
-        await self._append(
-            "done",
-            {
-                "state": state,
-                "error": error,
-                "text": text,
-                "durationMs": int((time.monotonic() - self._started) * 1000),
-            },
-        )
+            await self._append(ev.Error(error))
+        await self._append(state_event(state, self._state, error))
+        await self._append(ev.TaskDone(state, error, int((time.monotonic() - self._started) * 1000)))
         try:
             await self.hub.finish(self.key, error=error)
         except Exception:
             log.warning("could not finish the stream %s", self.key, exc_info=True)
         self.writes = False
 
-    async def _append(self, kind: str, data: dict[str, Any]) -> None:
+    async def _append(self, event: ev.Event) -> None:
         if not self.writes:
             return
         assert self.hub is not None
         try:
-            await self.hub.append(self.key, kind, data)
+            await ev.publish(self.hub, self.key, event)
         except Exception:
             log.warning("could not append to the stream %s", self.key, exc_info=True)
