@@ -59,6 +59,7 @@ from core.delegation.service import DelegationRefused, DelegationService, TooMan
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
+from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import SubscriberOverflow, UnknownStream
 from core.streaming.redis_hub import refresh
@@ -320,15 +321,19 @@ class AgentRequestHandler(wire.RequestHandler):
                     text: list[str] = []
                     for event in batch:
                         after = event.id
-                        if event.type == "text-delta":
-                            text.append(event.data.get("delta", ""))
+                        try:
+                            typed = ev.from_stream(event.type, event.data)
+                        except ev.EventFormatError:
+                            continue  # a kind this reader does not follow
+                        if isinstance(typed, ev.TextDelta):
+                            text.append(typed.delta)
                             continue
-                        if event.type != "state":
+                        if not isinstance(typed, ev.TaskState):
                             continue
                         if text:
                             yield text_event("".join(text))
                             text = []
-                        state = event.data.get("state")
+                        state = typed.state
                         if state in TERMINAL_STATES:
                             async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
                                 yield ending
