@@ -22,7 +22,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -363,7 +363,7 @@ class TaskStream:
                 _("{name} sent no progress for {seconds} s").format(name=self.conn.name, seconds=f"{idle_s:g}")
             ) from None
 
-    async def events(self) -> AsyncIterator[wire.WireEvent]:
+    async def events(self) -> AsyncGenerator[wire.WireEvent, None]:
         """Send the task, then yield its events; the last one is final.
 
         Raises:

@@ -34,13 +34,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from core.aio import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-DELAY, AUTO = "delay", "auto"
+DELAY: Final = "delay"
+AUTO: Final = "auto"
 RECONNECT_INTERVAL_S = 0.5
 HEALTH_CHECK_INTERVAL_S = 5.0  # while idle, ping Redis this often so `health` is not stale
 BUS_QUEUE = 1_000

@@ -17,6 +17,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Literal
 
 from core.broker import wire
 from core.broker.connection import TaskIdle
@@ -49,7 +50,7 @@ class TaskRelay:
         self.injects_throttled = 0
         self.tasks_finished: Counter[str] = Counter()
 
-    async def _inject(self, record: BrokerTask, text: str, mode: str) -> None:
+    async def _inject(self, record: BrokerTask, text: str, mode: Literal["delay", "auto"]) -> None:
         inject = Inject(
             agent_id=record.chat_agent_id,
             chat_id=record.chat_id,

@@ -19,7 +19,7 @@ def health(self: Broker) -> dict[str, Any]:
         "outbox": self.injects.outbox_size,
         "redisError": self.injects.last_error,
         "agentsOnline": len(self.agents()),
-        **({"replica": self.cluster.replica_id, "agentsHere": self.connections_here} if self.cluster else {}),
+        **({"replica": self.cluster.replica_id, "agentsHere": len(self.sockets.connections)} if self.cluster else {}),
         "tasksRunning": len(self.relay.tasks),
         "uptimeS": round(time.time() - self.started_at, 1),
         "config": {
@@ -40,7 +40,7 @@ def stats(self: Broker) -> dict[str, Any]:
         else {
             "cluster": {
                 "replica": self.cluster.replica_id,
-                "agentsHere": self.connections_here,
+                "agentsHere": len(self.sockets.connections),
                 "forwarded": dict(self.cluster.forwarded),
             }
         }
@@ -48,7 +48,7 @@ def stats(self: Broker) -> dict[str, Any]:
     return {
         "agentsOnline": len(self.agents()),
         **cluster,
-        "connections": {"total": self.connections_total, "refused": self.connections_refused},
+        "connections": {"total": self.sockets.connections_total, "refused": self.sockets.connections_refused},
         "tasks": {"dispatched": self.tasks_dispatched, "noAgent": self.tasks_no_agent, "byState": dict(by_state)},
         "eventsRelayed": c.events_in,
         "injects": {

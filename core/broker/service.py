@@ -2,7 +2,8 @@
 
 Three legs: chat systems dispatch over HTTP (`dispatch`, `cancel_chat`),
 agents stream over WebSocket (`serve`), and progress goes back over Redis
-(`InjectPublisher`). A dispatched task is relayed event by event:
+(`InjectPublisher`). A dispatched task is relayed event by event
+(`core.broker.relay`):
 
 - text of a working event -> `delay` inject, at most one per task per
   `inject_min_interval` (leading edge; the rest are dropped, not deferred);
@@ -23,35 +24,36 @@ replica, and a dispatch or cancel for an agent another replica holds is sent
 there (`core.broker.replicas`; docs/ARCHITECTURE.md, "Cluster: the broker
 across replicas").
 
-Over 400 lines on purpose: connections, a task's relay and its injects are one
-life cycle (a closing socket ends tasks, a stop ends them differently); the
-wire, the return path and the durable store are modules of their own.
+The parts are modules of their own: the agents' sockets (`core.broker.sockets`),
+a task's relay (`core.broker.relay`) and its log in the hub stream `a2a_<taskId>`
+(`core.broker.task_log`), the wire, the return path, the durable store, the counters
+(`core.broker.report`). This class ties their life cycles (a closing socket ends
+tasks, a stop ends them differently).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from core.broker import report, wire
-from core.broker.auth import Identity, Refused, identify, is_blacklisted
+from core.broker import report
+from core.broker.auth import Identity
 from core.broker.cluster import DirectoryEntry
-from core.broker.connection import AgentConnection, ConnectionStats, RpcError
+from core.broker.connection import AgentConnection
 from core.broker.inbox_feed import inbox_stream_key
 from core.broker.inject import InjectPublisher
 from core.broker.relay import RECENT_TASKS, STOPPED, TIMEOUT, TaskRelay
 from core.broker.reload import ConfigReloader
 from core.broker.replicas import BrokerCluster, ForwardFailed
+from core.broker.sockets import CLOSE_GOING_AWAY, CLOSE_ID_TAKEN, AgentSockets
 from core.broker.store import BrokerStore
 from core.broker.task import DISPATCH_TOKEN_OWNER, OPEN_OWNER, BrokerTask, TaskObserver, user_owner
-from core.broker.task_log import TaskLog, owner_user_id
-from core.delegation.registry import AgentRegistry, IdTaken
+from core.broker.task_log import TaskLog
+from core.delegation.registry import AgentRegistry
 from core.settings import Settings
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
@@ -72,16 +74,6 @@ __all__ = [  # the task's names, re-exported: callers import them from here
 
 log = logging.getLogger(__name__)
 
-# WebSocket close codes (4000-4999 are the application's).
-CLOSE_BAD_CARD, CLOSE_ID_TAKEN, CLOSE_NO_CARD, CLOSE_GOING_AWAY = 4400, 4409, 4408, 1001
-CLOSE_TRY_AGAIN = 1013  # cluster mode: the directory (Redis) is unreachable, the agent should dial again later
-
-
-def _close_reason(text: str) -> str:
-    """WebSocket close reasons are limited to 123 bytes."""
-    data = text.encode("utf-8")
-    return text if len(data) <= 123 else data[:120].decode("utf-8", "ignore") + "..."
-
 
 class Broker:
     """Connections, tasks and the return path."""
@@ -92,11 +84,8 @@ class Broker:
         self.settings = settings
         self.registry = registry
         self.hub = hub  # where each task's events are logged (`a2a_<taskId>`); None: not logged
-        # Cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas"): the directory and forwarding.
-        # (Without REDIS_URL cluster mode refuses to start, Settings.cluster_problems: nothing to build then.)
+        # Cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas"; needs REDIS_URL).
         self.cluster = BrokerCluster(settings, on_lost=self._lost) if settings.cluster and settings.redis.dsn else None
-        if self.cluster is not None:  # an id another replica's broker agent holds is taken here too
-            registry.taken_elsewhere = self._taken_elsewhere
         self.store = BrokerStore(registry.db, settings.instance_id)
         self.injects = InjectPublisher(
             settings.redis.dsn,
@@ -105,19 +94,19 @@ class Broker:
             inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None,
         )
         self.reloader = ConfigReloader(settings)
-        self.conn_stats = ConnectionStats()
+        self.sockets = AgentSockets(settings, registry, self.cluster)
+        if self.cluster is not None:  # an id another replica's broker agent holds is taken here too
+            registry.taken_elsewhere = self.sockets.taken_elsewhere
+        self.conn_stats = self.sockets.stats
         self.started_at = time.time()
-        self.connections_total = 0
-        self.connections_refused = 0
         self.tasks_dispatched = 0
         self.tasks_no_agent = 0
-        self._connections: dict[str, AgentConnection] = {}
-        self._closers: dict[str, Callable[[int, str], Awaitable[None]]] = {}
+        self._connections = self.sockets.connections  # the same dict (the broker page's tests fill it)
+        self._closers = self.sockets.closers
         self._runners = BackgroundTasks()
         self._stopping = False
         self.relay = TaskRelay(settings, self.store, self.injects, lambda: self._stopping)
         self._tasks = self.relay.tasks  # the running tasks (the relay's own dict: it removes the ended)
-        self._recent = self.relay.recent
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -198,19 +187,12 @@ class Broker:
     # -- connections -------------------------------------------------------------------------
 
     def admit(self, client_host: str | None, query: dict[str, str]) -> Identity:
-        """Check a connecting peer before the upgrade: blacklist, then identity.
+        """Check a connecting peer before the upgrade: blacklist, then identity (`AgentSockets.admit`).
 
         Raises:
             Refused: with the HTTP status and the reason for the peer.
         """
-        try:
-            if is_blacklisted(client_host, self.settings.blacklist_ip):
-                raise Refused(403, f"connections from {client_host} are refused (blacklist_ip)")
-            return identify(query, self.settings.auth)
-        except Refused as exc:
-            self.connections_refused += 1
-            log.info("refused /a2a connection from %s: %s", client_host, exc.reason)
-            raise
+        return self.sockets.admit(client_host, query)
 
     async def serve(
         self,
@@ -222,151 +204,15 @@ class Broker:
         remote_addr: str | None = None,
     ) -> None:
         """Run one accepted connection until it ends: card, registration, then relaying lines."""
-        conn = AgentConnection(
-            identity, send=send, settings=self.settings, stats=self.conn_stats, remote_addr=remote_addr
-        )
-        reader = asyncio.get_running_loop().create_task(self._read(conn, frames), name=f"a2a reader {conn.id}")
-        registered = False
-        try:
-            refusal = await self._id_refusal(conn.id)
-            if refusal is not None:
-                return await self._refuse(close, CLOSE_ID_TAKEN, refusal)
-            try:
-                card = await self._card(conn)
-            except TimeoutError:
-                return await self._refuse(
-                    close, CLOSE_NO_CARD, f"no agent card within {self.settings.request_timeout} ms"
-                )
-            except (wire.WireError, RpcError) as exc:
-                return await self._refuse(close, CLOSE_BAD_CARD, f"agent card: {exc}")
-            except ConnectionError:
-                return None
-            conn.set_card(card)
-            try:
-                await self.registry.claim(conn)
-            except IdTaken as exc:
-                return await self._refuse(close, CLOSE_ID_TAKEN, str(exc))
-            if self.cluster is not None:
-                refusal = await self._claim_in_cluster(conn)
-                if refusal is not None:
-                    await self.registry.release(conn.id, conn)
-                    return await self._refuse(close, *refusal)
-            registered = True
-            self.connections_total += 1
-            self._connections[conn.id] = conn
-            self._closers[conn.id] = close
-            log.info(
-                "agent %s (%s) connected from %s%s",
-                conn.id,
-                loggable(conn.name, 80),
-                remote_addr or "?",
-                f", bound to {loggable(conn.binding, 80)}" if conn.binding else "",
-            )
-            await reader  # until the peer goes away
-        finally:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)  # a reader that failed is not left unretrieved
-            conn.close(conn.closed or "the connection ended")
-            if registered:
-                if self._connections.get(conn.id) is conn:
-                    del self._connections[conn.id]
-                    self._closers.pop(conn.id, None)
-                await self.registry.release(conn.id, conn)
-                if self.cluster is not None and self._connections.get(conn.id) is None:
-                    await self.cluster.directory.release(conn.id)
-                log.info("agent %s disconnected", conn.id)
+        await self.sockets.serve(identity, frames, send=send, close=close, remote_addr=remote_addr)
 
-    async def _claim_in_cluster(self, conn: AgentConnection) -> tuple[int, str] | None:
-        """Claim the id across the cluster; None when claimed, else the close code and reason."""
-        assert self.cluster is not None
-        entry = DirectoryEntry(
-            id=conn.id,
-            name=conn.name,
-            description=conn.description,
-            skills=conn.card()["skills"],
-            tool=conn.tool,
-            binding=conn.binding,
-            connected_at=conn.connected_at,
-            replica=self.cluster.replica_id,
-            url=self.cluster.replica_url,
-        )
-        try:
-            holder = await self.cluster.directory.claim(entry)
-        except Exception:  # Redis is down: an id that cannot be claimed cluster-wide is not accepted
-            log.warning("could not claim the broker agent %s in Redis", conn.id, exc_info=True)
-            return CLOSE_TRY_AGAIN, "the broker's directory (Redis) is unreachable; dial again shortly"
-        if holder is not None:
-            return CLOSE_ID_TAKEN, (
-                f"an agent with the id {conn.id!r} is already connected (to replica {holder.replica})"
-            )
-        return None
-
-    def _taken_elsewhere(self, agent_id: str) -> str | None:
-        entry = self.cluster.directory.entry(agent_id) if self.cluster is not None else None
-        return (
-            None
-            if entry is None
-            else (f"an agent with the id {agent_id!r} is connected to the broker (on replica {entry.replica})")
-        )
+    async def disconnect(self, a2a_id: str, reason: str = "disconnected by an operator", code: int = 1000) -> bool:
+        """Close a connected agent's socket (its tasks fail with `auto` injects); False when it is not connected."""
+        return await self.sockets.disconnect(a2a_id, reason, code)
 
     async def _lost(self, a2a_id: str) -> None:
         """Another replica holds the id now (this one could not renew its lease): close the socket here."""
         await self.disconnect(a2a_id, "this agent id is now connected to another replica", code=CLOSE_ID_TAKEN)
-
-    async def _refuse(self, close: Callable[[int, str], Awaitable[None]], code: int, reason: str) -> None:
-        self.connections_refused += 1
-        log.info("closing /a2a connection: %s", reason)
-        try:
-            await close(code, _close_reason(reason))
-        except Exception:
-            log.debug("close failed", exc_info=True)
-
-    async def _read(self, conn: AgentConnection, frames: AsyncIterator[str]) -> None:
-        try:
-            async for frame in frames:
-                await conn.feed(frame)
-        finally:
-            conn.close("the agent disconnected")
-
-    async def _id_refusal(self, a2a_id: str) -> str | None:
-        if a2a_id in self._connections:
-            return f"an agent with the id {a2a_id!r} is already connected"
-        if self.cluster is not None:
-            with contextlib.suppress(Exception):  # Redis down: the claim after the card refuses it
-                holder = await self.cluster.directory.lookup(a2a_id)
-                if holder is not None:
-                    return f"an agent with the id {a2a_id!r} is already connected (to replica {holder.replica})"
-        if self.registry.remote(a2a_id) is not None:
-            return f"{a2a_id!r} is already registered as a remote agent"
-        async with self.registry.db.session() as s:
-            from core.chat import agents as agents_store
-
-            if await agents_store.get_agent_by_slug(s, a2a_id) is not None:
-                return f"{a2a_id!r} is the id of a local agent; choose another id"
-        return None
-
-    async def _card(self, conn: AgentConnection) -> wire.AgentCard:
-        timeout_s = self.settings.request_timeout / 1000
-        if conn.card_url:
-            from core.a2a import outbound  # only for agents that name a card URL
-
-            allow = outbound.AllowList.parse(self.settings.outbound_allow_hosts)
-            try:
-                body = await outbound.fetch_card_json(conn.card_url, allow=allow, timeout_s=timeout_s)
-            except outbound.CardFetchError as exc:
-                if exc.category == outbound.TIMED_OUT:
-                    raise TimeoutError(str(exc)) from None
-                raise wire.WireError(str(exc)) from None
-            return wire.parse_card(body)
-        return await conn.fetch_card(timeout_s=timeout_s)
-
-    async def disconnect(self, a2a_id: str, reason: str = "disconnected by an operator", code: int = 1000) -> bool:
-        """Close a connected agent's socket (its tasks fail with `auto` injects); False when it is not connected."""
-        close = self._closers.get(a2a_id)
-        if close is None:
-            return False
-        await close(code, _close_reason(reason))
-        return True
 
     def connection(self, a2a_id: str) -> AgentConnection | None:
         """The connected agent with that id."""
@@ -378,41 +224,19 @@ class Broker:
 
     def agents(self) -> list[AgentConnection | DirectoryEntry]:
         """Every agent connected to the broker: here, and (cluster mode) to the other replicas, by id."""
-        here = dict(self._connections)
-        if self.cluster is not None:
-            for entry in self.cluster.directory.entries():
-                here.setdefault(entry.id, entry)
-        return [here[k] for k in sorted(here)]
+        return self.sockets.agents()
 
     def agent(self, a2a_id: str) -> AgentConnection | DirectoryEntry | None:
         """The agent with that id, connected here or (cluster mode) to another replica."""
-        conn = self._connections.get(a2a_id)
-        if conn is None and self.cluster is not None:
-            return self.cluster.directory.entry(a2a_id)
-        return conn
+        return self.sockets.agent(a2a_id)
 
     async def refresh_directory(self) -> None:
         """Cluster mode: read the other replicas' agents now (else they are at most a few seconds old)."""
-        if self.cluster is not None:
-            try:
-                await self.cluster.directory.refresh()
-            except Exception:  # Redis is down: the last view stands
-                log.warning("could not read the broker directory from Redis", exc_info=True)
+        await self.sockets.refresh_directory()
 
     def discover(self, agent_id: str | None = None) -> list[dict[str, Any]]:
         """`GET /a2a/agents`: agents bound to `agent_id` plus global ones (all without it), on every replica."""
-        return [self._describe(c) for c in self.agents() if agent_id is None or c.visible_to(agent_id)]
-
-    def _describe(self, conn: AgentConnection | DirectoryEntry) -> dict[str, Any]:
-        return {
-            "a2a_id": conn.id,
-            "name": conn.name,
-            "description": conn.description,
-            "skills": conn.card()["skills"],
-            "tool": conn.tool,
-            "agent_id": conn.binding,
-            "connectedAt": conn.connected_at,
-        }
+        return self.sockets.discover(agent_id)
 
     # -- tasks --------------------------------------------------------------------------------
 
@@ -480,11 +304,8 @@ class Broker:
             session_id=session_id,
             task=task,
         )
-        # The app's own dispatches have their stream already, fed by their observer (core.broker.task_log).
-        record.task_log = TaskLog(self.hub, record.id, writes=observer is None)
-        await record.task_log.open(
-            {"kind": "broker", "agent": conn.id, "agentName": conn.name, "userId": owner_user_id(owner)}
-        )
+        record.task_log = TaskLog(self.hub, record.id, writes=observer is None)  # observed: it has its stream
+        await record.task_log.open(conn.id, conn.name, owner)
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self.relay.run(record), name=f"a2a task {record.id}")
@@ -524,14 +345,11 @@ class Broker:
 
     async def _cancel_here(self, chat_id: str, owner: str | None) -> int:
         runners = []
-        for record in [
-            t
-            for t in self._tasks.values()
-            if t.chat_id == chat_id and t.runner is not None and (owner is None or t.owner == owner)
-        ]:
-            record.cancel_requested = True
-            runners.append(record.runner)
-            record.runner.cancel()
+        for record in [t for t in self._tasks.values() if t.chat_id == chat_id and (owner is None or t.owner == owner)]:
+            if (runner := record.runner) is not None:
+                record.cancel_requested = True
+                runners.append(runner)
+                runner.cancel()
         if runners:
             await asyncio.wait(runners, timeout=self.settings.request_timeout / 1000)
         return len(runners)
@@ -542,7 +360,7 @@ class Broker:
 
     def recent_tasks(self) -> list[BrokerTask]:
         """Finished tasks, newest first (the last hundred)."""
-        return list(reversed(self._recent))
+        return list(reversed(self.relay.recent))
 
     # -- health and counters ------------------------------------------------------------------
 
@@ -553,18 +371,3 @@ class Broker:
     def stats(self) -> dict[str, Any]:
         """`GET /a2a/stats`: counters since start."""
         return report.stats(self)
-
-    @property
-    def connections_here(self) -> int:
-        """Agents connected to this replica."""
-        return len(self._connections)
-
-    @property
-    def injects_throttled(self) -> int:
-        """`delay` injects dropped by the throttle since start."""
-        return self.relay.injects_throttled
-
-    @property
-    def tasks_finished(self) -> Counter[str]:
-        """Finished tasks by end state since start."""
-        return self.relay.tasks_finished

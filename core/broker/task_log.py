@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from core.delegation.tasks import state_event, task_stream_key
 from core.streaming import events as ev
@@ -49,11 +48,12 @@ class TaskLog:
         self._started = time.monotonic()
         self._state = "submitted"
 
-    async def open(self, meta: dict[str, Any]) -> None:
-        """Open the stream (its `meta` says whose task it is) with the first `state` event, `working`."""
+    async def open(self, agent: str, agent_name: str, owner: str) -> None:
+        """Open the stream with the first `state` event, `working`; its meta says whose task it is (`userId`)."""
         if not self.writes:
             return
         assert self.hub is not None
+        meta = {"kind": "broker", "agent": agent, "agentName": agent_name, "userId": owner_user_id(owner)}
         try:
             await self.hub.create(self.key, meta)
         except StreamBusy:  # a stream under this id is open: it is not this relay's to write
