@@ -124,12 +124,12 @@ def serve(settings: Settings) -> None:
     """Run the web app until Ctrl+C or SIGTERM, then exit with code 0."""
     from nicegui import ui
 
-    from core.services import StartupRefused
+    from core.services import StartupRefusedError
     from core.web.connections import ConnectionLimits, guarded_http_protocol
 
     try:
         build(settings)
-    except StartupRefused as exc:
+    except StartupRefusedError as exc:
         sys.exit(f"error: {exc}")
     prepare_to_serve()  # stop signals to the server, a higher open-files limit (core/process.py)
     # Slow and greedy clients (core/web/connections.py): a deadline for request headers, a cap per address.

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import table  # noqa: E402
 
-from core.streaming.hub import StreamHub, SubscriberOverflow  # noqa: E402
+from core.streaming.hub import StreamHub, SubscriberOverflowError  # noqa: E402
 
 DELTA = {"id": "text-0", "delta": " lorem"}
 
@@ -109,8 +109,8 @@ async def default_queue_burst(n_events: int) -> str:
     try:
         async for _ in sub:
             got += 1
-    except SubscriberOverflow:
-        return f"SubscriberOverflow after {got:,} of {n_events:,} events"
+    except SubscriberOverflowError:
+        return f"SubscriberOverflowError after {got:,} of {n_events:,} events"
     return f"all {got:,} of {n_events:,} events"
 
 

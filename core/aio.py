@@ -61,7 +61,7 @@ class ReadyBatches(Generic[T]):
             except StopIteration as done:
                 items.append(done.value)
                 continue
-            except Exception as exc:  # StopAsyncIteration, SubscriberOverflow, ...
+            except Exception as exc:  # StopAsyncIteration, SubscriberOverflowError, ...
                 self._error = exc
                 break
             self._parked = (step, yielded)

@@ -21,14 +21,18 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from core.errors import AppError
+
 log = logging.getLogger(__name__)
 
 SEALED_PREFIX = "fernet:"
 KEY_FILE = ".secret_key"
 
 
-class SecretUnreadable(ValueError):
+class SecretUnreadableError(AppError, ValueError):
     """A stored secret that this key cannot open (another `SECRET_KEY`, or a lost key file)."""
+
+    code = "secret_unreadable"
 
 
 def write_private_file(path: Path, text: str) -> None:
@@ -101,14 +105,14 @@ class SecretBox:
         """The secret a stored value holds (a plain value from before encryption is returned as it is).
 
         Raises:
-            SecretUnreadable: it was sealed with another key.
+            SecretUnreadableError: it was sealed with another key.
         """
         if not self.is_sealed(stored):
             return stored
         try:
             return self._fernet.decrypt(stored.removeprefix(SEALED_PREFIX).encode("ascii")).decode("utf-8")
         except InvalidToken:
-            raise SecretUnreadable(
+            raise SecretUnreadableError(
                 "a stored secret cannot be opened with this key: was SECRET_KEY changed, or DATA_DIR/.secret_key lost?"
             ) from None
 
@@ -133,5 +137,5 @@ class LazySecretBox:
         return self.box.seal(secret)
 
     def open(self, stored: str) -> str:
-        """See `SecretBox.open` (raises `SecretUnreadable`)."""
+        """See `SecretBox.open` (raises `SecretUnreadableError`)."""
         return self.box.open(stored)

@@ -39,13 +39,14 @@ from core.delegation.agent_admin import LOCAL_AGENT, AgentAdmin
 from core.delegation.registry import AgentRegistry
 from core.delegation.service import DelegationService
 from core.delegation.tool import AgentInvokeTool
+from core.errors import AppError
 from core.i18n import _
 from core.secret_box import LazySecretBox, make_data_dir_private
 from core.settings import Settings
 from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
-from core.streaming.redis_hub import DuplicateReplica, RedisStreamHub
+from core.streaming.redis_hub import DuplicateReplicaError, RedisStreamHub
 from core.web.outbound_policy import AllowList
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,10 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_S = 30.0
 
 
-class StartupRefused(RuntimeError):
+class StartupRefusedError(AppError, RuntimeError):
     """The configuration is unsafe or unusable; the message says how to fix it."""
+
+    code = "startup_refused"
 
 
 @dataclass(slots=True)
@@ -190,14 +193,14 @@ class Services:
         """Blocking set-up before serving: migrate, seed, decide the auth mode.
 
         Raises:
-            StartupRefused: no accounts exist and the host is not a loopback address; in cluster mode, a
+            StartupRefusedError: no accounts exist and the host is not a loopback address; in cluster mode, a
                 setting a replica needs is missing, no account exists, or another running replica has
                 this INSTANCE_ID.
         """
         if self.settings.cluster:
             problems = self.settings.cluster_problems()
             if problems:
-                raise StartupRefused(
+                raise StartupRefusedError(
                     "Refusing to start in cluster mode (CLUSTER=true):\n  - "
                     + "\n  - ".join(problems)
                     + "\nSet them, or unset CLUSTER to run as one process."
@@ -205,10 +208,10 @@ class Services:
         if isinstance(self.hub, RedisStreamHub) and self.settings.redis.dsn:
             try:
                 self.hub.claim_name(self.settings.redis.dsn)
-            except DuplicateReplica as exc:
-                raise StartupRefused(f"Refusing to start in cluster mode: {exc}.") from exc
+            except DuplicateReplicaError as exc:
+                raise StartupRefusedError(f"Refusing to start in cluster mode: {exc}.") from exc
             except RedisError as exc:
-                raise StartupRefused(
+                raise StartupRefusedError(
                     f"Refusing to start in cluster mode: Redis at "
                     f"{describe_redis(self.settings.redis.dsn)} is not reachable ({exc})."
                 ) from exc
@@ -228,20 +231,20 @@ class Services:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare") as pool:
             try:
                 self.auth = pool.submit(asyncio.run, self._seed_and_auth()).result()
-            except DuplicateReplica as exc:
-                raise StartupRefused(str(exc)) from None
+            except DuplicateReplicaError as exc:
+                raise StartupRefusedError(str(exc)) from None
         # Per-user limits of running work protect the accounts from each other; the one user of single-user
         # mode is the person at the machine (the benchmarks run 100 turns as that user), who has none.
         if self.auth.multi_user:
             self.chat.max_running_turns_per_user = self.settings.max_running_turns_per_user
             self.delegation.max_running_tasks_per_user = self.settings.max_running_tasks_per_user
         if self.settings.cluster and not self.auth.multi_user:
-            raise StartupRefused(
+            raise StartupRefusedError(
                 "Refusing to start in cluster mode: there are no user accounts, and single-user mode is one process "
                 "on a loopback address. Create an account first (python app.py users add NAME --admin)."
             )
         if not self.auth.multi_user and not self.settings.is_loopback:
-            raise StartupRefused(
+            raise StartupRefusedError(
                 f"Refusing to listen on {self.settings.host}: there are no user accounts, and single-user mode "
                 "is only allowed on a loopback address. Create an account first "
                 "(python app.py users add NAME), or set HOST=127.0.0.1."

@@ -23,7 +23,7 @@ from core.auth import accounts
 from core.chat import sessions as sessions_store
 from core.chat.demo_model import plan_reply
 from core.db import Database
-from core.services import Services, StartupRefused, describe_database, describe_redis
+from core.services import Services, StartupRefusedError, describe_database, describe_redis
 from tests.conftest import make_settings
 from tests.utils.app_process import ROOT, app_process, child_env, free_port
 from tests.utils.sync import run_sync
@@ -224,7 +224,7 @@ def test_listening_beyond_loopback_without_accounts_is_refused(tmp_path: Path) -
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.10", "example.org"])
 def test_prepare_refuses_a_non_loopback_host_without_accounts(tmp_path: Path, host: str) -> None:
     services = Services.build(make_settings(tmp_path, host=host))
-    with pytest.raises(StartupRefused, match=f"Refusing to listen on {host}"):
+    with pytest.raises(StartupRefusedError, match=f"Refusing to listen on {host}"):
         services.prepare()
 
 

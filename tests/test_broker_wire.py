@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.broker import wire
-from core.broker.auth import Refused, identify, is_blacklisted
+from core.broker.auth import BrokerRefusedError, identify, is_blacklisted
 from core.settings import AuthSettings
 
 
@@ -175,7 +175,7 @@ def test_identity_from_the_query_and_the_blacklist() -> None:
     assert identify({"a2a_id": "travel", "agentId": "7"}, none).agent_id == "7"  # legacy name
     assert identify({"a2a_id": "travel"}, none).agent_id is None  # global
     for query in [{}, {"a2a_id": "UPPER"}, {"a2a_id": "x" * 61}, {"a2a_id": "a b"}]:
-        with pytest.raises(Refused):
+        with pytest.raises(BrokerRefusedError):
             identify(query, none)
     assert is_blacklisted("10.1.2.3", ["10.0.0.0/8"]) and is_blacklisted("::1", ["::1"])
     assert not is_blacklisted("127.0.0.1", ["10.0.0.0/8", "nonsense"]) and not is_blacklisted(None, ["1.1.1.1"])

@@ -11,7 +11,7 @@ from sqlmodel import select
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.engine import InvalidMessage, SessionNotFound, TurnInProgress
+from core.chat.engine import InvalidMessageError, SessionNotFoundError, TurnInProgressError
 from core.chat.llm import litellm_module
 from core.services import Services
 from core.settings import Settings
@@ -154,7 +154,7 @@ async def test_one_turn_at_a_time_per_session(tmp_path, database_url: str) -> No
     try:
         chat = await new_chat(services)
         await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="/lorem 50")
-        with pytest.raises(TurnInProgress):
+        with pytest.raises(TurnInProgressError):
             await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="again")
         await services.chat.cancel(chat)
         assert [m.content for m in await saved(services, chat) if m.role == "user"] == ["/lorem 50"]
@@ -172,7 +172,7 @@ async def test_simultaneous_starts_claim_the_turn_before_saving_anything(service
         return_exceptions=True,
     )
     started = [r for r in results if not isinstance(r, BaseException)]
-    assert len(started) == 1 and all(isinstance(r, TurnInProgress) for r in results if r not in started)
+    assert len(started) == 1 and all(isinstance(r, TurnInProgressError) for r in results if r not in started)
     await services.chat.wait(chat, timeout=10)
     user, _ = await saved(services, chat)
     assert user.id == started[0].user_message_id
@@ -180,7 +180,7 @@ async def test_simultaneous_starts_claim_the_turn_before_saving_anything(service
 
 
 async def test_a_refused_start_gives_the_turn_back(services: Services) -> None:
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFoundError):
         await services.chat.start_turn(session_id="as_unknown", user_id=services.auth.local_user_id, text="hi")
     assert not services.chat.is_running("as_unknown")
     chat = await new_chat(services)
@@ -193,7 +193,7 @@ async def test_a_refused_start_gives_the_turn_back(services: Services) -> None:
 @pytest.mark.parametrize("text", ["", "   \n "])
 async def test_empty_messages_are_refused(services: Services, text: str) -> None:
     chat = await new_chat(services)
-    with pytest.raises(InvalidMessage, match="empty"):
+    with pytest.raises(InvalidMessageError, match="empty"):
         await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=text)
     assert await saved(services, chat) == []
 
@@ -201,7 +201,7 @@ async def test_empty_messages_are_refused(services: Services, text: str) -> None
 async def test_over_long_messages_are_refused_with_the_limit(services: Services) -> None:
     chat = await new_chat(services)
     limit = services.settings.max_message_chars
-    with pytest.raises(InvalidMessage, match=f"{limit:,}"):
+    with pytest.raises(InvalidMessageError, match=f"{limit:,}"):
         await services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text="x" * (limit + 1))
 
 
@@ -212,9 +212,9 @@ async def test_a_session_of_someone_else_is_not_found(services: Services) -> Non
         s.add(other)
         await s.commit()
         await s.refresh(other)
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFoundError):
         await services.chat.start_turn(session_id=chat, user_id=other.id, text="hi")
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFoundError):
         await services.chat.start_turn(session_id="as_unknown", user_id=services.auth.local_user_id, text="hi")
 
 
@@ -433,7 +433,7 @@ async def test_an_announcement_is_a_turn_about_the_notes_the_history_ends_with(s
     )
     assert (note.role, note.source, note.inject_mode) == ("system", "user", "auto")
     turn = await services.chat.start_announcement(chat)
-    with pytest.raises(TurnInProgress):
+    with pytest.raises(TurnInProgressError):
         await services.chat.start_announcement(chat)
     events = [e async for e in services.hub.subscribe(turn.stream_key, after=turn.after_event_id)]
     await services.chat.wait(chat, timeout=5)
@@ -445,5 +445,5 @@ async def test_an_announcement_is_a_turn_about_the_notes_the_history_ends_with(s
     rows = await saved(services, chat)
     assert [r.role for r in rows] == ["user", "assistant", "system", "assistant"]
     assert rows[-1].content == text
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFoundError):
         await services.chat.save_notes("as_missing", [{"content": "x", "inject_mode": "delay"}])

@@ -20,7 +20,7 @@ import websockets
 from sqlmodel import select
 
 from core.auth import accounts
-from core.broker.cluster import AgentDirectory, DuplicateReplica
+from core.broker.cluster import AgentDirectory, DuplicateReplicaError
 from core.broker.inject import AUTO, Inject
 from core.broker.service import Broker
 from core.broker.store import INTERRUPTED, BrokerStore
@@ -335,7 +335,7 @@ async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only
             assert rows[task_id].instance == "me"  # adopted: this replica sends its result
         assert sorted(r.task_id for r in results) == ["task-dead", "task-me"]
 
-        with pytest.raises(DuplicateReplica, match="INSTANCE_ID"):
+        with pytest.raises(DuplicateReplicaError, match="INSTANCE_ID"):
             await Broker(settings_of("live"), AgentRegistry(db)).recover()
     finally:
         await live.stop()

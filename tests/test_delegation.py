@@ -504,13 +504,13 @@ async def test_stopping_the_caller_cancels_the_remote_stream(services: Services)
 
 
 async def test_the_registry_refuses_ids_that_are_taken(services: Services) -> None:
-    from core.delegation.registry import IdTaken
+    from core.delegation.registry import IdTakenError
 
-    with pytest.raises(IdTaken, match="local agent"):
+    with pytest.raises(IdTakenError, match="local agent"):
         await services.registry.claim(ScriptedRemoteAgent("coding-assistant", []))
     first = ScriptedRemoteAgent("twin", [])
     await services.registry.claim(first)
-    with pytest.raises(IdTaken, match="already connected"):
+    with pytest.raises(IdTakenError, match="already connected"):
         await services.registry.claim(ScriptedRemoteAgent("twin", []))
     await services.registry.release("twin", ScriptedRemoteAgent("twin", []))  # not that instance: stays
     assert services.registry.remote("twin") is first

@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from core.streaming.hub import BufferState, StreamBusy, StreamClosed, StreamHub, SubscriberOverflow, UnknownStream
+from core.streaming.hub import (
+    BufferState,
+    StreamBusyError,
+    StreamClosedError,
+    StreamHub,
+    SubscriberOverflowError,
+    UnknownStreamError,
+)
 
 
 class FakeClock:
@@ -68,14 +75,14 @@ async def test_ids_continue_when_a_finished_buffer_is_recreated() -> None:
 async def test_create_refuses_an_open_buffer_and_append_refuses_a_finished_one() -> None:
     hub = StreamHub()
     await hub.create("k")
-    with pytest.raises(StreamBusy):
+    with pytest.raises(StreamBusyError):
         await hub.create("k")
     await hub.finish("k")
-    with pytest.raises(StreamClosed):
+    with pytest.raises(StreamClosedError):
         await hub.append("k", "late")
-    with pytest.raises(UnknownStream):
+    with pytest.raises(UnknownStreamError):
         await hub.append("nope", "x")
-    with pytest.raises(UnknownStream):
+    with pytest.raises(UnknownStreamError):
         hub.subscribe("nope")
 
 
@@ -170,7 +177,7 @@ async def test_a_slow_subscriber_is_cut_off_without_slowing_others() -> None:
     await hub.finish("k")
     assert len(await asyncio.wait_for(fast_reader, 1)) == 30
     received = []
-    with pytest.raises(SubscriberOverflow):
+    with pytest.raises(SubscriberOverflowError):
         async for event in slow:
             received.append(event.data["i"])
     assert received == list(range(10))  # what was queued before the cut is still delivered

@@ -17,7 +17,14 @@ from mypy import api as mypy_api
 from redis.asyncio import Redis
 
 from core.streaming.backend import HubSubscription, StreamHubBackend, refresh
-from core.streaming.hub import BufferState, StreamBusy, StreamClosed, StreamEvent, StreamHub, UnknownStream
+from core.streaming.hub import (
+    BufferState,
+    StreamBusyError,
+    StreamClosedError,
+    StreamEvent,
+    StreamHub,
+    UnknownStreamError,
+)
 from core.streaming.redis_hub import RedisStreamHub
 from tests.conftest import unavailable
 from tests.utils.broker import redis_test_url
@@ -97,7 +104,7 @@ async def test_the_same_scenario_runs_alike_on_both_backends(hub: StreamHubBacke
     """Create, append, resume after an id (replay then live), finish, refuse, re-create with ids going on."""
     info = await hub.create("k", {"who": "test"})
     assert (info.state, info.first_id, info.last_id, info.meta) == (BufferState.OPEN, 1, 0, {"who": "test"})
-    with pytest.raises(StreamBusy):
+    with pytest.raises(StreamBusyError):
         await hub.create("k")
     assert [await hub.append("k", "text-delta", {"delta": str(n)}) for n in range(1, 4)] == [1, 2, 3]
     await hub.update_meta("k", progress=3)
@@ -122,9 +129,9 @@ async def test_the_same_scenario_runs_alike_on_both_backends(hub: StreamHubBacke
     ahead = hub.subscribe("k", after=99)
     assert ahead.ahead
     ahead.close()
-    with pytest.raises(StreamClosed):
+    with pytest.raises(StreamClosedError):
         await hub.append("k", "text-delta", {})
-    with pytest.raises(UnknownStream):
+    with pytest.raises(UnknownStreamError):
         hub.subscribe("never-created")
     assert await refresh(hub, "never-created") is None
 

@@ -11,7 +11,7 @@ import asyncio
 
 from core.broker.inbox import ChatInbox
 from core.broker.inject import AUTO, DELAY, Inject, InjectBus
-from core.chat.engine import SessionNotFound, TurnInProgress
+from core.chat.engine import SessionNotFoundError, TurnInProgressError
 from tests.utils.broker import wait_for
 
 
@@ -42,7 +42,7 @@ class RecordingChat:
 
     async def save_notes(self, session_id: str, notes: list[dict]) -> list:
         if session_id in self.missing:
-            raise SessionNotFound("There is no such chat session.")
+            raise SessionNotFoundError("There is no such chat session.")
         if self.fail_saves:
             self.fail_saves -= 1
             raise OSError("database is locked")
@@ -52,7 +52,7 @@ class RecordingChat:
     async def start_announcement(self, session_id: str) -> None:
         if self.busy_announcements:
             self.busy_announcements -= 1
-            raise TurnInProgress("busy")
+            raise TurnInProgressError("busy")
         self.announced.append(session_id)
 
 

@@ -21,7 +21,7 @@ from core.chat.llm import (
     LLMError,
     LLMEvent,
     LLMGateway,
-    LLMTimeout,
+    LLMTimeoutError,
     ModelResult,
     TextDelta,
     ToolCall,
@@ -218,7 +218,7 @@ async def test_demo_error_raises_llm_error_after_some_text(demo: LLMGateway) -> 
     events, exc = await collect_until_error(demo.stream(DEMO, user("/error")))
 
     assert events and all(isinstance(e, TextDelta) for e in events)
-    assert not isinstance(exc, LLMTimeout)
+    assert not isinstance(exc, LLMTimeoutError)
     assert "demo model failed" in exc.message
     assert "\n" not in exc.message and "Traceback" not in exc.message
     assert len(exc.message) < 200
@@ -363,7 +363,7 @@ async def test_real_401_is_an_llm_error_about_the_api_key(openai_server: OpenAIS
     events, exc = await collect_until_error(real.stream(REAL, user("hi")))
 
     assert events == []
-    assert not isinstance(exc, LLMTimeout)
+    assert not isinstance(exc, LLMTimeoutError)
     assert "API key" in exc.message
     assert exc.status_code == 401
     assert len(openai_server.requests) == 1  # not retried
@@ -378,7 +378,7 @@ async def test_real_500_is_an_llm_error(openai_server: OpenAIServer, real: LLMGa
 
     assert time.monotonic() - started < 5
     assert events == []
-    assert not isinstance(exc, LLMTimeout)
+    assert not isinstance(exc, LLMTimeoutError)
     assert exc.status_code == 500
     assert "The upstream model crashed." in exc.message
     assert "Traceback" not in exc.message and "\n" not in exc.message
@@ -393,7 +393,7 @@ async def test_real_stall_longer_than_timeout_is_llm_timeout(openai_server: Open
     events, exc = await collect_until_error(gateway.stream(REAL, user("hi")))
     elapsed = time.monotonic() - started
 
-    assert isinstance(exc, LLMTimeout)
+    assert isinstance(exc, LLMTimeoutError)
     assert "LLM_TIMEOUT_S" in exc.message
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["par", "tial"]
     assert 0.4 <= elapsed < 2, elapsed
@@ -409,7 +409,7 @@ async def test_real_broken_stream_is_llm_error_without_hanging(openai_server: Op
     assert time.monotonic() - started < 2
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["Partial ", "answer"]
     assert not any(isinstance(e, ModelResult) for e in events)
-    assert not isinstance(exc, LLMTimeout)
+    assert not isinstance(exc, LLMTimeoutError)
     assert exc.message
     assert openai_server.broken_streams == 1
 

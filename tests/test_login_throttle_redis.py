@@ -82,11 +82,11 @@ async def test_failures_on_one_replica_throttle_the_other(db: Database, prefix: 
             assert await a.authenticate("alice", "guess", address="10.0.0.9") is None
         checked = len(verifications)
         # The address is spent on B too: even bob's right password is refused from there, unchecked.
-        with pytest.raises(accounts.TooManyFailedLogins) as refused:
+        with pytest.raises(accounts.TooManyFailedLoginsError) as refused:
             await b.authenticate("bob", "bob-password", address="10.0.0.9")
         assert 290 <= refused.value.retry_after_s <= 300
         # So is the account, from any address, on either replica.
-        with pytest.raises(accounts.TooManyFailedLogins):
+        with pytest.raises(accounts.TooManyFailedLoginsError):
             await b.authenticate("alice", "alice-password", address="192.0.2.1")
         assert len(verifications) == checked
         assert (await b.authenticate("bob", "bob-password", address="192.0.2.1")).username == "bob"
@@ -105,7 +105,7 @@ async def test_parallel_guesses_spread_over_two_replicas_get_the_limit_once(
             return_exceptions=True,
         )
         assert sum(o is None for o in outcomes) == 5  # 5 in all, not 5 per replica
-        assert sum(isinstance(o, accounts.TooManyFailedLogins) for o in outcomes) == 15
+        assert sum(isinstance(o, accounts.TooManyFailedLoginsError) for o in outcomes) == 15
         assert len(verifications) == 5
     finally:
         await a.close()
@@ -121,7 +121,7 @@ async def test_a_success_on_one_replica_clears_the_account_on_the_other(db: Data
         assert (await a.authenticate("alice", "alice-password", address="w")).username == "alice"
         # The address's own budget is not reset by a success: x failed once, and y's success took back its own.
         assert await b.authenticate("bob", "guess", address="x") is None
-        with pytest.raises(accounts.TooManyFailedLogins):
+        with pytest.raises(accounts.TooManyFailedLoginsError):
             await a.authenticate("bob", "another-guess", address="x")
     finally:
         await a.close()
@@ -133,7 +133,7 @@ async def test_a_failure_counts_only_for_the_window(db: Database, prefix: str) -
     try:
         for login in (a, b):
             assert await login.authenticate("alice", "guess", address="x") is None
-        with pytest.raises(accounts.TooManyFailedLogins) as refused:
+        with pytest.raises(accounts.TooManyFailedLoginsError) as refused:
             await b.authenticate("alice", "alice-password", address="y")
         assert 1 <= refused.value.retry_after_s <= 3
         await asyncio.sleep(refused.value.retry_after_s + 0.1)  # the oldest failure has left the window
@@ -159,7 +159,7 @@ async def test_without_redis_each_replica_counts_its_own_and_says_so(
         with caplog.at_level(logging.WARNING, logger="core.auth.login_throttle"):
             for _ in range(2):
                 assert await login.authenticate("alice", "guess", address="x") is None
-            with pytest.raises(accounts.TooManyFailedLogins):  # still throttled, by this process's counts
+            with pytest.raises(accounts.TooManyFailedLoginsError):  # still throttled, by this process's counts
                 await login.authenticate("alice", "alice-password", address="y")
             assert (await login.authenticate("bob", "bob-password", address="y")).username == "bob"
         warnings = [r for r in caplog.records if "counted in this process only" in r.getMessage()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.chat.model_route import NO_KEY, ModelRoute, RouteRefused, model_route, same_base
+from core.chat.model_route import NO_KEY, ModelRoute, RouteRefusedError, model_route, same_base
 
 AGENT_BASE = "http://models.example/v1"
 GLOBAL_BASE = "http://gateway.example/v1"
@@ -49,7 +49,7 @@ def test_a_model_litellm_does_not_know_goes_to_the_agents_base_as_openai_compati
 
 @pytest.mark.parametrize("provider", ["bedrock", "vertex_ai", "sagemaker", "azure", "watsonx", "gemini"])
 def test_providers_whose_credentials_come_from_the_environment_cannot_have_an_api_base(provider: str) -> None:
-    with pytest.raises(RouteRefused, match=f"a {provider}/... model cannot have an apiBase"):
+    with pytest.raises(RouteRefusedError, match=f"a {provider}/... model cannot have an apiBase"):
         route(provider, agent_base=AGENT_BASE, agent_key="sk-agent")
     assert route(provider) == ModelRoute(None, None, None, "provider")  # without one: the provider's own setup
 
@@ -67,7 +67,7 @@ def test_openai_calls_without_any_base_go_to_the_providers_endpoint() -> None:
     assert route("openai", global_base=None) == ModelRoute(None, "sk-global", None, "provider")
     # Nothing given: LiteLLM takes OPENAI_API_KEY, for OpenAI's own endpoint.
     assert route("openai", global_base=None, global_key=None) == ModelRoute(None, None, None, "provider")
-    with pytest.raises(RouteRefused, match="does not know this model"):
+    with pytest.raises(RouteRefusedError, match="does not know this model"):
         route(None, global_base=None)
 
 

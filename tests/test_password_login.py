@@ -93,12 +93,12 @@ async def test_failures_are_throttled_per_address_and_per_account(db: Database, 
         clock.now += 10
     checked = len(verifications)
     # The address is spent: even bob's right password is refused from there, without a check.
-    with pytest.raises(accounts.TooManyFailedLogins) as refused:
+    with pytest.raises(accounts.TooManyFailedLoginsError) as refused:
         await login.authenticate("bob", "bob-password", address="10.0.0.9")
     assert refused.value.retry_after_s == 300 - 30 and "try again in 270 s" in str(refused.value)
     assert len(verifications) == checked
     # So is the account, from any address (a spray from many addresses at one account).
-    with pytest.raises(accounts.TooManyFailedLogins):
+    with pytest.raises(accounts.TooManyFailedLoginsError):
         await login.authenticate("alice", "alice-password", address="192.0.2.1")
     assert (await login.authenticate("bob", "bob-password", address="192.0.2.1")).username == "bob"
     # When the oldest failure leaves the window, one more attempt is allowed.
@@ -112,10 +112,10 @@ async def test_a_success_clears_the_account_but_not_the_address(db: Database) ->
     assert await login.authenticate("alice", "guess", address="x") is None
     assert (await login.authenticate("bob", "bob-password", address="x")).username == "bob"
     assert await login.authenticate("alice", "guess", address="y") is None  # alice: 2 failures, x: 1, y: 1
-    with pytest.raises(accounts.TooManyFailedLogins):
+    with pytest.raises(accounts.TooManyFailedLoginsError):
         await login.authenticate("alice", "alice-password", address="z")
     assert await login.authenticate("bob", "guess", address="x") is None  # x: 2 failures now
-    with pytest.raises(accounts.TooManyFailedLogins):  # bob's own good login did not reset x's budget
+    with pytest.raises(accounts.TooManyFailedLoginsError):  # bob's own good login did not reset x's budget
         await login.authenticate("bob", "another-guess", address="x")
     # A credential verified before is still taken from there: its holder has proved they know it.
     assert (await login.authenticate("bob", "bob-password", address="x")).username == "bob"
@@ -127,7 +127,7 @@ async def test_parallel_guesses_are_throttled_like_sequential_ones(db: Database,
         *(login.authenticate("alice", f"guess-{i}", address="10.0.0.7") for i in range(20)), return_exceptions=True
     )
     assert sum(o is None for o in outcomes) == 5
-    assert sum(isinstance(o, accounts.TooManyFailedLogins) for o in outcomes) == 15
+    assert sum(isinstance(o, accounts.TooManyFailedLoginsError) for o in outcomes) == 15
     assert len(verifications) == 5
 
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from core.streaming.hub import BufferState, StreamBusy, StreamClosed, UnknownStream
+from core.streaming.hub import BufferState, StreamBusyError, StreamClosedError, UnknownStreamError
 from core.streaming.redis_hub import RedisStreamHub
 from tests.conftest import unavailable
 from tests.utils.broker import redis_test_url
@@ -52,7 +52,7 @@ async def collect(subscription) -> list[int]:
 async def test_a_buffer_opened_on_one_replica_is_busy_on_the_other(hubs) -> None:
     a, b = hubs
     await a.create("s1", {"who": "a"})
-    with pytest.raises(StreamBusy):
+    with pytest.raises(StreamBusyError):
         await b.create("s1")
     await a.finish("s1")
     info = await b.create("s1")  # finished: any replica may open the next one, ids go on
@@ -72,9 +72,9 @@ async def test_a_reader_on_b_gets_every_event_of_a_in_order_then_the_end(hubs) -
     assert await asyncio.wait_for(reader, 10) == list(range(1, 201))
     info = await b.refresh("s2")
     assert info.state is BufferState.ERROR and info.error == "boom" and info.last_id == 200
-    with pytest.raises(StreamClosed):
+    with pytest.raises(StreamClosedError):
         await b.append("s2", "text-delta", {})
-    with pytest.raises(UnknownStream):
+    with pytest.raises(UnknownStreamError):
         await b.append("nope", "text-delta", {})
 
 
@@ -280,7 +280,7 @@ async def test_appends_sent_together_keep_their_order_and_fail_one_by_one(hubs) 
         writer("batch-1", 50), writer("batch-2", 50), a.append("closed", "e", {}), return_exceptions=True
     )
     assert results[0] == list(range(1, 51)) and results[1] == list(range(1, 51))
-    assert isinstance(results[2], StreamClosed)  # the other appends of its batch went through
+    assert isinstance(results[2], StreamClosedError)  # the other appends of its batch went through
     await a.finish("batch-1")
     await b.refresh("batch-1")
     received = [event async for event in b.subscribe("batch-1")]

@@ -83,8 +83,8 @@ async def test_published_events_come_back_from_the_hub_as_the_same_types(event: 
 
 
 def test_an_unknown_type_is_refused_by_name() -> None:
-    """An event of no known kind raises UnknownEventType naming it and the known kinds."""
-    with pytest.raises(ev.UnknownEventType, match=r"unknown event type 'text-deltas'; known: .*text-delta"):
+    """An event of no known kind raises UnknownEventTypeError naming it and the known kinds."""
+    with pytest.raises(ev.UnknownEventTypeError, match=r"unknown event type 'text-deltas'; known: .*text-delta"):
         ev.parse_event({"type": "text-deltas", "delta": "x"})
     with pytest.raises(ev.EventFormatError, match="string 'type'"):
         ev.parse_event({"delta": "x"})

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from core.streaming.hub import StreamBusy, StreamClosed, StreamHub, UnknownStream
+from core.streaming.hub import StreamBusyError, StreamClosedError, StreamHub, UnknownStreamError
 from core.streaming.sse import SSEDataError
 from core.streaming.task_manager import TaskEvents
 from tests.test_sse_harness import RawReader, SSEServer, parse_sse, read_raw
@@ -117,12 +117,12 @@ async def test_bad_input_raises_at_the_call_and_appends_nothing(server, client) 
         await server.run(lambda: events.progress("t4", "x", 101))
     assert events.get("t4").last_event_id == 0 and events.get("t4").open
 
-    with pytest.raises(StreamBusy):
+    with pytest.raises(StreamBusyError):
         await server.run(lambda: events.open("t4"))
-    with pytest.raises(UnknownStream):
+    with pytest.raises(UnknownStreamError):
         await server.run(lambda: events.progress("never-opened", "x"))
     await server.run(lambda: events.done("t4"))
-    with pytest.raises(StreamClosed):
+    with pytest.raises(StreamClosedError):
         await server.run(lambda: events.state("t4", "completed", "working"))
 
     # Re-opening a finished task keeps counting ids, so an old Last-Event-ID never repeats anything.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.chat.engine import InvalidMessage, SessionNotFound
+from core.chat.engine import InvalidMessageError, SessionNotFoundError
 from core.chat.workspace import Workspace
 from core.delegation.runs import estimate_tokens
 from core.delegation.states import short_task_text, state_word
@@ -47,9 +47,9 @@ async def test_rename_search_delete_and_restore_a_chat(services) -> None:
     assert await titles("%") == {first.id}  # a literal percent sign, not "anything"
     assert await titles("GIRAFFES_") == {second.id}  # found in a message
     assert await titles("giraffes-") == set()  # `_` is not a wildcard
-    with pytest.raises(InvalidMessage):
+    with pytest.raises(InvalidMessageError):
         await workspace.rename(user_id, first.id, "   ")
-    with pytest.raises(SessionNotFound):
+    with pytest.raises(SessionNotFoundError):
         await workspace.rename(user_id + 1, first.id, "not yours")
 
     assert await workspace.delete(user_id, first.id)

@@ -43,7 +43,7 @@ from core.i18n import _
 from core.services import Services
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription
-from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
+from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
@@ -291,7 +291,7 @@ class AgentInvokePanel:
         entry = self.tabs_by_task[task_id]
         try:
             subscription = self.services.hub.subscribe(task_stream_key(task_id))
-        except UnknownStream:
+        except UnknownStreamError:
             entry.follower = background_tasks.create(
                 self._load_saved(entry), name=f"load task {task_id}", context=self.client
             )
@@ -306,7 +306,7 @@ class AgentInvokePanel:
                 if self.client.is_deleted:
                     break
                 await self._apply(entry, event)
-        except SubscriberOverflow:
+        except SubscriberOverflowError:
             await self._load_saved(entry)
         finally:
             subscription.close()

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.auth import accounts
 from core.auth.deps import USER_ID_KEY, AuthState
-from core.auth.login_throttle import TooManyFailedLogins
+from core.auth.login_throttle import TooManyFailedLoginsError
 from core.i18n import _
 from ui.language import page
 
@@ -79,7 +79,7 @@ def register_login_pages(*, auth: AuthState, logins: accounts.PasswordLogin) -> 
         async def try_login() -> None:
             try:
                 user = await logins.authenticate(username.value.strip(), password.value, address=ui.context.client.ip)
-            except TooManyFailedLogins as exc:
+            except TooManyFailedLoginsError as exc:
                 ui.notify(str(exc), color="negative")
                 return
             if user is None:

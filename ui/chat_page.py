@@ -33,7 +33,7 @@ from core.i18n import N_, _
 from core.services import Services
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription
-from core.streaming.hub import StreamEvent, SubscriberOverflow, UnknownStream
+from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
@@ -308,7 +308,7 @@ class ChatPage:
             return
         try:
             subscription = self.services.hub.subscribe(self.session_id, after=after)
-        except UnknownStream:
+        except UnknownStreamError:
             return
         self._set_generating(True)
         self._follow_task = background_tasks.create(
@@ -350,7 +350,7 @@ class ChatPage:
                 if self.client.is_deleted:
                     break
                 await self._apply(event)
-        except SubscriberOverflow:
+        except SubscriberOverflowError:
             # Fell behind (a very fast stream and a slow browser): the saved answer has it all.
             with self.messages:
                 ui.notify(_("The page fell behind the stream; reload to see the full answer."), color="warning")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from core.errors import AppError
 from models import ApiKey, utcnow
 
 if TYPE_CHECKING:
@@ -38,8 +39,10 @@ MAX_NAME_CHARS = 100
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 
-class ApiKeyError(ValueError):
+class ApiKeyError(AppError, ValueError):
     """A key definition that cannot be accepted; the message says why."""
+
+    code = "api_key_error"
 
 
 def hash_key(key: str) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from core.errors import AppError
 from core.web import input_limits
 from core.web.outbound_policy import (  # noqa: F401  (the policy's names, as this module's users know them)
     METADATA_ADDRESSES,
@@ -63,8 +64,10 @@ FETCH_TIMEOUT_S = 10.0
 TIMED_OUT = "timed out"
 
 
-class CardFetchError(ValueError):
+class CardFetchError(AppError, ValueError):
     """A card that could not be fetched: "could not fetch the card: <category>", for people to read."""
+
+    code = "card_fetch_error"
 
     def __init__(self, category: str) -> None:
         super().__init__(f"could not fetch the card: {category}")

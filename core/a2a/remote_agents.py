@@ -35,8 +35,9 @@ from sqlmodel import col, select
 from core.a2a import outbound
 from core.chat.agents import SLUG_PATTERN
 from core.db import Database
-from core.delegation.registry import AgentRegistry, IdTaken
-from core.secret_box import SecretBox, SecretUnreadable
+from core.delegation.registry import AgentRegistry, IdTakenError
+from core.errors import AppError
+from core.secret_box import SecretBox, SecretUnreadableError
 from core.settings import Settings
 from core.web.outbound_policy import AllowList, OutboundError, checked_addresses
 
@@ -49,14 +50,18 @@ log = logging.getLogger(__name__)
 REMOTE_AGENT = "remote-agent"  # the kind of registry notice this module sends and applies (core/db_events.py)
 
 
-class RegistrationError(ValueError):
+class RegistrationError(AppError, ValueError):
     """A remote agent that cannot be registered; `status_code` for the API, the message for people."""
+
+    code = "registration_error"
 
     status_code = 422
 
 
-class RegistrationConflict(RegistrationError):
+class RegistrationConflictError(RegistrationError):
     """The id is taken (a local agent, or another remote agent)."""
+
+    code = "registration_conflict"
 
     status_code = 409
 
@@ -77,8 +82,10 @@ class RemoteAgentView:
     owner_id: int | None = None  # who registered it: only they change or remove it (None: registered before owners)
 
 
-class NotYourAgent(RegistrationError):
+class NotYourAgentError(RegistrationError):
     """A registration someone else made: every user may delegate to it, only its owner removes it."""
+
+    code = "not_your_agent"
 
     status_code = 403
 
@@ -120,7 +127,7 @@ class RemoteAgentDirectory:
         Raises:
             RegistrationError: the card cannot be fetched or used, its endpoint is not allowed or (with a token)
                 is on another origin than the card, or the id is malformed.
-            RegistrationConflict: the id is taken.
+            RegistrationConflictError: the id is taken.
         """
         client = await _client_module()
         card_url = card_url.strip()
@@ -141,9 +148,9 @@ class RemoteAgentDirectory:
         )
         try:
             await self.registry.claim(agent)
-        except IdTaken as exc:
+        except IdTakenError as exc:
             await agent.aclose()
-            raise RegistrationConflict(f"Cannot register {card.name!r} as {agent_id!r}: {exc}.") from exc
+            raise RegistrationConflictError(f"Cannot register {card.name!r} as {agent_id!r}: {exc}.") from exc
         try:
             async with self.db.session() as s:
                 s.add(
@@ -158,7 +165,7 @@ class RemoteAgentDirectory:
                 await s.commit()
         except IntegrityError as exc:
             await self._drop(agent_id, agent)
-            raise RegistrationConflict(f"A remote agent is already registered as {agent_id!r}.") from exc
+            raise RegistrationConflictError(f"A remote agent is already registered as {agent_id!r}.") from exc
         except BaseException:
             await self._drop(agent_id, agent)
             raise
@@ -171,14 +178,14 @@ class RemoteAgentDirectory:
         """Remove a registration and its agent from the registry; False when there is none.
 
         Raises:
-            NotYourAgent: `user_id` is given and another user registered it.
+            NotYourAgentError: `user_id` is given and another user registered it.
         """
         async with self.db.session() as s:
             row = await s.get(RemoteA2AAgent, agent_id)
             if row is None:
                 return False
             if user_id is not None and row.created_by is not None and row.created_by != user_id:
-                raise NotYourAgent(f"@{agent_id} was registered by another user; only they can remove it.")
+                raise NotYourAgentError(f"@{agent_id} was registered by another user; only they can remove it.")
             await s.delete(row)
             await s.commit()
         agent = self.registry.remote(agent_id)
@@ -282,7 +289,7 @@ class RemoteAgentDirectory:
             return False
         try:
             token = self.secrets.open(row.bearer_token) if row.bearer_token else None
-        except SecretUnreadable as exc:
+        except SecretUnreadableError as exc:
             log.warning("remote agent %s is not restored: its bearer token: %s", row.id, exc)
             return False
         endpoint = client.wire.endpoint_url(card)
@@ -297,7 +304,7 @@ class RemoteAgentDirectory:
         )
         try:
             await self.registry.claim(agent)
-        except IdTaken as exc:
+        except IdTakenError as exc:
             await agent.aclose()
             log.warning("remote agent %s is not restored: %s", row.id, exc)
             return False

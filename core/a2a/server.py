@@ -55,13 +55,13 @@ from core.a2a import protocol as wire
 from core.a2a.agent_cards import AgentCards
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
-from core.delegation.service import DelegationRefused, DelegationService, TooManyRunningTasks
+from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
-from core.streaming.hub import SubscriberOverflow, UnknownStream
+from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
 from core.streaming.redis_hub import refresh
 from core.web.input_limits import read_capped
 from models import A2ATaskSession
@@ -254,11 +254,13 @@ class AgentRequestHandler(wire.RequestHandler):
                 session_id=incoming.context_id,
                 message_id=incoming.message_id or None,
             )
-        except TooManyRunningTasks as exc:  # -32029: try again later (docs/ARCHITECTURE.md, "Running work per user")
+        except (
+            TooManyDelegatedTasksError
+        ) as exc:  # -32029: try again later (docs/ARCHITECTURE.md, "Running work per user")
             raise wire.TooManyRunningTasksError(
                 message=str(exc), data={"code": exc.code, "retryAfterSeconds": exc.retry_after_s}
             ) from exc
-        except DelegationRefused as exc:
+        except DelegationRefusedError as exc:
             raise wire.InvalidParamsError(message=str(exc)) from exc
 
     # -- reading and following --------------------------------------------------
@@ -313,7 +315,7 @@ class AgentRequestHandler(wire.RequestHandler):
         while True:
             try:
                 subscription = self.hub.subscribe(key, after)
-            except UnknownStream:
+            except UnknownStreamError:
                 break  # evicted (long finished): the ending comes from the database
             batches = ReadyBatches(subscription, MAX_DELTAS_PER_UPDATE)
             try:
@@ -344,7 +346,7 @@ class AgentRequestHandler(wire.RequestHandler):
                     if text:
                         yield text_event("".join(text))
                 break
-            except SubscriberOverflow:
+            except SubscriberOverflowError:
                 continue  # this client read too slowly; pick up after the last event it got
             finally:
                 batches.close()

@@ -12,7 +12,7 @@ every router), not even for type checkers.
 
 from core.auth.accounts import AccountError, PasswordLogin
 from core.auth.deps import USER_ID_KEY, AuthState, CurrentUser, client_address, get_current_user
-from core.auth.login_throttle import TooManyFailedLogins
+from core.auth.login_throttle import TooManyFailedLoginsError
 
 __all__ = [
     "USER_ID_KEY",
@@ -20,7 +20,7 @@ __all__ = [
     "AuthState",
     "CurrentUser",
     "PasswordLogin",
-    "TooManyFailedLogins",
+    "TooManyFailedLoginsError",
     "client_address",
     "get_current_user",
 ]

@@ -25,7 +25,8 @@ from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.auth.login_throttle import LoginFailures, RedisLoginFailures
-from core.auth.login_throttle import TooManyFailedLogins as TooManyFailedLogins  # callers catch it from here
+from core.auth.login_throttle import TooManyFailedLoginsError as TooManyFailedLoginsError  # callers catch it from here
+from core.errors import AppError
 from models import User
 
 LOCAL_USERNAME = "local"
@@ -41,8 +42,10 @@ def _dummy_hash() -> str:
     return _hasher.hash("not-a-real-password")
 
 
-class AccountError(ValueError):
+class AccountError(AppError, ValueError):
     """A username or password that cannot be accepted; the message says why."""
+
+    code = "account_error"
 
 
 def hash_password(password: str) -> str:
@@ -152,7 +155,7 @@ class PasswordLogin:
       within `cache_ttl_s`.
     - Failed attempts are counted per client address and per account over `window_s`; past
       `max_failures` either count, further attempts are refused without checking the password
-      (`TooManyFailedLogins`) until the oldest failure leaves the window. An attempt counts from
+      (`TooManyFailedLoginsError`) until the oldest failure leaves the window. An attempt counts from
       its start, so parallel guesses are throttled like sequential ones; the same credentials sent
       in parallel share one check. A success clears the account's count, not the address's (an
       attacker's own good login does not reset its budget). The counts are `failures`: this
@@ -196,7 +199,7 @@ class PasswordLogin:
         """The user when the name and password match, else None.
 
         Raises:
-            TooManyFailedLogins: the address or the account has failed too often lately.
+            TooManyFailedLoginsError: the address or the account has failed too often lately.
         """
         now = self._clock()
         keys = (f"address:{address}", f"account:{username}")

@@ -19,7 +19,7 @@ from fastapi import Depends, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 
 from core.auth import accounts
-from core.auth.login_throttle import TooManyFailedLogins
+from core.auth.login_throttle import TooManyFailedLoginsError
 from core.db import Database
 from core.i18n import _
 from core.settings import Settings
@@ -111,7 +111,7 @@ async def get_current_user(
             user = await logins.authenticate(
                 credentials.username, credentials.password, address=client_address(request)
             )
-        except TooManyFailedLogins as exc:
+        except TooManyFailedLoginsError as exc:
             raise ApiError(
                 status.HTTP_429_TOO_MANY_REQUESTS,
                 "too_many_failed_logins",

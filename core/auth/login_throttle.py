@@ -2,7 +2,7 @@
 
 `PasswordLogin` (`core/auth/accounts.py`) asks `begin` before it checks a password: past
 `max_failures` failures of either key in the last `window_s`, the attempt is refused
-(`TooManyFailedLogins`) until the oldest of them leaves the window. Otherwise the attempt is
+(`TooManyFailedLoginsError`) until the oldest of them leaves the window. Otherwise the attempt is
 counted as a failure from its start (parallel guesses are throttled as a sequence would be), and
 `succeeded` takes it back and clears the account's count (not the address's: an attacker's own
 good login does not reset its budget).
@@ -29,19 +29,23 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from core.errors import AppError
+
 log = logging.getLogger(__name__)
 
 
-class TooManyFailedLogins(Exception):
+class TooManyFailedLoginsError(AppError):
     """Too many wrong passwords lately, from this address or for this account."""
+
+    code = "too_many_failed_logins"
 
     def __init__(self, retry_after_s: int) -> None:
         super().__init__(f"Too many failed logins; try again in {retry_after_s} s.")
         self.retry_after_s = retry_after_s
 
 
-def _refusal(retry_after_s: float) -> TooManyFailedLogins:
-    return TooManyFailedLogins(max(1, int(retry_after_s + 0.999)))
+def _refusal(retry_after_s: float) -> TooManyFailedLoginsError:
+    return TooManyFailedLoginsError(max(1, int(retry_after_s + 0.999)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ class LoginFailures:
         """Count an attempt as a failure (check and count, no await between them).
 
         Raises:
-            TooManyFailedLogins: either key has failed `max_failures` times within the window.
+            TooManyFailedLoginsError: either key has failed `max_failures` times within the window.
         """
         return self.begin_now(keys)
 
@@ -216,7 +220,7 @@ class RedisLoginFailures:
         """Count an attempt as a failure in every replica's counts (this process's while Redis fails).
 
         Raises:
-            TooManyFailedLogins: either key has failed `max_failures` times within the window.
+            TooManyFailedLoginsError: either key has failed `max_failures` times within the window.
         """
         member = secrets.token_hex(8)
         try:

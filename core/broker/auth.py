@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.broker.wire import A2A_ID_PATTERN
+from core.errors import AppError
 from core.settings import AuthSettings
 from core.web.input_limits import json_error
 from core.web.logtext import loggable
@@ -36,8 +37,10 @@ ALGORITHM = "ES256"
 NUMERIC_DATES = ("exp", "iat", "nbf")  # RFC 7519 NumericDate claims: JSON numbers, seconds since 1970
 
 
-class Refused(Exception):
+class BrokerRefusedError(AppError):
     """The connection is refused before the upgrade: `status` (HTTP) and a reason to show the peer."""
+
+    code = "broker_refused"
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
@@ -75,11 +78,11 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
     """The identity the peer claims, checked as `auth.mode` says.
 
     Raises:
-        Refused: 400 for a missing or malformed id, 401 for a missing, invalid or expired token.
+        BrokerRefusedError: 400 for a missing or malformed id, 401 for a missing, invalid or expired token.
     """
     card_url = query.get("cardUrl") or None
     if card_url is not None and not card_url.startswith(("http://", "https://")):
-        raise Refused(400, "cardUrl must be an http:// or https:// URL")
+        raise BrokerRefusedError(400, "cardUrl must be an http:// or https:// URL")
     if auth.mode == "jwt":
         claims = _verify(query.get("token"), auth)
         a2a_id, agent_id = claims.get("a2a_id"), claims.get("agent_id", claims.get("agentId"))
@@ -88,17 +91,17 @@ def identify(query: Mapping[str, str], auth: AuthSettings) -> Identity:
         a2a_id, agent_id = query.get("a2a_id"), query.get("agent_id") or query.get("agentId")
         where = "?a2a_id="
     if a2a_id is not None and not isinstance(a2a_id, str):
-        raise Refused(400, f"{where} must be a string: the remote agent's name (the dispatch targetAgent)")
+        raise BrokerRefusedError(400, f"{where} must be a string: the remote agent's name (the dispatch targetAgent)")
     if not a2a_id:
-        raise Refused(400, f"{where} is required: the remote agent's name (the dispatch targetAgent)")
+        raise BrokerRefusedError(400, f"{where} is required: the remote agent's name (the dispatch targetAgent)")
     if not A2A_ID_PATTERN.fullmatch(a2a_id):
-        raise Refused(
+        raise BrokerRefusedError(
             400,
             f"{where} {a2a_id[:64]!r} is not a valid id: use 1-60 of a-z, 0-9, '-' and '_', "
             "starting with a letter or digit",
         )
     if agent_id is not None and (isinstance(agent_id, bool) or not isinstance(agent_id, (str, int))):
-        raise Refused(400, "agent_id must be a string or a number")
+        raise BrokerRefusedError(400, "agent_id must be a string or a number")
     agent = str(agent_id) if agent_id not in (None, "") else None
     return Identity(a2a_id=a2a_id, agent_id=agent, card_url=card_url)
 
@@ -107,16 +110,18 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
     import jwt  # PyJWT (and cryptography) only when jwt mode is on
 
     if not token:
-        raise Refused(401, "auth mode is jwt: pass ?token=<ES256 JWT>")
+        raise BrokerRefusedError(401, "auth mode is jwt: pass ?token=<ES256 JWT>")
     if not auth.public_keys:
-        raise Refused(401, "auth mode is jwt but the broker has no public keys configured (auth.public_keys)")
+        raise BrokerRefusedError(
+            401, "auth mode is jwt but the broker has no public keys configured (auth.public_keys)"
+        )
     try:
         header = jwt.get_unverified_header(token)
     except jwt.PyJWTError as exc:
-        raise Refused(401, f"the token is not a JWT: {_reason(exc)}") from exc
+        raise BrokerRefusedError(401, f"the token is not a JWT: {_reason(exc)}") from exc
     if header.get("alg") != ALGORITHM:
         alg = loggable(header.get("alg"), 20)
-        raise Refused(401, f"the token is signed with {alg!r}; only {ALGORITHM} is accepted")
+        raise BrokerRefusedError(401, f"the token is signed with {alg!r}; only {ALGORITHM} is accepted")
     last: Exception | None = None
     for pem in auth.public_keys:
         try:
@@ -129,22 +134,24 @@ def _verify(token: str | None, auth: AuthSettings) -> dict[str, Any]:
                 options={"require": ["exp", *(["aud"] if auth.audience else [])], "verify_aud": bool(auth.audience)},
             )
         except jwt.ExpiredSignatureError as exc:
-            raise Refused(401, "the token has expired") from exc
+            raise BrokerRefusedError(401, "the token has expired") from exc
         except jwt.MissingRequiredClaimError as exc:
             what = "an expiry ('exp')" if exc.claim == "exp" else f"the claim {exc.claim!r}"
-            raise Refused(401, f"the token must carry {what}") from exc
+            raise BrokerRefusedError(401, f"the token must carry {what}") from exc
         except jwt.InvalidAudienceError as exc:
-            raise Refused(401, f"the token is not for this broker: its aud must be {auth.audience!r}") from exc
+            raise BrokerRefusedError(
+                401, f"the token is not for this broker: its aud must be {auth.audience!r}"
+            ) from exc
         except (jwt.InvalidSignatureError, jwt.InvalidKeyError, ValueError) as exc:
             last = exc  # try the next key
             continue
         except jwt.PyJWTError as exc:
-            raise Refused(401, f"the token is invalid: {_reason(exc)}") from exc
+            raise BrokerRefusedError(401, f"the token is invalid: {_reason(exc)}") from exc
         _check_dates(claims)
         _check_lifetime(claims, auth)
         return claims
     log.info("refused a token: no configured key verifies it (%s)", loggable(last, 120))
-    raise Refused(401, "the token's signature does not match any configured public key")
+    raise BrokerRefusedError(401, "the token's signature does not match any configured public key")
 
 
 def _reason(exc: Exception) -> str:
@@ -160,7 +167,7 @@ def _check_dates(claims: dict[str, Any]) -> None:
     for name in NUMERIC_DATES:
         value = claims.get(name)
         if name in claims and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise Refused(
+            raise BrokerRefusedError(
                 401,
                 f"the token's {name!r} claim must be a JSON number (seconds since 1970, RFC 7519 "
                 f"NumericDate), not {loggable(json.dumps(value), 40)}",
@@ -178,7 +185,7 @@ def _check_lifetime(claims: dict[str, Any], auth: AuthSettings) -> None:
     if exp <= start + auth.max_lifetime_s + auth.leeway_s:
         return
     span = f"{int(exp - start)} s" if exp < start + MAX_SHOWN_SPAN_S else f"more than {MAX_SHOWN_SPAN_S:.0e} s"
-    raise Refused(
+    raise BrokerRefusedError(
         401,
         f"the token is valid for {span}; the broker accepts at most "
         f"{auth.max_lifetime_s} s (auth.max_lifetime_s): ask for a shorter-lived token",

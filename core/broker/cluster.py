@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # One error for "this INSTANCE_ID is taken", whichever key says so.
-from core.streaming.redis_hub import DuplicateReplica
+from core.streaming.redis_hub import DuplicateReplicaError
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class AgentDirectory:
         Waits out a lease its previous life left (a crash), then refuses.
 
         Raises:
-            DuplicateReplica: another live process has this replica id.
+            DuplicateReplicaError: another live process has this replica id.
         """
         await self.connect()
         key = self.replica_key(self.replica_id)
@@ -231,7 +231,7 @@ class AgentDirectory:
         ):
             if time.monotonic() > deadline:
                 holder = await self._redis.get(self.replica_key(self.replica_id))
-                raise DuplicateReplica(
+                raise DuplicateReplicaError(
                     f"another running replica uses the id {self.replica_id!r} (reachable at "
                     f"{holder.decode() if holder else '?'}); give each replica its own INSTANCE_ID"
                 )

@@ -29,6 +29,7 @@ from typing import Any
 from core.broker import wire
 from core.broker.auth import Identity
 from core.delegation.registry import RemoteAgentError, RemoteEvent
+from core.errors import AppError
 from core.i18n import _
 from core.settings import Settings
 from core.web.logtext import loggable
@@ -38,12 +39,14 @@ log = logging.getLogger(__name__)
 MAX_QUEUED_EVENTS = 10_000  # per task: a consumer this far behind is failed, the agent is not blocked
 
 
-class TaskIdle(Exception):
+class TaskIdleError(AppError):
     """No event for `task_idle_timeout`; the agent is presumed stuck.
 
     Not a TimeoutError on purpose: callers with their own deadlines (`asyncio.timeout`)
     must be able to tell the two apart.
     """
+
+    code = "task_idle"
 
 
 class RpcError(RemoteAgentError):
@@ -51,7 +54,7 @@ class RpcError(RemoteAgentError):
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"error {code}: {message}")
-        self.code = code
+        self.code = code  # type: ignore[assignment]  # JSON-RPC's number
 
 
 @dataclass(slots=True)
@@ -259,7 +262,7 @@ class AgentConnection:
                         error=(event.text or f"{self.name} reported that the task failed") if failed else None,
                         answer=(answer.text(event) or None) if event.final and not failed else None,
                     )
-            except TaskIdle as exc:
+            except TaskIdleError as exc:
                 raise RemoteAgentError(str(exc)) from exc
 
     def _spawn_cancel(self, task_id: str) -> None:
@@ -359,7 +362,7 @@ class TaskStream:
         try:
             return await asyncio.wait_for(self._queue.get(), idle_s)
         except TimeoutError:
-            raise TaskIdle(
+            raise TaskIdleError(
                 _("{name} sent no progress for {seconds} s").format(name=self.conn.name, seconds=f"{idle_s:g}")
             ) from None
 
@@ -367,7 +370,7 @@ class TaskStream:
         """Send the task, then yield its events; the last one is final.
 
         Raises:
-            TaskIdle: no event within `task_idle_timeout`.
+            TaskIdleError: no event within `task_idle_timeout`.
             ConnectionError: the agent disconnected.
             RpcError / RemoteAgentError: the agent answered with an error, or its events could not be kept up with.
         """

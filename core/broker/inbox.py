@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from sqlmodel import col, select
 
 from core.broker.inject import AUTO, Inject, InjectBus
-from core.chat.engine import ChatEngine, ChatError, TurnInProgress
+from core.chat.engine import ChatEngine, ChatError, TurnInProgressError
 from core.streaming.background import BackgroundTasks
 from core.streaming.redis_hub import refresh as refresh_stream
 from models import AgentMessage
@@ -139,7 +139,7 @@ class ChatInbox:
                 if session_id in self._announce and not self._pending.get(session_id):
                     try:
                         await self.chat.start_announcement(session_id)
-                    except TurnInProgress:
+                    except TurnInProgressError:
                         await asyncio.sleep(RETRY_S)  # the user spoke first: announce after that turn
                         continue
                     self._announce.discard(session_id)

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Literal
 
 from core.broker import wire
-from core.broker.connection import TaskIdle
+from core.broker.connection import TaskIdleError
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
 from core.broker.store import BrokerStore
 from core.broker.task import BrokerTask
@@ -117,7 +117,7 @@ class TaskRelay:
             final_text = _("The task was canceled.") if record.cancel_requested or not self.stopping() else _(STOPPED)
             await asyncio.shield(self.finish(record, state, final_text))
             raise
-        except TaskIdle as exc:
+        except TaskIdleError as exc:
             state, final_text = TIMEOUT, _("The task timed out: {reason}.").format(reason=exc)
         except ConnectionError:
             # The server closes agents' sockets first when it stops: that is not the agent's failure.

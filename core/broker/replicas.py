@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from core.broker.cluster import AgentDirectory, DirectoryEntry
+from core.errors import AppError
 from core.settings import Settings
 
 if TYPE_CHECKING:
@@ -39,8 +40,10 @@ def replica_url(settings: Settings) -> str:
     return (settings.replica_url or settings.base_url).rstrip("/")
 
 
-class ForwardFailed(RuntimeError):
+class ForwardFailedError(AppError, RuntimeError):
     """The owner replica could not be reached or refused the call."""
+
+    code = "forward_failed"
 
 
 class RelayedObserver:
@@ -122,7 +125,7 @@ class BrokerCluster:
         """Before serving: make sure no other live process has this replica's id (`start` then takes it).
 
         Raises:
-            DuplicateReplica: one has.
+            DuplicateReplicaError: one has.
         """
         probe = AgentDirectory(
             self.directory.redis_url,
@@ -144,7 +147,7 @@ class BrokerCluster:
         """Dispatch on the owner replica; its ack. An observer is fed from the owner's relayed events.
 
         Raises:
-            ForwardFailed: the owner could not be reached or answered with an error.
+            ForwardFailedError: the owner could not be reached or answered with an error.
         """
         task_id = body["taskId"]
         if observer is not None:
@@ -153,7 +156,7 @@ class BrokerCluster:
             ack = await self._post(
                 entry.url, INTERNAL_DISPATCH, {**body, "origin": self.replica_id, "observe": observer is not None}
             )
-        except ForwardFailed:
+        except ForwardFailedError:
             self._observers.pop(task_id, None)
             raise
         if ack.get("status") != "accepted":
@@ -168,7 +171,7 @@ class BrokerCluster:
             return 0
         try:
             answer = await self._post(url, INTERNAL_CANCEL, {"chatId": chat_id, "owner": owner})
-        except ForwardFailed as exc:
+        except ForwardFailedError as exc:
             log.warning("could not cancel chat %s's tasks on replica %s: %s", chat_id, replica, exc)
             return 0
         self.forwarded["cancel"] += 1
@@ -180,10 +183,10 @@ class BrokerCluster:
             response = await self._http.post(f"{base_url}{path}", json=body)
         except httpx.HTTPError as exc:
             self.forwarded["failed"] += 1
-            raise ForwardFailed(f"replica at {base_url} is unreachable ({type(exc).__name__})") from exc
+            raise ForwardFailedError(f"replica at {base_url} is unreachable ({type(exc).__name__})") from exc
         if response.status_code != 200:
             self.forwarded["failed"] += 1
-            raise ForwardFailed(f"replica at {base_url} answered {response.status_code}: {response.text[:200]}")
+            raise ForwardFailedError(f"replica at {base_url} answered {response.status_code}: {response.text[:200]}")
         return response.json()
 
     def relayed_observer(self, origin: str, task_id: str) -> RelayedObserver:

@@ -29,7 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
 from core.a2a import api_keys
-from core.broker.auth import Refused
+from core.broker.auth import BrokerRefusedError
 from core.broker.replicas import MAX_INTERNAL_BODY_BYTES
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
 from core.web.input_limits import MAX_JSON_NESTING, json_nesting, read_capped
@@ -159,7 +159,7 @@ def broker_router() -> APIRouter:
         host = websocket.client.host if websocket.client else None
         try:
             identity = broker.admit(host, dict(websocket.query_params))
-        except Refused as exc:
+        except BrokerRefusedError as exc:
             await _deny(websocket, exc)
             return
         await websocket.accept()
@@ -274,7 +274,7 @@ def broker_router() -> APIRouter:
     return router
 
 
-async def _deny(websocket: WebSocket, refused: Refused) -> None:
+async def _deny(websocket: WebSocket, refused: BrokerRefusedError) -> None:
     """Refuse before the upgrade: an HTTP response with the reason, where the server supports it."""
     response = JSONResponse({"error": refused.reason}, status_code=refused.status)
     try:

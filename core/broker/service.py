@@ -48,7 +48,7 @@ from core.broker.inbox_feed import inbox_stream_key
 from core.broker.inject import InjectPublisher
 from core.broker.relay import RECENT_TASKS, STOPPED, TIMEOUT, TaskRelay
 from core.broker.reload import ConfigReloader
-from core.broker.replicas import BrokerCluster, ForwardFailed
+from core.broker.replicas import BrokerCluster, ForwardFailedError
 from core.broker.sockets import CLOSE_GOING_AWAY, CLOSE_ID_TAKEN, AgentSockets
 from core.broker.store import BrokerStore
 from core.broker.task import DISPATCH_TOKEN_OWNER, OPEN_OWNER, BrokerTask, TaskObserver, user_owner
@@ -117,7 +117,7 @@ class Broker:
         (their key in Redis expired), never the tasks of a live replica.
 
         Raises:
-            DuplicateReplica: (cluster mode) another running replica has this replica's id.
+            DuplicateReplicaError: (cluster mode) another running replica has this replica's id.
         """
         if self.cluster is None:
             return await self.store.interrupt_running(sent=not self.injects.configured)
@@ -325,7 +325,7 @@ class Broker:
             return {"status": "no_agent"}
         try:
             return await self.cluster.forward_dispatch(entry, body, observer)
-        except ForwardFailed as exc:
+        except ForwardFailedError as exc:
             log.warning("dispatch to %s on replica %s failed: %s", entry.id, entry.replica, exc)
             self.tasks_no_agent += 1
             return {"status": "no_agent"}

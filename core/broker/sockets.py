@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from core.broker import wire
-from core.broker.auth import Identity, Refused, identify, is_blacklisted
+from core.broker.auth import BrokerRefusedError, Identity, identify, is_blacklisted
 from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection, ConnectionStats, RpcError
 from core.broker.replicas import BrokerCluster
-from core.delegation.registry import AgentRegistry, IdTaken
+from core.delegation.registry import AgentRegistry, IdTakenError
 from core.settings import Settings
 from core.web.logtext import loggable
 
@@ -54,13 +54,13 @@ class AgentSockets:
         """Check a connecting peer before the upgrade: blacklist, then identity.
 
         Raises:
-            Refused: with the HTTP status and the reason for the peer.
+            BrokerRefusedError: with the HTTP status and the reason for the peer.
         """
         try:
             if is_blacklisted(client_host, self.settings.blacklist_ip):
-                raise Refused(403, f"connections from {client_host} are refused (blacklist_ip)")
+                raise BrokerRefusedError(403, f"connections from {client_host} are refused (blacklist_ip)")
             return identify(query, self.settings.auth)
-        except Refused as exc:
+        except BrokerRefusedError as exc:
             self.connections_refused += 1
             log.info("refused /a2a connection from %s: %s", client_host, exc.reason)
             raise
@@ -95,7 +95,7 @@ class AgentSockets:
             conn.set_card(card)
             try:
                 await self.registry.claim(conn)
-            except IdTaken as exc:
+            except IdTakenError as exc:
                 return await self._refuse(close, CLOSE_ID_TAKEN, str(exc))
             if self.cluster is not None:
                 claim_refusal = await self._claim_in_cluster(conn)

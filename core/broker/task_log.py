@@ -21,7 +21,7 @@ import time
 from core.delegation.tasks import state_event, task_stream_key
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
-from core.streaming.hub import StreamBusy
+from core.streaming.hub import StreamBusyError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class TaskLog:
         meta = {"kind": "broker", "agent": agent, "agentName": agent_name, "userId": owner_user_id(owner)}
         try:
             await self.hub.create(self.key, meta)
-        except StreamBusy:  # a stream under this id is open: it is not this relay's to write
+        except StreamBusyError:  # a stream under this id is open: it is not this relay's to write
             log.warning("the stream %s is already open; the broker task's events are not logged", self.key)
             self.writes = False
             return

@@ -28,7 +28,7 @@ from core.broker.service import user_owner
 from core.broker.wire import TOOL_NAME_PREFIX
 from core.chat.agents import A2A_DISPATCH
 from core.chat.tools import ToolContext, ToolResult
-from core.delegation.service import DelegationRefused
+from core.delegation.service import DelegationRefusedError
 
 if TYPE_CHECKING:
     from core.broker.service import Broker
@@ -136,7 +136,7 @@ class BrokerDispatchTool:
             )
         try:
             record = await self.family.delegation.open_background_task(self.a2a_id, conn.name, task.strip(), ctx)
-        except DelegationRefused as exc:  # the user has too many tasks running: nothing was started
+        except DelegationRefusedError as exc:  # the user has too many tasks running: nothing was started
             return ToolResult(False, error=str(exc), metadata=metadata)
         metadata.update(taskId=record.task_id, calleeAgentName=conn.name, background=True)
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.chat.prompts import DISPATCH_TOOL_PREFIX as TOOL_NAME_PREFIX
+from core.errors import AppError
 from core.web.input_limits import MAX_JSON_NESTING as MAX_NESTING
 from core.web.input_limits import json_error, json_nesting
 
@@ -44,8 +45,10 @@ INTERRUPTED_STATES = frozenset({"input-required", "auth-required"})
 A2A_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,59}$")
 
 
-class WireError(ValueError):
+class WireError(AppError, ValueError):
     """A line or a result that is not what the protocol allows; the message says what is wrong."""
+
+    code = "wire_error"
 
 
 # -- framing -------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ class RpcLineError(WireError):
 
     def __init__(self, code: int, message: str, id: Any = None) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = code  # type: ignore[assignment]  # JSON-RPC's number
         self.id = id if isinstance(id, (str, int)) and not isinstance(id, bool) else None
 
 

@@ -16,13 +16,13 @@ delegation runs the callee with the engine's `AgentRunner`), not the other way r
 """
 
 from core.chat.engine import (
-    AgentNotFound,
+    AgentNotFoundError,
     ChatEngine,
     ChatError,
-    InvalidMessage,
+    InvalidMessageError,
     SessionChange,
-    SessionNotFound,
-    TurnInProgress,
+    SessionNotFoundError,
+    TurnInProgressError,
     TurnStarted,
 )
 from core.chat.llm import LLMError, LLMGateway
@@ -31,23 +31,23 @@ from core.chat.tools import Tool, ToolContext, ToolFamily, ToolRegistry, ToolRes
 from core.chat.workspace import SessionView, Workspace
 
 __all__ = [
-    "AgentNotFound",
+    "AgentNotFoundError",
     "AgentRun",
     "AgentRunner",
     "ChatEngine",
     "ChatError",
-    "InvalidMessage",
+    "InvalidMessageError",
     "LLMError",
     "LLMGateway",
     "SessionChange",
-    "SessionNotFound",
+    "SessionNotFoundError",
     "SessionView",
     "Tool",
     "ToolContext",
     "ToolFamily",
     "ToolRegistry",
     "ToolResult",
-    "TurnInProgress",
+    "TurnInProgressError",
     "TurnOutcome",
     "TurnStarted",
     "Workspace",

@@ -14,6 +14,7 @@ from typing import Any
 from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from core.errors import AppError
 from models import Agent, AgentTool, utcnow
 
 AGENT_INVOKE = "agent-invoke"
@@ -70,12 +71,16 @@ SEED_AGENTS: list[dict[str, Any]] = [
 ]
 
 
-class AgentError(ValueError):
+class AgentError(AppError, ValueError):
     """An agent definition that cannot be accepted; the message says why."""
 
+    code = "agent_error"
 
-class AgentExists(AgentError):
+
+class AgentExistsError(AgentError):
     """The id is taken by another local agent."""
+
+    code = "agent_exists"
 
 
 async def list_agents(session: AsyncSession, *, include_deleted: bool = False) -> list[Agent]:
@@ -203,10 +208,10 @@ async def create_agent(
     existing = await get_agent_by_slug(session, slug, include_deleted=True)
     if existing is not None:
         if existing.deleted_at is not None:
-            raise AgentExists(
+            raise AgentExistsError(
                 f"the id {slug!r} belonged to a deleted agent, whose chats and audit records keep it; choose another id"
             )
-        raise AgentExists(f"an agent with the id {slug!r} already exists")
+        raise AgentExistsError(f"an agent with the id {slug!r} already exists")
     agent = Agent(
         slug=slug, name=name.strip(), model=model, description=description, system_prompt=system_prompt, **settings
     )

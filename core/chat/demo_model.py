@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat.prompts import AGENT_INVOKE_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
+from core.errors import AppError
 from core.i18n import N_, _, ngettext, use_language
 
 BACKGROUND_COMMAND = "/background"
@@ -85,8 +86,10 @@ _LOREM = (
 ).split()
 
 
-class DemoModelError(RuntimeError):
+class DemoModelError(AppError, RuntimeError):
     """The failure that `/error` asks for."""
+
+    code = "demo_model_error"
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,12 +42,12 @@ from core.chat import sessions as sessions_store
 from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
 from core.chat.errors import (
     RUNNING_LIMIT_RETRY_AFTER_S,
-    AgentNotFound,
+    AgentNotFoundError,
     ChatError,
-    InvalidMessage,
-    SessionNotFound,
-    TooManyRunningTurns,
-    TurnInProgress,
+    InvalidMessageError,
+    SessionNotFoundError,
+    TooManyRunningTurnsError,
+    TurnInProgressError,
 )
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
@@ -58,7 +58,7 @@ from core.i18n import _, current_language, format_number, set_language
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
-from core.streaming.hub import BufferInfo, BufferState, StreamBusy
+from core.streaming.hub import BufferInfo, BufferState, StreamBusyError
 from core.streaming.redis_hub import RedisStreamHub
 from models import Agent, AgentMessage
 
@@ -66,15 +66,15 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "RUNNING_LIMIT_RETRY_AFTER_S",
-    "AgentNotFound",
+    "AgentNotFoundError",
     "AgentRun",
     "ChatEngine",
     "ChatError",
-    "InvalidMessage",
+    "InvalidMessageError",
     "SessionChange",
-    "SessionNotFound",
-    "TooManyRunningTurns",
-    "TurnInProgress",
+    "SessionNotFoundError",
+    "TooManyRunningTurnsError",
+    "TurnInProgressError",
     "TurnOutcome",
     "TurnStarted",
 ]
@@ -142,11 +142,11 @@ class ChatEngine:
     # -- turns of a user's session ---------------------------------------------------
 
     def validate_text(self, text: str) -> str:
-        """The message as it will be sent, or InvalidMessage saying what is wrong."""
+        """The message as it will be sent, or InvalidMessageError saying what is wrong."""
         if not isinstance(text, str) or not text.strip():
-            raise InvalidMessage(_("The message is empty; type something first."))
+            raise InvalidMessageError(_("The message is empty; type something first."))
         if len(text) > self.max_message_chars:
-            raise InvalidMessage(
+            raise InvalidMessageError(
                 _("The message is {length} characters long; the limit is {limit}.").format(
                     length=format_number(len(text)), limit=format_number(self.max_message_chars)
                 )
@@ -157,10 +157,10 @@ class ChatEngine:
         """Save the user's message and start answering it in the background.
 
         Raises:
-            InvalidMessage: empty or too long.
-            SessionNotFound: no such session for this user.
-            TurnInProgress: the session is already answering.
-            TooManyRunningTurns: the user has `max_running_turns_per_user` turns running.
+            InvalidMessageError: empty or too long.
+            SessionNotFoundError: no such session for this user.
+            TurnInProgressError: the session is already answering.
+            TooManyRunningTurnsError: the user has `max_running_turns_per_user` turns running.
         """
         text = self.validate_text(text)
         claim: TurnClaim | None = None
@@ -171,7 +171,7 @@ class ChatEngine:
                 # found", never "still answering" (and the API's route need not read the row first).
                 chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
                 if chat is None:
-                    raise SessionNotFound(_("There is no such chat session."))
+                    raise SessionNotFoundError(_("There is no such chat session."))
                 claim = await self._turns.claim_shared(
                     session_id,
                     _("This chat is still answering; wait for it or press Stop."),
@@ -184,10 +184,10 @@ class ChatEngine:
                     # sees every start before this one and none slips past it.
                     await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
                     if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
-                        raise TooManyRunningTurns(limit_message(limit))
+                        raise TooManyRunningTurnsError(limit_message(limit))
                 agent = await agents_store.get_agent(s, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
-                    raise AgentNotFound(
+                    raise AgentNotFoundError(
                         _(
                             "The agent of this chat was deleted; its messages stay readable. "
                             "Start a new chat with another agent."
@@ -213,8 +213,8 @@ class ChatEngine:
         messages by `core.broker.inbox`): the agent announces them as soon as no turn is running.
 
         Raises:
-            SessionNotFound: no such session, or it has no messages to speak about.
-            TurnInProgress: the session is answering; announce after that turn.
+            SessionNotFoundError: no such session, or it has no messages to speak about.
+            TurnInProgressError: the session is answering; announce after that turn.
         """
         claim = await self._turns.claim_shared(session_id, _("This chat is still answering; announce after that turn."))
         try:
@@ -222,13 +222,13 @@ class ChatEngine:
                 chat = await sessions_store.get_session(s, session_id)
                 agent = await agents_store.get_agent(s, chat.agent_id) if chat is not None else None
                 if chat is None or agent is None or agent.deleted_at is not None:
-                    raise SessionNotFound(_("There is no such chat session (or its agent was deleted)."))
+                    raise SessionNotFoundError(_("There is no such chat session (or its agent was deleted)."))
                 claim.user_id = chat.user_id  # counted as the user's, never refused: it tells what already ran
                 assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
                 if not history:
-                    raise SessionNotFound(_("The chat has nothing to announce."))
+                    raise SessionNotFoundError(_("The chat has nothing to announce."))
                 [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
             return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
         finally:
@@ -260,10 +260,10 @@ class ChatEngine:
                 info = self.hub.get(session_id)
             else:
                 info = await self.hub.create(session_id, meta=meta)
-        except StreamBusy as exc:  # not expected under the claim: only turns write under the session's key
-            raise TurnInProgress(_("This chat is still answering; wait for it or press Stop.")) from exc
+        except StreamBusyError as exc:  # not expected under the claim: only turns write under the session's key
+            raise TurnInProgressError(_("This chat is still answering; wait for it or press Stop.")) from exc
         if info is None:  # not expected: the claim opened the buffer, and an open buffer is not evicted
-            raise TurnInProgress(_("This chat is still answering; wait for it or press Stop."))
+            raise TurnInProgressError(_("This chat is still answering; wait for it or press Stop."))
         ctx = ToolContext(
             user_id=user_id, agent_id=agent.id, agent_slug=agent.slug, session_id=session_id, chain=(agent.slug,)
         )
@@ -283,11 +283,11 @@ class ChatEngine:
     async def save_notes(self, session_id: str, notes: list[dict[str, Any]]) -> list[AgentMessage]:
         """Append system messages (`content`, `inject_mode`, `a2a_task_id`) to a session, without a reply.
 
-        Pages watching the session are told (`watch`). Raises SessionNotFound when it is gone.
+        Pages watching the session are told (`watch`). Raises SessionNotFoundError when it is gone.
         """
         async with self.db.session() as s:
             if await sessions_store.get_session(s, session_id) is None:
-                raise SessionNotFound(_("There is no such chat session."))
+                raise SessionNotFoundError(_("There is no such chat session."))
             rows = await sessions_store.add_messages(
                 s, session_id=session_id, messages=[{"role": "system", "source": "user", **note} for note in notes]
             )

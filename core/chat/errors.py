@@ -6,14 +6,16 @@ Raised by `ChatEngine` (`core.chat.engine`, which exports them too); the routes 
 
 from __future__ import annotations
 
+from core.errors import AppError
+
 __all__ = [
     "RUNNING_LIMIT_RETRY_AFTER_S",
-    "AgentNotFound",
+    "AgentNotFoundError",
     "ChatError",
-    "InvalidMessage",
-    "SessionNotFound",
-    "TooManyRunningTurns",
-    "TurnInProgress",
+    "InvalidMessageError",
+    "SessionNotFoundError",
+    "TooManyRunningTurnsError",
+    "TurnInProgressError",
 ]
 
 # How long a caller refused for too much running work (turns here, delegated tasks in `core.delegation`) is told
@@ -22,7 +24,7 @@ __all__ = [
 RUNNING_LIMIT_RETRY_AFTER_S = 10
 
 
-class ChatError(Exception):
+class ChatError(AppError):
     """A request the engine cannot carry out; `code` is stable, `message` is for people."""
 
     code = "chat_error"
@@ -34,35 +36,35 @@ class ChatError(Exception):
         self.message = message
 
 
-class SessionNotFound(ChatError):
+class SessionNotFoundError(ChatError):
     """No such session for this user."""
 
     code = "session_not_found"
     status_code = 404
 
 
-class AgentNotFound(ChatError):
+class AgentNotFoundError(ChatError):
     """No such agent."""
 
     code = "agent_not_found"
     status_code = 404
 
 
-class InvalidMessage(ChatError):
+class InvalidMessageError(ChatError):
     """Empty or too long."""
 
     code = "invalid_message"
     status_code = 422
 
 
-class TurnInProgress(ChatError):
+class TurnInProgressError(ChatError):
     """The session is already answering."""
 
     code = "turn_in_progress"
     status_code = 409
 
 
-class TooManyRunningTurns(ChatError):
+class TooManyRunningTurnsError(ChatError):
     """The user has as many turns running as one account may (`max_running_turns_per_user`)."""
 
     code = "too_many_running_turns"

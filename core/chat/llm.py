@@ -39,7 +39,8 @@ from core.chat.llm_stream import (
     Usage,
     compact_kept_chunks,
 )
-from core.chat.model_route import ModelRoute, RouteRefused, model_route
+from core.chat.model_route import ModelRoute, RouteRefusedError, model_route
+from core.errors import AppError
 from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
 # The stream's types live in core.chat.llm_stream; they are named here too, where callers have always found them.
@@ -48,7 +49,7 @@ __all__ = [
     "LLMError",
     "LLMEvent",
     "LLMGateway",
-    "LLMTimeout",
+    "LLMTimeoutError",
     "ModelResult",
     "StreamAssembly",
     "TextDelta",
@@ -68,8 +69,10 @@ _import_lock = threading.Lock()
 _litellm: Any = None
 
 
-class LLMError(Exception):
+class LLMError(AppError):
     """A model call failed; `message` is meant for the person using the app."""
+
+    code = "llm_error"
 
     def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False) -> None:
         super().__init__(message)
@@ -78,8 +81,10 @@ class LLMError(Exception):
         self.retryable = retryable
 
 
-class LLMTimeout(LLMError):
+class LLMTimeoutError(LLMError):
     """The model sent nothing for longer than the configured timeout."""
+
+    code = "llm_timeout"
 
 
 def litellm_module() -> Any:
@@ -155,7 +160,7 @@ class LLMGateway:
                 global_base=self.api_base,
                 global_key=self.api_key,
             )
-        except RouteRefused as exc:
+        except RouteRefusedError as exc:
             raise LLMError(f"The model {model!r} cannot be called: {exc}.") from None
         if route.endpoint != "provider" and route.api_base:
             problem = await self.endpoint_problem(route.api_base, operator=route.endpoint == "operator")
@@ -173,7 +178,7 @@ class LLMGateway:
                 global_base=None,
                 global_key=None,
             )
-        except RouteRefused as exc:
+        except RouteRefusedError as exc:
             return str(exc)
         return await self.endpoint_problem(api_base)
 
@@ -207,7 +212,7 @@ class LLMGateway:
 
         Raises:
             LLMError: the provider refused or failed (mid-stream failures included), or `route` refused the call.
-            LLMTimeout: nothing arrived within `timeout_s`.
+            LLMTimeoutError: nothing arrived within `timeout_s`.
         """
         if _litellm is None and model.startswith(f"{DEMO_PROVIDER}/"):
             # LiteLLM is still being imported (the first turns after a start): the demo model needs none of it.
@@ -345,7 +350,7 @@ def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
     if demo_failure is not None:
         return LLMError(f"The demo model failed: {demo_failure}")
     if isinstance(exc, litellm.Timeout) or isinstance(original, TimeoutError):
-        return LLMTimeout(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
+        return LLMTimeoutError(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
     status = getattr(exc, "status_code", None)
     if isinstance(exc, litellm.AuthenticationError):
         return LLMError(

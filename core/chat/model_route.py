@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from core.errors import AppError
+
 #: Sent as the key when a call must carry none of the environment's (see the module docstring).
 NO_KEY = "no-key"
 
@@ -58,8 +60,10 @@ GLOBAL_BASE_PROVIDERS = frozenset({"openai"})
 Endpoint = Literal["agent", "operator", "provider"]
 
 
-class RouteRefused(ValueError):
+class RouteRefusedError(AppError, ValueError):
     """A model call that cannot be made without sending a credential where it does not belong."""
+
+    code = "route_refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +102,19 @@ def model_route(
         global_key: `LLM_API_KEY`.
 
     Raises:
-        RouteRefused: a provider that cannot take an `apiBase`, or an unknown model with no base URL at all.
+        RouteRefusedError: a provider that cannot take an `apiBase`, or an unknown model with no base URL at all.
     """
     agent_key = agent_key or None
     if agent_base:
         if provider is not None and provider not in CUSTOM_BASE_PROVIDERS:
-            raise RouteRefused(custom_base_refusal(provider))
+            raise RouteRefusedError(custom_base_refusal(provider))
         return ModelRoute(agent_base, agent_key or NO_KEY, "openai" if provider is None else None, "agent")
     if provider is None or provider in GLOBAL_BASE_PROVIDERS:
         custom = "openai" if provider is None else None
         if global_base:
             return ModelRoute(global_base, agent_key or global_key or NO_KEY, custom, "operator")
         if provider is None:
-            raise RouteRefused(
+            raise RouteRefusedError(
                 "LiteLLM does not know this model and it has no apiBase: write it as provider/model, "
                 "or give the agent the apiBase of an OpenAI-compatible server"
             )

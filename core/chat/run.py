@@ -27,7 +27,7 @@ from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
 from core.i18n import _
-from core.secret_box import SecretUnreadable
+from core.secret_box import SecretUnreadableError
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from models import Agent, AgentMessage
@@ -86,7 +86,7 @@ class AgentRunner:
         if agent.api_key:
             try:
                 api_key = self.open_secret(agent.api_key) if self.open_secret is not None else agent.api_key
-            except SecretUnreadable as exc:
+            except SecretUnreadableError as exc:
                 raise LLMError(f"The API key of {agent.name} cannot be read ({exc}); set it again on /agents.") from exc
         limits = [n for n in (agent.max_output_tokens, max_output_tokens) if n]
         return {

@@ -18,10 +18,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.chat.errors import TooManyRunningTurns, TurnInProgress
+from core.chat.errors import TooManyRunningTurnsError, TurnInProgressError
 from core.i18n import format_number, ngettext
 from core.streaming.backend import StreamHubBackend
-from core.streaming.hub import StreamBusy
+from core.streaming.hub import StreamBusyError
 from models import AgentMessage
 
 __all__ = ["SessionChange", "TurnClaim", "TurnClaims", "TurnStarted"]
@@ -92,9 +92,9 @@ class TurnClaims:
     def claim(
         self, session_id: str, busy_message: str, *, user_id: int | None = None, limit: int | None = None
     ) -> TurnClaim:
-        """Take the session's turn, or raise TurnInProgress(busy_message) when it is taken.
+        """Take the session's turn, or raise TurnInProgressError(busy_message) when it is taken.
 
-        With a `limit`, raise TooManyRunningTurns when `user_id` has that many turns claimed here.
+        With a `limit`, raise TooManyRunningTurnsError when `user_id` has that many turns claimed here.
 
         Atomic because nothing awaits between the checks and the set: concurrent sends (the
         same event loop) cannot both pass. This guards one process; a cluster's replicas also
@@ -102,9 +102,9 @@ class TurnClaims:
         database (`ChatEngine.start_turn`).
         """
         if session_id in self._by_session:
-            raise TurnInProgress(busy_message)
+            raise TurnInProgressError(busy_message)
         if limit is not None and sum(1 for c in self._by_session.values() if c.user_id == user_id) >= limit:
-            raise TooManyRunningTurns(limit_message(limit))
+            raise TooManyRunningTurnsError(limit_message(limit))
         claim = self._by_session[session_id] = TurnClaim(user_id=user_id)
         return claim
 
@@ -118,8 +118,8 @@ class TurnClaims:
                 await self.hub.create(session_id, meta={})
             except BaseException as exc:
                 self.release(session_id, claim)
-                if isinstance(exc, StreamBusy):
-                    raise TurnInProgress(busy_message) from exc
+                if isinstance(exc, StreamBusyError):
+                    raise TurnInProgressError(busy_message) from exc
                 raise
             claim.shared = True
         return claim

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
-from core.chat.engine import ChatEngine, InvalidMessage, SessionNotFound
+from core.chat.engine import ChatEngine, InvalidMessageError, SessionNotFoundError
 from core.db import Database
 from core.i18n import _
 from core.streaming.backend import StreamHubBackend
@@ -64,15 +64,15 @@ class Workspace:
         """Give a chat a new title (blank titles are refused).
 
         Raises:
-            SessionNotFound: not this user's chat.
-            InvalidMessage: the title is blank.
+            SessionNotFoundError: not this user's chat.
+            InvalidMessageError: the title is blank.
         """
         if not title.strip():
-            raise InvalidMessage(_("A chat's title cannot be empty."))
+            raise InvalidMessageError(_("A chat's title cannot be empty."))
         async with self.db.session() as s:
             row = await sessions_store.rename_session(s, session_id=session_id, user_id=user_id, title=title)
         if row is None:
-            raise SessionNotFound(_("There is no such chat session."))
+            raise SessionNotFoundError(_("There is no such chat session."))
         return row
 
     async def delete(self, user_id: int, session_id: str) -> bool:
@@ -96,16 +96,16 @@ class Workspace:
         then replays it from the hub.
 
         Raises:
-            SessionNotFound: not this user's chat (or deleted).
+            SessionNotFoundError: not this user's chat (or deleted).
         """
         async with self.db.session() as s:
             row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
             if row is None:
-                raise SessionNotFound(_("There is no such chat session."))
+                raise SessionNotFoundError(_("There is no such chat session."))
             agent = await agents_store.get_agent(s, row.agent_id)
             messages = await sessions_store.list_messages(s, session_id=session_id)
         if agent is None:
-            raise SessionNotFound(_("The agent of this chat no longer exists."))
+            raise SessionNotFoundError(_("The agent of this chat no longer exists."))
         info = await refresh(self.hub, session_id)  # a cluster: the turn may run on another replica
         # Live while the turn's answer is not saved: nothing the agent said comes after the message it answers
         # (a background task's note may, when it was saved just as the turn began).
@@ -122,12 +122,12 @@ class Workspace:
         """A new chat with that agent.
 
         Raises:
-            SessionNotFound: no such agent.
+            SessionNotFoundError: no such agent.
         """
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
             if agent is None:
-                raise SessionNotFound(_("There is no agent {name!r}.").format(name=agent_slug))
+                raise SessionNotFoundError(_("There is no agent {name!r}.").format(name=agent_slug))
             return await sessions_store.create_session(s, user_id=user_id, agent_id=agent.id)
 
     async def change_agent(self, user_id: int, session_id: str, agent_slug: str) -> bool:
@@ -136,7 +136,7 @@ class Workspace:
             row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
             if row is None or agent is None:
-                raise SessionNotFound(_("There is no such chat session or agent."))
+                raise SessionNotFoundError(_("There is no such chat session or agent."))
             if await sessions_store.max_sort_order(s, session_id=session_id):
                 return False
             await sessions_store.set_session_agent(s, session_id=session_id, agent_id=agent.id)

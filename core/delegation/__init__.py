@@ -12,9 +12,9 @@ May import: `core.chat`, `core.streaming`, `core.auth`, `core.web`, the ground f
 `core.broker.connection`) and implement `registry.RemoteAgent`; this package never imports them.
 """
 
-from core.delegation.registry import AgentRegistry, IdTaken, RemoteAgent, RemoteAgentError, RemoteEvent
+from core.delegation.registry import AgentRegistry, IdTakenError, RemoteAgent, RemoteAgentError, RemoteEvent
 from core.delegation.runs import BackgroundTask
-from core.delegation.service import DelegationRefused, DelegationService
+from core.delegation.service import DelegationRefusedError, DelegationService
 from core.delegation.states import (
     CONNECTION_LOST,
     STATE_WORDS,
@@ -48,9 +48,9 @@ __all__ = [
     "AgentInvokeTool",
     "AgentRegistry",
     "BackgroundTask",
-    "DelegationRefused",
+    "DelegationRefusedError",
     "DelegationService",
-    "IdTaken",
+    "IdTakenError",
     "InvokeLimits",
     "RemoteAgent",
     "RemoteAgentError",

@@ -37,11 +37,11 @@ from core.chat import sessions as sessions_store
 from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem
 from core.db import Database
 from core.delegation.agent_rules import (
-    AgentConflict,
+    AgentConflictError,
     AgentRuleError,
     Loc,
-    NotAllowed,
-    UnknownAgent,
+    NotAllowedError,
+    UnknownAgentError,
     allowed_loc,
     invoke_config,
     key_stays_with_its_endpoint,
@@ -73,14 +73,14 @@ __all__ = [
     "LOCAL_AGENT",
     "TRY_PROMPT",
     "AgentAdmin",
-    "AgentConflict",
+    "AgentConflictError",
     "AgentRuleError",
     "AgentView",
     "Deleted",
     "Edge",
-    "NotAllowed",
+    "NotAllowedError",
     "TryResult",
-    "UnknownAgent",
+    "UnknownAgentError",
 ]
 
 LOCAL_AGENT = "agent"  # the kind of registry notice an edit sends (core/db_events.py)
@@ -154,11 +154,11 @@ class AgentAdmin:
         """One agent (local or remote).
 
         Raises:
-            UnknownAgent: no agent has that id.
+            UnknownAgentError: no agent has that id.
         """
         view = next((v for v in await self.list() if v.id == agent_id), None)
         if view is None:
-            raise UnknownAgent(_("There is no agent {name!r}.").format(name=agent_id))
+            raise UnknownAgentError(_("There is no agent {name!r}.").format(name=agent_id))
         return view
 
     async def edges(self, views: builtins.list[AgentView] | None = None) -> builtins.list[Edge]:
@@ -200,7 +200,7 @@ class AgentAdmin:
         """A new local agent from API-shaped fields (snake_case names; see `core.delegation.agent_routes`).
 
         Raises:
-            AgentRuleError: a rule refuses it (`AgentConflict` for a taken id).
+            AgentRuleError: a rule refuses it (`AgentConflictError` for a taken id).
         """
         slug = str(fields.get("id") or "")
         if not agents_store.SLUG_PATTERN.fullmatch(slug):
@@ -237,8 +237,8 @@ class AgentAdmin:
                     tools=tools,
                     **settings,
                 )
-            except agents_store.AgentExists as exc:
-                raise AgentConflict(_("Cannot create the agent: {reason}.").format(reason=exc), ("id",)) from exc
+            except agents_store.AgentExistsError as exc:
+                raise AgentConflictError(_("Cannot create the agent: {reason}.").format(reason=exc), ("id",)) from exc
             except agents_store.AgentError as exc:
                 raise AgentRuleError(_("Cannot create the agent: {reason}.").format(reason=exc), ()) from exc
         await self._told(agent.slug, "created")
@@ -251,7 +251,7 @@ class AgentAdmin:
         replaces the whole list.
 
         Raises:
-            UnknownAgent: no local agent with that id.
+            UnknownAgentError: no local agent with that id.
             AgentRuleError: a rule refuses the change.
         """
         if "id" in fields and fields["id"] != agent_id:
@@ -259,7 +259,7 @@ class AgentAdmin:
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
         if agent is None:
-            raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
+            raise UnknownAgentError(_("There is no local agent {name!r}.").format(name=agent_id))
         changes: dict[str, Any] = {}
         if "name" in fields:
             if not str(fields["name"] or "").strip():
@@ -290,7 +290,7 @@ class AgentAdmin:
         async with self.db.session() as s:
             row = await agents_store.get_agent_by_slug(s, agent_id)
             if row is None:
-                raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
+                raise UnknownAgentError(_("There is no local agent {name!r}.").format(name=agent_id))
             await agents_store.update_agent(s, row, changes, tools)
         await self._told(agent_id, "updated")
         return await self.get(agent_id)
@@ -299,13 +299,13 @@ class AgentAdmin:
         """Delete a local agent: its chats and audit records stay readable, marked "agent deleted".
 
         Raises:
-            UnknownAgent: no local agent with that id.
-            AgentConflict: it has running tasks (the message names them), or a chat turn runs on it.
+            UnknownAgentError: no local agent with that id.
+            AgentConflictError: it has running tasks (the message names them), or a chat turn runs on it.
         """
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_id)
             if agent is None:
-                raise UnknownAgent(_("There is no local agent {name!r}.").format(name=agent_id))
+                raise UnknownAgentError(_("There is no local agent {name!r}.").format(name=agent_id))
             running = list(
                 (
                     await s.exec(
@@ -319,7 +319,7 @@ class AgentAdmin:
                 ).all()
             )
             if running:
-                raise AgentConflict(
+                raise AgentConflictError(
                     _("{name} has running tasks ({tasks}); wait until they end or stop them, then delete it.").format(
                         name=agent.name, tasks=", ".join(running)
                     )
@@ -329,7 +329,7 @@ class AgentAdmin:
                 await sessions_store.sessions_answering_with(s, agent_id=agent.id) if agent.id is not None else []
             )
             if answering:
-                raise AgentConflict(
+                raise AgentConflictError(
                     _(
                         "{name} is answering in chats right now (running answers: {count}); wait until those "
                         "answers end or stop them, then delete it."
@@ -357,11 +357,11 @@ class AgentAdmin:
         Returns its reply, or the provider's error in plain words.
 
         Raises:
-            NotAllowed: the user may not change agents (the reply of whatever address the form names, sent the
+            NotAllowedError: the user may not change agents (the reply of whatever address the form names, sent the
                 agent's key, is not for everyone to read).
         """
         if not await self.may_change(user_id, multi_user=multi_user):
-            raise NotAllowed(_("Only admins may try an agent's model."))
+            raise NotAllowedError(_("Only admins may try an agent's model."))
         stored: Agent | None = None
         if agent_id:
             async with self.db.session() as s:
@@ -415,10 +415,10 @@ class AgentAdmin:
                 if remote.kind == "ws"
                 else _("{id!r} is the id of a remote HTTP agent; choose another id.")
             )
-            raise AgentConflict(message.format(id=slug), ("id",))
+            raise AgentConflictError(message.format(id=slug), ("id",))
         async with self.db.session() as s:
             if await s.get(RemoteA2AAgent, slug) is not None:
-                raise AgentConflict(
+                raise AgentConflictError(
                     _("{id!r} is the id of a registered remote HTTP agent; choose another id.").format(id=slug), ("id",)
                 )
 

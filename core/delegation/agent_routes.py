@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from core.auth.deps import AdminUser, CurrentUser
 from core.chat.agents import AGENT_INVOKE_MAXIMA
-from core.delegation.agent_admin import AgentConflict, AgentRuleError, AgentView, UnknownAgent
+from core.delegation.agent_admin import AgentConflictError, AgentRuleError, AgentView, UnknownAgentError
 from core.delegation.deps import AgentAdminDep
 from core.web.errors import ApiError
 from core.web.schemas import RequestBody
@@ -190,8 +190,8 @@ async def _call(awaitable: Awaitable[T]) -> T:
     """Await an AgentAdmin call, turning its refusals into the API's errors."""
     try:
         return await awaitable
-    except (AgentConflict, UnknownAgent) as exc:
-        code = "agent_not_found" if isinstance(exc, UnknownAgent) else "agent_conflict"
+    except (AgentConflictError, UnknownAgentError) as exc:
+        code = "agent_not_found" if isinstance(exc, UnknownAgentError) else "agent_conflict"
         raise ApiError(exc.status_code, code, detail=exc.message) from exc
     except AgentRuleError as exc:
         raise ApiError(

@@ -13,16 +13,17 @@ from urllib.parse import urlsplit
 from core.chat import agents as agents_store
 from core.chat.llm import provider_of
 from core.chat.model_route import same_base
+from core.errors import AppError
 from core.i18n import _
 
 __all__ = [
     "INVOKE_LIMITS",
     "TOOL_TYPES",
-    "AgentConflict",
+    "AgentConflictError",
     "AgentRuleError",
     "Loc",
-    "NotAllowed",
-    "UnknownAgent",
+    "NotAllowedError",
+    "UnknownAgentError",
     "allowed_loc",
     "invoke_config",
     "key_stays_with_its_endpoint",
@@ -37,8 +38,10 @@ INVOKE_LIMITS = ("maxRecursionDepth", "timeoutMs", "maxOutputTokens")
 Loc = tuple[str | int, ...]
 
 
-class AgentRuleError(ValueError):
+class AgentRuleError(AppError, ValueError):
     """An edit the rules refuse; `loc` is the field (API names) and `status_code` the HTTP answer."""
+
+    code = "agent_rule_error"
 
     status_code = 422
 
@@ -48,20 +51,26 @@ class AgentRuleError(ValueError):
         self.loc = loc
 
 
-class AgentConflict(AgentRuleError):
+class AgentConflictError(AgentRuleError):
     """The id is taken, or the agent is busy."""
+
+    code = "agent_conflict"
 
     status_code = 409
 
 
-class NotAllowed(AgentRuleError):
+class NotAllowedError(AgentRuleError):
     """The user may not do this (only admins change and try agents)."""
+
+    code = "not_allowed"
 
     status_code = 403
 
 
-class UnknownAgent(AgentRuleError):
+class UnknownAgentError(AgentRuleError):
     """No local agent with that id (a remote one is not edited here)."""
+
+    code = "unknown_agent"
 
     status_code = 404
 

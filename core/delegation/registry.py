@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from core.chat import agents as agents_store
 from core.db import Database
+from core.errors import AppError
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +67,16 @@ class RemoteAgent(Protocol):
         ...
 
 
-class RemoteAgentError(RuntimeError):
+class RemoteAgentError(AppError, RuntimeError):
     """A remote agent failed at the protocol level (raised by `RemoteAgent.stream` adapters)."""
 
+    code = "remote_agent_error"
 
-class IdTaken(ValueError):
+
+class IdTakenError(AppError, ValueError):
     """The id is a local agent's or another remote agent's; the message says which."""
+
+    code = "id_taken"
 
 
 @dataclass(slots=True)
@@ -88,17 +93,17 @@ class AgentRegistry:
         """Add a remote agent under its id.
 
         Raises:
-            IdTaken: a local agent has that id, or a remote agent is already online under it (in cluster
+            IdTakenError: a local agent has that id, or a remote agent is already online under it (in cluster
                 mode: on any replica).
         """
         if agent.id in self._remote:
-            raise IdTaken(f"an agent with the id {agent.id!r} is already connected")
+            raise IdTakenError(f"an agent with the id {agent.id!r} is already connected")
         elsewhere = self.taken_elsewhere(agent.id) if self.taken_elsewhere is not None else None
         if elsewhere is not None:
-            raise IdTaken(elsewhere)
+            raise IdTakenError(elsewhere)
         async with self.db.session() as s:
             if await agents_store.get_agent_by_slug(s, agent.id) is not None:
-                raise IdTaken(f"{agent.id!r} is the id of a local agent; choose another id")
+                raise IdTakenError(f"{agent.id!r} is the id of a local agent; choose another id")
         self._remote[agent.id] = agent
         await self._notify(agent.id, agent)
 

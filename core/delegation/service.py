@@ -24,7 +24,7 @@ the chain.
 
 With accounts, one user may have at most `max_running_tasks_per_user` tasks
 running (`submitted` or `working`, counted from the task rows, so on every
-replica); a start over it is refused (`TooManyRunningTasks`). The user's starts
+replica); a start over it is refused (`TooManyDelegatedTasksError`). The user's starts
 take turns (a lock held until the new row is committed), so the count never
 lets more through than the limit (docs/ARCHITECTURE.md, "Running work per user").
 
@@ -64,6 +64,7 @@ from core.delegation.tasks import (
     task_stream_key,
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
+from core.errors import AppError
 from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
@@ -73,7 +74,7 @@ from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DelegationRefused", "DelegationService", "TooManyRunningTasks"]
+__all__ = ["DelegationRefusedError", "DelegationService", "TooManyDelegatedTasksError"]
 
 TOO_MANY_RUNNING_TASKS = "too_many_running_tasks"  # the refusal's code (a tool result's metadata `code`)
 
@@ -185,7 +186,7 @@ class DelegationService:
                 )
             try:
                 await self._check_running_tasks(s, ctx.user_id)
-            except TooManyRunningTasks as exc:
+            except TooManyDelegatedTasksError as exc:
                 return ToolResult(
                     False,
                     error=str(exc),
@@ -290,14 +291,14 @@ class DelegationService:
         task, so the user's starts, on any replica, count one after the other.
 
         Raises:
-            TooManyRunningTasks: the user has `max_running_tasks_per_user` tasks submitted or working.
+            TooManyDelegatedTasksError: the user has `max_running_tasks_per_user` tasks submitted or working.
         """
         limit = self.max_running_tasks_per_user
         if limit is None or user_id is None:
             return
         await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
         if await self.records.count_running(s, user_id) >= limit:
-            raise TooManyRunningTasks(
+            raise TooManyDelegatedTasksError(
                 f"Delegation refused: this user already has {limit} delegated tasks running, the most one "
                 f"account may have at once. Wait for one of them to finish (try again in about "
                 f"{RUNNING_LIMIT_RETRY_AFTER_S} s), or answer without delegating."
@@ -392,8 +393,8 @@ class DelegationService:
         can answer with it without reading it back.
 
         Raises:
-            TooManyRunningTasks: the user has `max_running_tasks_per_user` tasks running.
-            DelegationRefused: no such agent, or the request is not acceptable; the message says why.
+            TooManyDelegatedTasksError: the user has `max_running_tasks_per_user` tasks running.
+            DelegationRefusedError: no such agent, or the request is not acceptable; the message says why.
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
@@ -407,8 +408,8 @@ class DelegationService:
         if not task_row.done():  # refused before a task existed
             result: ToolResult = run.result()
             if result.metadata.get("code") == TOO_MANY_RUNNING_TASKS:
-                raise TooManyRunningTasks(result.error or "")
-            raise DelegationRefused(result.error or f"The delegation to {agent_slug!r} was refused.")
+                raise TooManyDelegatedTasksError(result.error or "")
+            raise DelegationRefusedError(result.error or f"The delegation to {agent_slug!r} was refused.")
         task = task_row.result()
         self._external_runs[task.id] = run
         run.add_done_callback(lambda _done: self._external_runs.pop(task.id, None))
@@ -480,11 +481,13 @@ class DelegationService:
         return await self.records.task_detail(user_id, task_id)
 
 
-class DelegationRefused(ValueError):
+class DelegationRefusedError(AppError, ValueError):
     """A delegation that was not started (unknown agent, bad input, limits); the message says why."""
 
+    code = "delegation_refused"
 
-class TooManyRunningTasks(DelegationRefused):
+
+class TooManyDelegatedTasksError(DelegationRefusedError):
     """The user has as many delegated tasks running as one account may; try again in `retry_after_s`."""
 
     code = TOO_MANY_RUNNING_TASKS

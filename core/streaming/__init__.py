@@ -13,13 +13,13 @@ from core.streaming.background import BackgroundTasks
 from core.streaming.hub import (
     BufferInfo,
     BufferState,
-    StreamBusy,
-    StreamClosed,
+    StreamBusyError,
+    StreamClosedError,
     StreamEvent,
     StreamHub,
-    SubscriberOverflow,
+    SubscriberOverflowError,
     Subscription,
-    UnknownStream,
+    UnknownStreamError,
 )
 from core.streaming.sse import SSEDataError, SSEResponse, hub_sse_response, last_event_id
 from core.streaming.sse_stream import SSEStream
@@ -32,15 +32,15 @@ __all__ = [
     "SSEDataError",
     "SSEResponse",
     "SSEStream",
-    "StreamBusy",
-    "StreamClosed",
+    "StreamBusyError",
+    "StreamClosedError",
     "StreamEvent",
     "StreamHub",
-    "SubscriberOverflow",
+    "SubscriberOverflowError",
     "Subscription",
     "TaskEvents",
     "TaskSnapshot",
-    "UnknownStream",
+    "UnknownStreamError",
     "hub_sse_response",
     "last_event_id",
 ]

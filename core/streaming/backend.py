@@ -19,7 +19,7 @@ from core.streaming.hub import BufferInfo, StreamEvent
 class HubSubscription(Protocol):
     """Replay of a buffer after an id, then its live events, until the buffer's end (`async for`).
 
-    Iteration raises `SubscriberOverflow` when the subscriber fell too far behind; it may
+    Iteration raises `SubscriberOverflowError` when the subscriber fell too far behind; it may
     subscribe again after the last id it got.
     """
 
@@ -47,11 +47,11 @@ class StreamHubBackend(Protocol):
     """Bounded, replayable buffers of events by key (a chat session id, `a2a_<taskId>`)."""
 
     async def create(self, key: str, meta: dict[str, Any] | None = None) -> BufferInfo:
-        """Open a buffer under `key` (ids continue after a finished one); `StreamBusy` when one is open."""
+        """Open a buffer under `key` (ids continue after a finished one); `StreamBusyError` when one is open."""
         ...
 
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
-        """Add one event and return its id; `UnknownStream` or `StreamClosed` when it cannot."""
+        """Add one event and return its id; `UnknownStreamError` or `StreamClosedError` when it cannot."""
         ...
 
     async def finish(self, key: str, *, error: str | None = None) -> None:
@@ -71,7 +71,7 @@ class StreamHubBackend(Protocol):
         ...
 
     def subscribe(self, key: str, after: int | None = None) -> HubSubscription:
-        """Events with id greater than `after` (all held when None), then live ones; `UnknownStream` if none."""
+        """Events with id greater than `after` (all held when None), then live ones; `UnknownStreamError` if none."""
         ...
 
     def live_streams(self) -> int:

@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from core.errors import AppError
+
 __all__ = [
     "NO_PREVIOUS_STATE",
     "Error",
@@ -52,7 +54,7 @@ __all__ = [
     "TextDelta",
     "ToolInput",
     "ToolOutput",
-    "UnknownEventType",
+    "UnknownEventTypeError",
     "from_stream",
     "parse_event",
     "publish",
@@ -64,12 +66,16 @@ __all__ = [
 NO_PREVIOUS_STATE = "unknown"
 
 
-class EventFormatError(ValueError):
+class EventFormatError(AppError, ValueError):
     """A wire dict that is not an event of these streams (a missing or ill-typed field)."""
 
+    code = "event_format_error"
 
-class UnknownEventType(EventFormatError):
+
+class UnknownEventTypeError(EventFormatError):
     """A wire dict whose `type` is none of the event kinds of these streams."""
+
+    code = "unknown_event_type"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +260,7 @@ def parse_event(wire: Mapping[str, Any]) -> Event:
     """The event a wire dict (`to_wire`'s shape) stands for.
 
     Raises:
-        UnknownEventType: its `type` is not a kind of these streams.
+        UnknownEventTypeError: its `type` is not a kind of these streams.
         EventFormatError: a field is missing or has the wrong type.
     """
     kind = wire.get("type")
@@ -267,12 +273,12 @@ def from_stream(kind: str, data: Mapping[str, Any]) -> Event:
     """The event a hub hands back as its `type` and `data` (`StreamEvent.type`, `StreamEvent.data`).
 
     Raises:
-        UnknownEventType: `kind` is not a kind of these streams.
+        UnknownEventTypeError: `kind` is not a kind of these streams.
         EventFormatError: a field is missing or has the wrong type.
     """
     parse = _PARSERS.get(kind)
     if parse is None:
-        raise UnknownEventType(f"unknown event type {kind!r}; known: {', '.join(sorted(_PARSERS))}")
+        raise UnknownEventTypeError(f"unknown event type {kind!r}; known: {', '.join(sorted(_PARSERS))}")
     try:
         return parse(data)
     except (KeyError, TypeError) as exc:

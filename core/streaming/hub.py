@@ -12,7 +12,7 @@ than the buffer still holds learns so through `Subscription.gap`.
 
 Each subscriber has its own queue (a slow one never blocks the producer or the
 others). A queue that grows past `subscriber_queue` events is cut off: the
-subscriber receives what was queued, then `SubscriberOverflow`, and may
+subscriber receives what was queued, then `SubscriberOverflowError`, and may
 resubscribe from its last id.
 """
 
@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from core.errors import AppError
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +51,28 @@ class BufferState(StrEnum):
     ERROR = "error"
 
 
-class UnknownStream(KeyError):
+class UnknownStreamError(AppError, KeyError):
     """No buffer exists under that key (never created, or evicted)."""
 
+    code = "unknown_stream"
 
-class StreamClosed(RuntimeError):
+
+class StreamClosedError(AppError, RuntimeError):
     """The buffer is finished; nothing more may be appended."""
 
+    code = "stream_closed"
 
-class StreamBusy(RuntimeError):
+
+class StreamBusyError(AppError, RuntimeError):
     """A buffer under that key is still open."""
 
+    code = "stream_busy"
 
-class SubscriberOverflow(RuntimeError):
+
+class SubscriberOverflowError(AppError, RuntimeError):
     """This subscriber fell too far behind and was cut off; resubscribe from its last id."""
+
+    code = "subscriber_overflow"
 
 
 @dataclass(slots=True)
@@ -146,7 +156,7 @@ class Subscription:
         if not self._queue.empty():
             item = self._queue.get_nowait()
         elif self._overflowed:
-            raise SubscriberOverflow(f"subscriber of {self.key!r} fell behind by {self._queue_limit} events")
+            raise SubscriberOverflowError(f"subscriber of {self.key!r} fell behind by {self._queue_limit} events")
         elif self._closed:
             raise StopAsyncIteration
         else:
@@ -215,12 +225,12 @@ class StreamHub:
         """Open a buffer under `key`; a finished one under the same key is replaced, ids continue.
 
         Raises:
-            StreamBusy: a buffer under `key` is still open.
+            StreamBusyError: a buffer under `key` is still open.
         """
         self.sweep()
         old = self._buffers.get(key)
         if old is not None and old.state is BufferState.OPEN:
-            raise StreamBusy(f"stream {key!r} is still open")
+            raise StreamBusyError(f"stream {key!r} is still open")
         next_id = old.next_id if old is not None else 1
         buf = _Buffer(key=key, meta=dict(meta or {}), events=deque(maxlen=self.max_events), next_id=next_id)
         self._buffers[key] = buf
@@ -230,8 +240,8 @@ class StreamHub:
         """Add one event and hand it to every subscriber; returns its id.
 
         Raises:
-            UnknownStream: no buffer under `key`.
-            StreamClosed: the buffer is finished.
+            UnknownStreamError: no buffer under `key`.
+            StreamClosedError: the buffer is finished.
         """
         buf = self._open_buffer(key)
         event = StreamEvent(buf.next_id, type, data or {})
@@ -248,7 +258,7 @@ class StreamHub:
         """Mark the buffer done (or errored with `error`); subscribers end after what they have."""
         buf = self._buffers.get(key)
         if buf is None:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         if buf.state is not BufferState.OPEN:
             return
         buf.state = BufferState.ERROR if error else BufferState.DONE
@@ -279,11 +289,11 @@ class StreamHub:
         """Events with id greater than `after` (all buffered ones when None), then live ones.
 
         Raises:
-            UnknownStream: no buffer under `key`.
+            UnknownStreamError: no buffer under `key`.
         """
         buf = self._buffers.get(key)
         if buf is None:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         return Subscription(buf, after, self.subscriber_queue)
 
     def live_streams(self) -> int:
@@ -314,7 +324,7 @@ class StreamHub:
     def _open_buffer(self, key: str) -> _Buffer:
         buf = self._buffers.get(key)
         if buf is None:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         if buf.state is not BufferState.OPEN:
-            raise StreamClosed(f"stream {key!r} is finished")
+            raise StreamClosedError(f"stream {key!r} is finished")
         return buf

@@ -15,7 +15,7 @@ A2A server do not know which one they have); docs/ARCHITECTURE.md, "Cluster", sa
 - `open`: the set of open keys (the reaper's list).
 
 Each write is one Lua script, so "open" is claimed atomically across replicas (a second
-`create` anywhere raises `StreamBusy`) and an append checks the state, takes the next id
+`create` anywhere raises `StreamBusyError`) and an append checks the state, takes the next id
 and adds the entry in one step. Readers replay with `XRANGE`. Live events reach the
 subscribers of the replica that runs the stream straight from its appends; on the other
 replicas, one follower task per key (`XREAD BLOCK`) hands them to their subscribers.
@@ -40,11 +40,11 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from core.streaming.backend import refresh
-from core.streaming.hub import BufferInfo, StreamBusy, StreamClosed, StreamEvent, UnknownStream
+from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
 from core.streaming.redis_batches import AppendBatches
 from core.streaming.redis_mirror import BufferMirror
 from core.streaming.redis_readers import RedisSubscription, StreamReaders
-from core.streaming.redis_replica import DuplicateReplica, ReplicaLeases
+from core.streaming.redis_replica import DuplicateReplicaError, ReplicaLeases
 from core.streaming.redis_scripts import (
     COMMAND_CONNECTIONS,
     COMMAND_WAIT_S,
@@ -55,8 +55,8 @@ from core.streaming.redis_scripts import (
     register_scripts,
 )
 
-# Importers name these here: `refresh` (any hub) and `DuplicateReplica` came from this module first.
-__all__ = ["DuplicateReplica", "RedisStreamHub", "RedisSubscription", "refresh"]
+# Importers name these here: `refresh` (any hub) and `DuplicateReplicaError` came from this module first.
+__all__ = ["DuplicateReplicaError", "RedisStreamHub", "RedisSubscription", "refresh"]
 
 
 class RedisStreamHub:
@@ -159,7 +159,7 @@ class RedisStreamHub:
         """Claim this replica's name, listen for other replicas' changes and cancels, renew this replica's leases.
 
         Raises:
-            DuplicateReplica: another live replica runs under the same `owner` (INSTANCE_ID).
+            DuplicateReplicaError: another live replica runs under the same `owner` (INSTANCE_ID).
         """
         await self._replica.claim()
         self._tasks = [
@@ -171,7 +171,7 @@ class RedisStreamHub:
         """Before serving (blocking, a client of its own): take this replica's INSTANCE_ID for this process.
 
         Raises:
-            DuplicateReplica: another live replica runs under the same name.
+            DuplicateReplicaError: another live replica runs under the same name.
         """
         self._replica.claim_name(url)
 
@@ -209,7 +209,7 @@ class RedisStreamHub:
         """Open the buffer under `key` on every replica; ids continue after a finished one.
 
         Raises:
-            StreamBusy: a buffer under `key` is open (on any replica).
+            StreamBusyError: a buffer under `key` is open (on any replica).
         """
         meta_json = json.dumps(meta or {})
         first = as_int(
@@ -219,7 +219,7 @@ class RedisStreamHub:
             )
         )
         if first == -1:
-            raise StreamBusy(f"stream {key!r} is still open")
+            raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
         return self._mirror.opened(key, first, meta or {})
 
@@ -227,8 +227,8 @@ class RedisStreamHub:
         """Add one event (one Lua call); returns its id.
 
         Raises:
-            UnknownStream: no buffer under `key`.
-            StreamClosed: the buffer is finished.
+            UnknownStreamError: no buffer under `key`.
+            StreamClosedError: the buffer is finished.
         """
         # A cancel (Stop) during the call must not leave it half known: the caller has counted the event (a turn
         # saves the text it appended), so the append completes, then the cancel goes on.
@@ -242,9 +242,9 @@ class RedisStreamHub:
                 await call
             raise
         if event_id == -2:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         if event_id == -1:
-            raise StreamClosed(f"stream {key!r} is finished")
+            raise StreamClosedError(f"stream {key!r} is finished")
         self.events_appended += 1
         self._mirror.appended(key, event_id)
         if key in self._owned:  # this replica's readers of its own stream: no round trip through Redis
@@ -262,7 +262,7 @@ class RedisStreamHub:
         owned = key in self._owned
         self._owned.discard(key)
         if last == -2:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         self._mirror.finished(key, error)
         if owned and last >= 0:
             self._readers.deliver(key, ("end", last, StreamEvent(last, END_TYPE, {"error": error})))
@@ -274,8 +274,8 @@ class RedisStreamHub:
         )
         if done == -1:
             if await self.redis.exists(self._keys.hash(key)):
-                raise StreamClosed(f"stream {key!r} is finished")
-            raise UnknownStream(key)
+                raise StreamClosedError(f"stream {key!r} is finished")
+            raise UnknownStreamError(key)
         self._mirror.meta_updated(key, meta)
 
     # -- consumers -------------------------------------------------------------------
@@ -292,11 +292,11 @@ class RedisStreamHub:
         """Events with id greater than `after` (all of the current buffer when None), then live ones.
 
         Raises:
-            UnknownStream: no buffer under `key` (as far as this replica knows: `refresh` first).
+            UnknownStreamError: no buffer under `key` (as far as this replica knows: `refresh` first).
         """
         info = self._mirror.infos.get(key)
         if info is None:
-            raise UnknownStream(key)
+            raise UnknownStreamError(key)
         return RedisSubscription(self._readers, info, after)
 
     def live_streams(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from core.streaming.hub import BufferInfo, BufferState, StreamEvent, SubscriberOverflow
+from core.streaming.hub import BufferInfo, BufferState, StreamEvent, SubscriberOverflowError
 from core.streaming.redis_scripts import FOLLOW_BLOCK_MS, REPLAY_BATCH, HubKeys, decode_event, entry_id
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class RedisSubscription:
                 continue
             if self._queue.empty() and self._overflowed:
                 self._unregister()
-                raise SubscriberOverflow(
+                raise SubscriberOverflowError(
                     f"subscriber of {self.key!r} fell behind by {self._readers.subscriber_queue} events"
                 )
             item = await self._queue.get()
@@ -116,10 +116,10 @@ class RedisSubscription:
         self._queue.put_nowait(item)
 
     def cut_off(self) -> None:
-        """End this subscriber with `SubscriberOverflow` after what it has (its follower failed): it may resume."""
+        """End this subscriber with `SubscriberOverflowError` after what it has (its follower failed): it may resume."""
         self._overflowed = True
         if self._queue.qsize() >= self._readers.subscriber_queue:
-            self._unregister()  # full: it ends with `SubscriberOverflow` once it has taken what is queued
+            self._unregister()  # full: it ends with `SubscriberOverflowError` once it has taken what is queued
             return
         self._queue.put_nowait(_END)
 

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from core.errors import AppError
 from core.streaming.hub import BufferInfo
 from core.streaming.redis_readers import StreamReaders
 from core.streaming.redis_scripts import HubKeys, now_ms
@@ -26,8 +27,10 @@ from core.streaming.redis_scripts import HubKeys, now_ms
 log = logging.getLogger(__name__)
 
 
-class DuplicateReplica(RuntimeError):
+class DuplicateReplicaError(AppError, RuntimeError):
     """Another live replica already runs under this INSTANCE_ID."""
+
+    code = "duplicate_replica"
 
 
 class ReplicaLeases:
@@ -80,25 +83,25 @@ class ReplicaLeases:
         """Hold this replica's name unless `claim_name` took it already.
 
         Raises:
-            DuplicateReplica: another live replica runs under the same name.
+            DuplicateReplicaError: another live replica runs under the same name.
         """
         await self.redis.ping()
         if await self.redis.get(self._replica_key) != self._boot:  # `claim_name` was not called before serving
             if not await self.redis.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000)):
-                raise DuplicateReplica(self._duplicate_message())
+                raise DuplicateReplicaError(self._duplicate_message())
 
     def claim_name(self, url: str) -> None:
         """Before serving (blocking, a client of its own): take this replica's INSTANCE_ID for this process.
 
         Raises:
-            DuplicateReplica: another live replica runs under the same name.
+            DuplicateReplicaError: another live replica runs under the same name.
         """
         import redis as redis_sync
 
         client = redis_sync.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
         try:
             if not client.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000)):
-                raise DuplicateReplica(self._duplicate_message())
+                raise DuplicateReplicaError(self._duplicate_message())
         finally:
             client.close()
 

@@ -67,8 +67,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from core.aio import ReadyBatches, finish_step
+from core.errors import AppError
 from core.streaming.backend import HubSubscription, StreamHubBackend
-from core.streaming.hub import BufferState, StreamEvent, SubscriberOverflow, UnknownStream
+from core.streaming.hub import BufferState, StreamEvent, SubscriberOverflowError, UnknownStreamError
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,10 @@ SHUTDOWN = "shutdown"  # the server is stopping
 _CONNECTION_LOST = frozenset({DISCONNECT, WRITE_ERROR, SHUTDOWN})
 
 
-class SSEDataError(TypeError):
+class SSEDataError(AppError, TypeError):
     """The data of an event cannot be serialised to JSON (raised by the `send_*` call, nothing is sent)."""
+
+    code = "sse_data_error"
 
 
 def to_json(value: Any, what: str = "data") -> str:
@@ -315,7 +318,7 @@ def hub_sse_response(
                 else f"event {after} does not belong to this stream"
             )
             subscription, after = hub.subscribe(key), None
-    except UnknownStream:
+    except UnknownStreamError:
         return stream_not_found()
     start = info.first_id if after is None else after + 1
     if info.state is not BufferState.OPEN and reset_reason is None and start > info.last_id:
@@ -374,7 +377,7 @@ async def _hub_connection(
                     chunk = prefix + chunk
                     prefix = b""
                 yield chunk
-        except SubscriberOverflow as exc:
+        except SubscriberOverflowError as exc:
             yield prefix + _notice("overflow", reason=str(exc), lastEventId=last_id)
     finally:
         batches.close()

@@ -21,7 +21,7 @@ the rest are unnamed `{"type": ..., ...}` messages (`onmessage`).
 
 A value that cannot be serialised to JSON raises `SSEDataError` at the call,
 before anything is appended. Sending to a task that was never opened raises
-`UnknownStream`; to a finished one, `StreamClosed`.
+`UnknownStreamError`; to a finished one, `StreamClosedError`.
 
     events = TaskEvents(services.hub)
     await events.open(task_id, {"callee": "coding-assistant"})
@@ -88,7 +88,7 @@ class TaskEvents:
         """Start the task's buffer (a finished one under the same id is replaced; ids continue).
 
         Raises:
-            StreamBusy: the task is still open.
+            StreamBusyError: the task is still open.
         """
         return await self.hub.create(self.key(task_id), {**(meta or {}), "taskId": task_id})
 

@@ -19,11 +19,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from core.i18n import _
 from core.web.errors import ApiError
 
-__all__ = ["BodyCapMiddleware", "BodyTooLarge"]
+__all__ = ["BodyCapMiddleware", "BodyTooLargeError"]
 
 
-class BodyTooLarge(ApiError):
+class BodyTooLargeError(ApiError):
     """A request body over the cap (413, `too_large`)."""
+
+    code = "too_large"
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, "too_large", _too_large(limit), headers={"Connection": "close"})
@@ -64,7 +66,7 @@ class BodyCapMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLarge(limit)  # the route's error handler answers it (core/web/errors.py)
+                    raise BodyTooLargeError(limit)  # the route's error handler answers it (core/web/errors.py)
             return message
 
         await self.app(scope, capped_receive, send)

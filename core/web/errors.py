@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from core.errors import AppError
 from core.i18n import negotiate, use_language
 
 __all__ = ["STATUS_CODES", "ApiError", "LanguageMiddleware", "error_code", "install_error_handlers"]
@@ -45,8 +46,10 @@ API_PREFIXES = ("/api", "/a2a")
 API_FOLDERS = tuple(f"{prefix}/" for prefix in API_PREFIXES)  # every address under them is the API's
 
 
-class ApiError(HTTPException):
+class ApiError(AppError, HTTPException):
     """An HTTP error with a stable `code`; `detail` is written (translated) where it is raised."""
+
+    code = "api_error"
 
     def __init__(self, status_code: int, code: str, detail: Any, headers: dict[str, str] | None = None) -> None:
         super().__init__(status_code, detail=detail, headers=headers)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from core.errors import AppError
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -37,11 +39,13 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the IPv4 address is t
 METADATA = "a cloud metadata address"
 
 
-class OutboundError(httpx.TransportError):
+class OutboundError(AppError, httpx.TransportError):
     """A request refused by the policy, or one that failed; `category` says which in a few words.
 
     A `httpx.TransportError`, so the a2a-sdk client reports it like any network failure.
     """
+
+    code = "outbound_error"
 
     def __init__(self, category: str, *, request: httpx.Request | None = None) -> None:
         super().__init__(category, request=request)

@@ -18,7 +18,7 @@ import pytest
 
 from core.auth import accounts
 from core.chat.llm import LLMError, LLMGateway
-from core.delegation.agent_admin import AgentRuleError, NotAllowed
+from core.delegation.agent_admin import AgentRuleError, NotAllowedError
 from core.services import Services
 from core.web import outbound_policy
 from core.web.outbound_policy import AllowList
@@ -258,9 +258,9 @@ async def test_try_it_runs_only_for_an_admin_and_sends_a_stored_key_only_to_its_
 
     # Bob (no admin) may not try it at all: whatever the form says, nothing is sent anywhere.
     for fields in ({}, {"api_base": elsewhere.api_base}, {"api_base": own.api_base}):
-        with pytest.raises(NotAllowed):
+        with pytest.raises(NotAllowedError):
             await admin.try_model(fields, "keyed", user_id=bob, multi_user=True)
-    with pytest.raises(NotAllowed):
+    with pytest.raises(NotAllowedError):
         await admin.try_model({"api_base": elsewhere.api_base}, None, user_id=None, multi_user=True)
 
     # Alice, with another base URL typed and no key: the stored key stays home.

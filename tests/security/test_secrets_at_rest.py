@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import core.a2a.client as a2a_client
-from core.secret_box import SecretBox, SecretUnreadable
+from core.secret_box import SecretBox, SecretUnreadableError
 from core.services import Services
 from models import RemoteA2AAgent
 from tests.conftest import make_settings
@@ -88,7 +88,7 @@ def test_another_key_cannot_open_a_sealed_token(tmp_path: Path) -> None:
     box = SecretBox.for_data_dir(tmp_path, "the-first-key")
     sealed = box.seal(TOKEN)
     assert SecretBox.for_data_dir(tmp_path, "the-first-key").open(sealed) == TOKEN
-    with pytest.raises(SecretUnreadable, match="SECRET_KEY"):
+    with pytest.raises(SecretUnreadableError, match="SECRET_KEY"):
         SecretBox.for_data_dir(tmp_path, "another-key").open(sealed)
     # Without SECRET_KEY, the key is made once into DATA_DIR (0600) and used from then on.
     kept = SecretBox.for_data_dir(tmp_path / "kept").seal(TOKEN)

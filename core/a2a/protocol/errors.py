@@ -19,6 +19,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
+from core.errors import AppError
+
 # The SDK's errors that this app raises (each maps to its JSON-RPC code in the SDK), and the app's own.
 __all__ = [
     "TOO_MANY_RUNNING_TASKS_CODE",
@@ -35,11 +37,13 @@ __all__ = [
 TOO_MANY_RUNNING_TASKS_CODE = -32029
 
 
-class TooManyRunningTasksError(A2AError):
+class TooManyRunningTasksError(AppError, A2AError):
     """The caller's user has as many delegated tasks running as one account may (divergence 5).
 
     `data` carries `{"code": "too_many_running_tasks", "retryAfterSeconds": n}` for scripts.
     """
+
+    code = "a2a_too_many_running_tasks"
 
     message = "Too many running tasks"
 

@@ -37,10 +37,13 @@ from google.protobuf.json_format import MessageToDict
 
 from core.a2a.protocol.states import FROM_PROTO, PROTO_TERMINAL
 from core.delegation.registry import RemoteEvent
+from core.errors import AppError
 
 
-class CardError(ValueError):
+class CardError(AppError, ValueError):
     """A card that cannot be fetched or used; the message says what is wrong and where."""
+
+    code = "card_error"
 
 
 def card_location(url: str) -> str:
