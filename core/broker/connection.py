@@ -52,9 +52,11 @@ class TaskIdleError(AppError):
 class RpcError(RemoteAgentError):
     """The agent answered a request with a JSON-RPC error."""
 
+    code: int  # type: ignore[assignment]  # JSON-RPC's error number here, not AppError's string code
+
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"error {code}: {message}")
-        self.code = code  # type: ignore[assignment]  # JSON-RPC's number
+        self.code = code
 
 
 @dataclass(slots=True)

@@ -193,7 +193,7 @@ class InjectPublisher:
 
     async def start(self) -> None:
         """Connect to Redis (if configured); an unreachable Redis is not an error, just the outbox's cue."""
-        if not self.configured:
+        if not self.configured or self.redis_url is None:
             return
         import redis.asyncio as redis
         from redis.asyncio.retry import Retry

@@ -187,7 +187,8 @@ class BrokerCluster:
         if response.status_code != 200:
             self.forwarded["failed"] += 1
             raise ForwardFailedError(f"replica at {base_url} answered {response.status_code}: {response.text[:200]}")
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     def relayed_observer(self, origin: str, task_id: str) -> RelayedObserver:
         """The observer a forwarded dispatch gets on the owner: it relays to `origin`."""
@@ -195,7 +196,9 @@ class BrokerCluster:
 
     async def _on_event(self, event: dict[str, Any]) -> None:
         task_id = event.get("taskId")
-        observer = self._observers.get(task_id) if isinstance(task_id, str) else None
+        if not isinstance(task_id, str):
+            return
+        observer = self._observers.get(task_id)
         if observer is None:
             return
         if event.get("kind") == "text":

@@ -46,7 +46,8 @@ ChatAgentNumber = Annotated[StrictInt, Field(ge=-(2**63), lt=2**63)]  # a 64-bit
 
 def get_broker(connection: HTTPConnection) -> Broker:
     """The app's broker (`app.state.services.broker`)."""
-    return connection.app.state.services.broker
+    broker: Broker = connection.app.state.services.broker
+    return broker
 
 
 async def dispatch_owner(request: Request) -> str:

@@ -22,6 +22,7 @@ from core.broker.replicas import BrokerCluster
 from core.delegation.registry import AgentRegistry, IdTakenError
 from core.settings import Settings
 from core.web.logtext import loggable
+from core.web.outbound_policy import AllowList
 
 # The broker's log name, kept for the connections moved here: operators (and tests) filter on core.broker.service.
 log = logging.getLogger("core.broker.service")
@@ -198,7 +199,7 @@ class AgentSockets:
         if conn.card_url:
             from core.a2a import outbound  # only for agents that name a card URL
 
-            allow = outbound.AllowList.parse(self.settings.outbound_allow_hosts)
+            allow = AllowList.parse(self.settings.outbound_allow_hosts)
             try:
                 body = await outbound.fetch_card_json(conn.card_url, allow=allow, timeout_s=timeout_s)
             except outbound.CardFetchError as exc:

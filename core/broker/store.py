@@ -20,6 +20,7 @@ is delivered again, and the session's saved note is the proof of delivery, so no
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -125,7 +126,9 @@ class BrokerStore:
                     if ended:
                         await s.exec(update(BrokerTaskRecord), params=[end for end, _, _ in ended])
                         rows = await s.exec(
-                            insert(BrokerOutboxInject).returning(BrokerOutboxInject.id, sort_by_parameter_order=True),
+                            insert(BrokerOutboxInject).returning(
+                                col(BrokerOutboxInject.id), sort_by_parameter_order=True
+                            ),
                             params=[out for _, out, _ in ended],
                         )
                         outbox_ids = list(rows.scalars())
@@ -160,7 +163,7 @@ class BrokerStore:
         async with self.db.session() as s:
             return set((await s.exec(query)).all())
 
-    async def interrupt_running(self, *, sent: bool, adopt: set[str] = frozenset()) -> int:
+    async def interrupt_running(self, *, sent: bool, adopt: AbstractSet[str] = frozenset()) -> int:
         """At start: end the tasks this instance left running, each with its terminal result; how many.
 
         `adopt`: instances that are gone for good (cluster mode: replicas no longer running); their

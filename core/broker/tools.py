@@ -25,8 +25,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection
 from core.broker.service import user_owner
-from core.broker.wire import TOOL_NAME_PREFIX
 from core.chat.agents import A2A_DISPATCH
+from core.chat.prompts import DISPATCH_TOOL_PREFIX as TOOL_NAME_PREFIX
 from core.chat.tools import ToolContext, ToolResult
 from core.delegation.service import DelegationRefusedError
 
@@ -82,7 +82,7 @@ class BrokerDispatchTool:
     @property
     def name(self) -> str:
         """`a2a_<id>`."""
-        return self.spec["name"]
+        return str(self.spec["name"])
 
     @property
     def description(self) -> str:
@@ -95,7 +95,8 @@ class BrokerDispatchTool:
     @property
     def parameters(self) -> dict[str, Any]:
         """`{task: string}`, required."""
-        return self.spec["inputSchema"]
+        schema: dict[str, Any] = self.spec["inputSchema"]
+        return schema
 
     async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Dispatch; the result is the broker's ack (the task runs on)."""
@@ -108,7 +109,7 @@ class BrokerDispatchTool:
                 ctx.turnstile.release()
 
     async def _dispatch(self, arguments: Any, ctx: ToolContext) -> ToolResult:
-        broker, metadata = self.family.broker, {"agentSlug": self.a2a_id}
+        broker, metadata = self.family.broker, dict[str, Any](agentSlug=self.a2a_id)
         task = arguments.get("task") if isinstance(arguments, dict) else None
         if not isinstance(task, str) or not task.strip():
             return ToolResult(

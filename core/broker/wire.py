@@ -115,9 +115,11 @@ def decode(line: str) -> Incoming:
 class RpcLineError(WireError):
     """A line the broker answers with a JSON-RPC error (`code`, and the request `id` when known)."""
 
+    code: int  # type: ignore[assignment]  # JSON-RPC's error number here, not AppError's string code
+
     def __init__(self, code: int, message: str, id: Any = None) -> None:
         super().__init__(message)
-        self.code = code  # type: ignore[assignment]  # JSON-RPC's number
+        self.code = code
         self.id = id if isinstance(id, (str, int)) and not isinstance(id, bool) else None
 
 
@@ -162,6 +164,9 @@ def cancel_request(id: int, task_id: str, *, v1: bool = False) -> dict[str, Any]
 # -- stream events -----------------------------------------------------------------------------
 
 
+WireKind = Literal["task", "status", "artifact", "message"]
+
+
 @dataclass(frozen=True, slots=True)
 class WireEvent:
     """One event of a streamed task, out of its wire shape.
@@ -175,7 +180,7 @@ class WireEvent:
         artifact_id / append: for artifact events, which artifact and whether the text extends it.
     """
 
-    kind: Literal["task", "status", "artifact", "message"]
+    kind: WireKind
     text: str = ""
     state: str | None = None
     final: bool = False
@@ -248,7 +253,7 @@ def _message_text(message: Any) -> str:
     return parts_text(message.get("parts"))
 
 
-_V1_KEYS = {
+_V1_KEYS: dict[str, WireKind] = {
     "task": "task",
     "message": "message",
     "statusUpdate": "status",
@@ -256,7 +261,12 @@ _V1_KEYS = {
     "artifactUpdate": "artifact",
     "artifact_update": "artifact",
 }
-_V03_KINDS = {"task": "task", "message": "message", "status-update": "status", "artifact-update": "artifact"}
+_V03_KINDS: dict[str, WireKind] = {
+    "task": "task",
+    "message": "message",
+    "status-update": "status",
+    "artifact-update": "artifact",
+}
 
 
 def parse_stream_result(result: Any) -> WireEvent:
@@ -267,7 +277,7 @@ def parse_stream_result(result: Any) -> WireEvent:
     """
     if not isinstance(result, dict):
         raise WireError("a stream result must be a JSON object")
-    kind = _V03_KINDS.get(result.get("kind")) if "kind" in result else None
+    kind = _V03_KINDS.get(str(result.get("kind"))) if "kind" in result else None
     body = result
     if kind is None:
         present = [k for k in _V1_KEYS if k in result]
@@ -383,8 +393,8 @@ def parse_card(obj: Any) -> AgentCard:
     ]
     v1 = any(v.startswith("1") for v in versions) and not any(v.startswith("0.") for v in versions)
     return AgentCard(
-        name=name.strip(),
-        description=description.strip(),
+        name=str(name).strip(),  # checked above
+        description=str(description).strip(),
         skills=tuple(parsed),
         version=_str(obj.get("version")),
         v1=v1,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.errors import AppError
@@ -85,9 +85,9 @@ class AgentExistsError(AgentError):
 
 async def list_agents(session: AsyncSession, *, include_deleted: bool = False) -> list[Agent]:
     """Every local agent, by name (deleted ones too when asked: to name them in old chats and audit records)."""
-    query = select(Agent).order_by(Agent.name, Agent.id)
+    query = select(Agent).order_by(col(Agent.name), col(Agent.id))
     if not include_deleted:
-        query = query.where(Agent.deleted_at.is_(None))
+        query = query.where(col(Agent.deleted_at).is_(None))
     return list((await session.exec(query)).all())
 
 
@@ -100,7 +100,7 @@ async def get_agent_by_slug(session: AsyncSession, slug: str, *, include_deleted
     """The agent with that registry id (slug), or None (also when it was deleted, unless asked)."""
     query = select(Agent).where(Agent.slug == slug)
     if not include_deleted:
-        query = query.where(Agent.deleted_at.is_(None))
+        query = query.where(col(Agent.deleted_at).is_(None))
     return (await session.exec(query)).first()
 
 
@@ -138,6 +138,7 @@ async def update_agent(
     agent.updated_at = utcnow()
     session.add(agent)
     if tools is not None:
+        assert agent.id is not None  # a saved row
         await _replace_tools(session, agent.id, tools)
     await session.commit()
     await session.refresh(agent)
@@ -153,11 +154,11 @@ async def _replace_tools(session: AsyncSession, agent_id: int, tools: dict[str, 
         if tool_type not in tools:
             await session.delete(row)
     for tool_type, config in tools.items():
-        row = existing.get(tool_type)
-        if row is None:
+        kept = existing.get(tool_type)
+        if kept is None:
             session.add(AgentTool(agent_id=agent_id, tool_type=tool_type, config=dict(config)))
         else:
-            row.config, row.enabled = dict(config), True
+            kept.config, kept.enabled = dict(config), True
             session.add(row)
 
 
@@ -172,8 +173,8 @@ async def delete_agent(session: AsyncSession, agent: Agent) -> list[str]:
     changed = []
     rows = await session.exec(
         select(AgentTool, Agent)
-        .join(Agent, Agent.id == AgentTool.agent_id)
-        .where(AgentTool.tool_type == AGENT_INVOKE, Agent.deleted_at.is_(None))
+        .join(Agent, col(Agent.id) == col(AgentTool.agent_id))
+        .where(col(AgentTool.tool_type) == AGENT_INVOKE, col(Agent.deleted_at).is_(None))
     )
     for tool, owner in rows.all():
         allowed = (tool.config or {}).get("allowedAgents")
@@ -217,6 +218,7 @@ async def create_agent(
     )
     session.add(agent)
     await session.flush()
+    assert agent.id is not None  # flushed: the database gave it its id
     for tool_type, config in (tools or {}).items():
         session.add(AgentTool(agent_id=agent.id, tool_type=tool_type, config=dict(config)))
     agent.updated_at = utcnow()

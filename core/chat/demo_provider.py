@@ -109,7 +109,7 @@ async def demo_stream(
     """
     text: list[str] = []
     calls: dict[int, list[Any]] = {}  # index -> [id, name, argument pieces]: the last id and name win
-    finish_reason, usage = "stop", {}
+    finish_reason, usage = "stop", dict[str, Any]()
     async for chunk in demo_chunks(messages, tools, delay):
         if chunk["text"]:
             text.append(chunk["text"])
@@ -147,40 +147,40 @@ def demo_delay(api_base: str | None) -> float:
 def make_demo_handler(litellm: Any) -> Any:
     """Build the `local/` provider; built here, once litellm is imported, because it subclasses its CustomLLM."""
 
-    class LocalDemoLLM(litellm.CustomLLM):
+    class LocalDemoLLM(litellm.CustomLLM):  # type: ignore[misc]  # litellm has no type information here
         """The offline demo model as a LiteLLM provider (streaming only, plus a non-stream fallback)."""
 
         async def astreaming(
             self,
-            model,
-            messages,
-            api_base,
-            custom_prompt_dict,
-            model_response,
-            print_verbose,
-            encoding,
-            api_key,
-            logging_obj,
-            optional_params,
-            **kwargs,
-        ):  # noqa: D102
+            model: str,
+            messages: list[dict[str, Any]],
+            api_base: str | None,
+            custom_prompt_dict: dict[str, Any],
+            model_response: Any,
+            print_verbose: Any,
+            encoding: Any,
+            api_key: str | None,
+            logging_obj: Any,
+            optional_params: dict[str, Any],
+            **kwargs: Any,
+        ) -> AsyncIterator[dict[str, Any]]:  # noqa: D102
             async for chunk in demo_chunks(messages, optional_params.get("tools"), demo_delay(api_base)):
                 yield chunk
 
         async def acompletion(
             self,
-            model,
-            messages,
-            api_base,
-            custom_prompt_dict,
-            model_response,
-            print_verbose,
-            encoding,
-            api_key,
-            logging_obj,
-            optional_params,
-            **kwargs,
-        ):  # noqa: D102
+            model: str,
+            messages: list[dict[str, Any]],
+            api_base: str | None,
+            custom_prompt_dict: dict[str, Any],
+            model_response: Any,
+            print_verbose: Any,
+            encoding: Any,
+            api_key: str | None,
+            logging_obj: Any,
+            optional_params: dict[str, Any],
+            **kwargs: Any,
+        ) -> Any:  # noqa: D102
             reply = demo_model.plan_reply(messages, optional_params.get("tools"))
             return litellm.completion(model="openai/demo", messages=messages, mock_response="".join(reply.tokens))
 
@@ -220,10 +220,10 @@ class _Pace:
 def _chunk(
     *,
     text: str = "",
-    tool_use: dict | None = None,
+    tool_use: dict[str, Any] | None = None,
     finished: bool = False,
     finish_reason: str = "",
-    usage: dict | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "text": text,

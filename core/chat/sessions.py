@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import delete, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
+from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -29,7 +30,7 @@ TITLE_LENGTH = 60
 STREAMING = "streaming"  # the status of a running turn's draft answer
 # Written into the statement, not bound: the planner then knows the partial index of drafts
 # (`idx_agent_messages_streaming`, migration 0009) covers the query.
-_STREAMING_LITERAL = literal_column(f"'{STREAMING}'")
+_STREAMING_LITERAL: ColumnClause[Any] = literal_column(f"'{STREAMING}'")
 INTERRUPTED = "interrupted"  # a draft found at start-up: the server stopped (or crashed) while it was written
 INTERRUPTED_ERROR = (
     "Interrupted by a server restart: the server stopped while this answer was being written; "
@@ -77,9 +78,9 @@ async def list_sessions(
         select(AgentSession)
         .outerjoin(A2ATaskSession, col(A2ATaskSession.session_id) == col(AgentSession.id))
         .where(
-            AgentSession.user_id == user_id,
+            col(AgentSession.user_id) == user_id,
             col(AgentSession.deleted_at).is_(None),
-            or_(col(A2ATaskSession.id).is_(None), A2ATaskSession.visible_in_sidebar == 1),
+            or_(col(A2ATaskSession.id).is_(None), col(A2ATaskSession.visible_in_sidebar) == 1),
         )
         .order_by(col(AgentSession.updated_at).desc(), col(AgentSession.id).desc())
         .limit(limit)
@@ -90,7 +91,8 @@ async def list_sessions(
         in_messages = (
             select(AgentMessage.id)
             .where(
-                AgentMessage.session_id == AgentSession.id, func.lower(AgentMessage.content).like(pattern, escape="\\")
+                col(AgentMessage.session_id) == AgentSession.id,
+                func.lower(AgentMessage.content).like(pattern, escape="\\"),
             )
             .exists()
         )
@@ -151,7 +153,7 @@ async def list_messages(session: AsyncSession, *, session_id: str) -> list[Agent
     """Every message of a session in conversation order (a running turn's draft is not one yet)."""
     query = (
         select(AgentMessage)
-        .where(AgentMessage.session_id == session_id, AgentMessage.status != STREAMING)
+        .where(AgentMessage.session_id == session_id, col(AgentMessage.status) != STREAMING)
         .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
     )
     return list((await session.exec(query)).all())
@@ -196,7 +198,7 @@ async def append_messages(
         # answer and every task's end come here; a statement is a trip to the database's thread.)
         await session.exec(
             update(AgentSession)
-            .where(col(AgentSession.id) == session_id)  # type: ignore[call-overload]
+            .where(col(AgentSession.id) == session_id)
             .values(updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
@@ -239,9 +241,9 @@ async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     One UPDATE per draft; a draft that is gone (its turn has ended) is simply not found.
     """
     for message_id, content in drafts.items():
-        await session.exec(  # type: ignore[call-overload]
+        await session.exec(
             update(AgentMessage)
-            .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == STREAMING)
             .values(content=content)
         )
     await session.commit()
@@ -256,9 +258,9 @@ async def replace_draft(
     did before turns kept drafts.
     """
     if message_id is not None:
-        await session.exec(  # type: ignore[call-overload]
+        await session.exec(
             delete(AgentMessage)
-            .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == STREAMING)
             .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
         )
     if messages:
@@ -272,8 +274,10 @@ async def mark_interrupted(session: AsyncSession) -> int:
 
     Returns how many there were.
     """
-    result = await session.exec(  # type: ignore[call-overload]
-        update(AgentMessage).where(AgentMessage.status == STREAMING).values(status=INTERRUPTED, error=INTERRUPTED_ERROR)
+    result = await session.exec(
+        update(AgentMessage)
+        .where(col(AgentMessage.status) == STREAMING)
+        .values(status=INTERRUPTED, error=INTERRUPTED_ERROR)
     )
     await session.commit()
     return result.rowcount or 0
@@ -285,7 +289,7 @@ async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
         select(func.count())
         .select_from(AgentMessage)
         .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL, AgentSession.user_id == user_id)
+        .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.user_id) == user_id)
     )
     return (await session.exec(query)).one()
 
@@ -295,7 +299,7 @@ async def sessions_answering_with(session: AsyncSession, *, agent_id: int) -> li
     query = (
         select(AgentSession.id)
         .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL, AgentSession.agent_id == agent_id)
+        .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.agent_id) == agent_id)
         .order_by(col(AgentMessage.id))
     )
     return list(dict.fromkeys((await session.exec(query)).all()))
@@ -306,9 +310,9 @@ async def interrupt_draft(session: AsyncSession, *, message_id: int, content: st
 
     Returns False when the draft was already replaced by an answer (nothing to do).
     """
-    result = await session.exec(  # type: ignore[call-overload]
+    result = await session.exec(
         update(AgentMessage)
-        .where(col(AgentMessage.id) == message_id, AgentMessage.status == STREAMING)
+        .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == STREAMING)
         .values(content=content, status=INTERRUPTED, error=error)
     )
     await session.commit()

@@ -106,12 +106,27 @@ def _public(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 class Tool(Protocol):
-    """What a tool implements."""
+    """What a tool implements (read-only members: a plain attribute or a property both do)."""
 
-    tool_type: str
-    name: str
-    description: str
-    parameters: dict[str, Any]
+    @property
+    def tool_type(self) -> str:
+        """The `agent_tools.tool_type` it is enabled by."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What the model is told it does."""
+        ...
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of its arguments."""
+        ...
 
     async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Run the call. Must not raise for bad `arguments`; return a failed result instead."""

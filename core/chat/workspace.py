@@ -126,7 +126,7 @@ class Workspace:
         """
         async with self.db.session() as s:
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
-            if agent is None:
+            if agent is None or agent.id is None:
                 raise SessionNotFoundError(_("There is no agent {name!r}.").format(name=agent_slug))
             return await sessions_store.create_session(s, user_id=user_id, agent_id=agent.id)
 
@@ -135,7 +135,7 @@ class Workspace:
         async with self.db.session() as s:
             row = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
             agent = await agents_store.get_agent_by_slug(s, agent_slug)
-            if row is None or agent is None:
+            if row is None or agent is None or agent.id is None:
                 raise SessionNotFoundError(_("There is no such chat session or agent."))
             if await sessions_store.max_sort_order(s, session_id=session_id):
                 return False
