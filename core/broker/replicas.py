@@ -26,7 +26,7 @@ from core.errors import AppError
 from core.settings import Settings
 
 if TYPE_CHECKING:
-    from core.broker.service import TaskObserver
+    from core.broker.task import TaskObserver
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from core.broker.service import Broker
+from core.broker.cluster import DirectoryEntry
+from core.broker.connection import AgentConnection, ConnectionStats
+from core.broker.inject import InjectPublisher
+from core.broker.relay import TaskRelay
+from core.broker.reload import ConfigReloader
+from core.broker.replicas import BrokerCluster
+from core.broker.sockets import AgentSockets
 
 
-def health(self: Broker) -> dict[str, Any]:
+class Reported(Protocol):
+    """What the figures are read from: the `Broker`'s parts (a protocol, so this module does not import it)."""
+
+    injects: InjectPublisher
+    relay: TaskRelay
+    sockets: AgentSockets
+    cluster: BrokerCluster | None
+    reloader: ConfigReloader
+    conn_stats: ConnectionStats
+    started_at: float
+    tasks_dispatched: int
+    tasks_no_agent: int
+
+    def agents(self) -> list[AgentConnection | DirectoryEntry]:
+        """The agents online, here and on the other replicas."""
+        ...
+
+
+def health(self: Reported) -> dict[str, Any]:
     """`GET /a2a/health`: ok, or degraded while Redis is configured but down."""
     redis_state = self.injects.state
     return {
@@ -30,7 +53,7 @@ def health(self: Broker) -> dict[str, Any]:
     }
 
 
-def stats(self: Broker) -> dict[str, Any]:
+def stats(self: Reported) -> dict[str, Any]:
     """`GET /a2a/stats`: counters since start."""
     c = self.conn_stats
     by_state = Counter({"running": len(self.relay.tasks), **self.relay.tasks_finished})

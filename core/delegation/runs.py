@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
@@ -19,9 +19,7 @@ from core.delegation.registry import RemoteAgent, RemoteAgentError
 from core.delegation.states import CONNECTION_LOST
 from core.delegation.tasks import CANCELED, COMPLETED, FAILED, TERMINAL_STATES, task_stream_key
 from core.streaming import events as ev
-
-if TYPE_CHECKING:
-    from core.delegation.service import DelegationService
+from core.streaming.backend import StreamHubBackend
 
 __all__ = ["BackgroundTask", "LocalRun", "RemoteRun", "RunRecord", "estimate_tokens", "message_fields"]
 
@@ -171,6 +169,21 @@ def message_fields(task_id: str, ctx: ToolContext) -> dict[str, Any]:
     }
 
 
+class TaskEnds(Protocol):
+    """Where a background task's events and end go: the `DelegationService` (a protocol: no import cycle)."""
+
+    @property
+    def hub(self) -> StreamHubBackend:
+        """The hub holding the task's stream."""
+        ...
+
+    async def finish_task(
+        self, task_id: str, session_id: str, record: RunRecord, state: str, error: str | None, started: float
+    ) -> None:
+        """Save the task's end, once."""
+        ...
+
+
 class BackgroundTask:
     """The record of a task that runs elsewhere (see `DelegationService.open_background_task`).
 
@@ -182,7 +195,7 @@ class BackgroundTask:
     # more input has ended its turn (its text says what it needs).
     _STATES = {"completed": COMPLETED, "canceled": CANCELED, "input-required": COMPLETED, "auth-required": COMPLETED}
 
-    def __init__(self, service: DelegationService, task_id: str, session_id: str, record: RemoteRun) -> None:
+    def __init__(self, service: TaskEnds, task_id: str, session_id: str, record: RemoteRun) -> None:
         self.service = service
         self.task_id = task_id
         self.session_id = session_id  # the task's hidden session, which keeps the answer
@@ -210,4 +223,4 @@ class BackgroundTask:
             self.record.mark_stopped(status="canceled" if final == CANCELED else "error", error=error)
             if final == FAILED:
                 await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.Error(error))
-        await self.service._finish(self.task_id, self.session_id, self.record, final, error, self._started)
+        await self.service.finish_task(self.task_id, self.session_id, self.record, final, error, self._started)

@@ -262,9 +262,9 @@ class DelegationService:
             )
             record.mark_stopped(status="canceled", error=None)
             # Shielded: the record is written even if the cancelling caller gives up waiting.
-            await asyncio.shield(self._finish(task.id, task.session_id, record, state, error, started))
+            await asyncio.shield(self.finish_task(task.id, task.session_id, record, state, error, started))
             raise
-        await self._finish(task.id, task.session_id, record, state, error, started)
+        await self.finish_task(task.id, task.session_id, record, state, error, started)
 
         metadata = {
             "taskId": task.id,
@@ -340,7 +340,7 @@ class DelegationService:
         await self.records.set_state(task.id, WORKING, SUBMITTED)
         return BackgroundTask(self, task.id, task.session_id, RemoteRun(agent_id, message_fields(task.id, ctx)))
 
-    async def _finish(
+    async def finish_task(
         self, task_id: str, session_id: str, record: RunRecord, state: str, error: str | None, started: float
     ) -> None:
         """Save the callee's answer (into its hidden session `session_id`) and totals, then end the task's stream.

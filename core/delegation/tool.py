@@ -9,14 +9,11 @@ itself is `DelegationService.invoke`.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.chat.agents import AGENT_INVOKE, AGENT_INVOKE_MAXIMA, DEFAULT_AGENT_INVOKE_CONFIG
 from core.chat.prompts import AGENT_INVOKE_TOOL
 from core.chat.tools import ToolContext, ToolResult
-
-if TYPE_CHECKING:
-    from core.delegation.service import DelegationService
 
 MAX_INPUT_CHARS = 20_000
 
@@ -96,6 +93,14 @@ def parse_invoke_arguments(arguments: Any) -> tuple[str, str]:
     return slug.strip(), text.strip()
 
 
+class Invoker(Protocol):
+    """What runs an `agent_invoke` call: the `DelegationService` (a protocol: no import cycle)."""
+
+    async def invoke(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Run one call to its end."""
+        ...
+
+
 class AgentInvokeTool:
     """The `agent_invoke` tool (seed 000 §3.2.4): delegate a request to another agent and wait for its answer."""
 
@@ -120,7 +125,7 @@ class AgentInvokeTool:
         "additionalProperties": False,
     }
 
-    def __init__(self, service: DelegationService) -> None:
+    def __init__(self, service: Invoker) -> None:
         self.service = service
 
     async def execute(self, arguments: Any, config: dict[str, Any], ctx: ToolContext) -> ToolResult:
