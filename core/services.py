@@ -62,7 +62,12 @@ class StartupRefusedError(AppError, RuntimeError):
 
 @dataclass(slots=True)
 class Services:
-    """Everything a page or route needs."""
+    """Everything a page or route needs.
+
+    Over 300 lines on purpose: the composition root's one class, one field per service and the
+    order they start and stop in, which is read best in one place; routes and pages take the few
+    services they use (`core/*/deps.py`), not this class.
+    """
 
     settings: Settings
     db: Database

@@ -13,9 +13,7 @@ the left drawer renames, deletes (with undo) and searches chats; the browser tab
 is titled after the chat; Esc stops a reply, or closes the side panel. The user's
 text is shown as written: plain text with its line breaks, and only fenced code
 blocks (```) rendered as code. Its pieces are in `ui/chat_parts.py` (welcome,
-tool call cards, the user's text) and `ui/session_drawer.py` (the chat list);
-what is left, at about 440 lines, is one page's life cycle: layout, sending,
-following the turn's stream and applying its events.
+tool call cards, the user's text) and `ui/session_drawer.py` (the chat list).
 """
 
 from __future__ import annotations
@@ -62,7 +60,12 @@ def register_chat_pages(services: Services) -> None:
 
 
 class ChatPage:
-    """One browser tab's chat screen and its live subscription."""
+    """One browser tab's chat screen and its live subscription.
+
+    Over 300 lines on purpose: one page's life cycle (layout, sending, following the turn's stream
+    and applying its events), whose handlers all read and change the same elements; what has no
+    share in that state is elsewhere (`ui.chat_parts`, `ui.session_drawer`, `ui.agent_invoke_panel`).
+    """
 
     def __init__(
         self, services: Services, client: Client, *, session_id: str | None, agent_slug: str | None = None
@@ -93,7 +96,7 @@ class ChatPage:
         assert self._user_id is not None
         return self._user_id
 
-    # -- layout ----------------------------------------------------------------------
+    # -- layout; then messages, sending and following, and navigation ------------------
 
     async def build(self) -> None:
         """Lay out the page and load the chat."""
@@ -455,8 +458,6 @@ class ChatPage:
             await self.stop()
         elif self.panel.drawer.value:
             self.panel.close()
-
-    # -- navigation --------------------------------------------------------------------
 
     def _new_chat(self) -> None:
         ui.navigate.to(f"/?agent={self.agent_slug}" if self.agent_slug else "/")

@@ -90,7 +90,12 @@ TRY_TIMEOUT_S = 30.0
 
 
 class AgentAdmin:
-    """Reads and edits agents under the rules above."""
+    """Reads and edits agents under the rules of `core.delegation.agent_rules`.
+
+    Over 300 lines on purpose: one method per operation an admin has on agents (list, read,
+    create, change, delete, try), each a short transaction; the rules and the views they return
+    are in their own modules (`agent_rules`, `agent_views`).
+    """
 
     def __init__(
         self, db: Database, registry: AgentRegistry, llm: LLMGateway, secrets: LazySecretBox, default_model: str
