@@ -13,6 +13,7 @@ def register_pages(services: Services) -> None:
     from ui.auth import install_login_middleware, register_login_pages
     from ui.broker_page import register_broker_pages
     from ui.chat_page import register_chat_pages
+    from ui.chat_services import ChatServices
     from ui.language import install as install_languages
     from ui.remote_agents_page import register_remote_agents_page
 
@@ -21,7 +22,16 @@ def register_pages(services: Services) -> None:
     auth = services.auth
     install_login_middleware(auth)
     register_login_pages(auth=auth, logins=services.logins)
-    register_chat_pages(services)  # the chat page and its panel still take the whole composition
+    register_chat_pages(
+        ChatServices(
+            auth=auth,
+            chat=services.chat,
+            delegation=services.delegation,
+            hub=services.hub,
+            settings=services.settings,
+            workspace=services.workspace,
+        )
+    )
     register_audit_pages(delegation=services.delegation, auth=auth)
     register_api_keys_page(keys=services.api_keys, auth=auth, base_url=services.settings.base_url)  # issue 6
     register_remote_agents_page(remote_agents=services.remote_agents, auth=auth)  # issue 6: by card URL

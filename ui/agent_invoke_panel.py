@@ -33,6 +33,7 @@ from core.delegation import (
     CONNECTION_LOST,
     TERMINAL_STATES,
     WORKING,
+    DelegationService,
     TaskView,
     short_task_text,
     state_label,
@@ -40,9 +41,8 @@ from core.delegation import (
     task_stream_key,
 )
 from core.i18n import _
-from core.services import Services
 from core.streaming import events as ev
-from core.streaming.backend import HubSubscription
+from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
@@ -94,8 +94,11 @@ class AgentInvokePanel:
     its events, and the tabs share one drawer, one selection and one clean-up on leaving the page.
     """
 
-    def __init__(self, services: Services, client: Client, user_id: int | None) -> None:
-        self.services = services
+    def __init__(
+        self, delegation: DelegationService, hub: StreamHubBackend, client: Client, user_id: int | None
+    ) -> None:
+        self.delegation = delegation
+        self.hub = hub
         self.client = client
         self.user_id = user_id
         self.tabs_by_task: dict[str, TaskTab] = {}
@@ -167,7 +170,7 @@ class AgentInvokePanel:
     async def show_task(self, task_id: str) -> None:
         """Open the panel on that task (a click on its card in the chat)."""
         if task_id not in self.tabs_by_task:
-            detail = await self.services.delegation.task_detail(self.user_id or 0, task_id)
+            detail = await self.delegation.task_detail(self.user_id or 0, task_id)
             if detail is None:
                 ui.notify(_("That delegated task is not available."), color="warning")
                 return
@@ -276,7 +279,7 @@ class AgentInvokePanel:
         entry.tab.props(f'aria-label="{_attr(entry.callee_name + ": " + short_task_text(request, 200))}"')
 
     async def _load_request(self, entry: TaskTab) -> None:
-        detail = await self.services.delegation.task_detail(self.user_id or 0, entry.task_id)
+        detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)
         if detail is not None and not self.client.is_deleted:
             self._set_request(entry, detail.task.input)
 
@@ -294,7 +297,7 @@ class AgentInvokePanel:
     def _follow_or_load(self, task_id: str, saved: TaskView | None = None) -> None:
         entry = self.tabs_by_task[task_id]
         try:
-            subscription = self.services.hub.subscribe(task_stream_key(task_id))
+            subscription = self.hub.subscribe(task_stream_key(task_id))
         except UnknownStreamError:
             entry.follower = background_tasks.create(
                 self._load_saved(entry), name=f"load task {task_id}", context=self.client
@@ -346,7 +349,7 @@ class AgentInvokePanel:
                 await self.task_started(typed)
 
     async def _load_saved(self, entry: TaskTab) -> None:
-        detail = await self.services.delegation.task_detail(self.user_id or 0, entry.task_id)
+        detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)
         if detail is None or self.client.is_deleted:
             return
         text = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)

@@ -28,7 +28,6 @@ from nicegui.events import ValueChangeEventArguments
 from core.chat.engine import ChatError, SessionChange
 from core.delegation import TaskView
 from core.i18n import N_, _
-from core.services import Services
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
@@ -37,6 +36,7 @@ from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
 from ui.chat_parts import ToolCallCard, parse_json, user_text, welcome
+from ui.chat_services import ChatServices
 from ui.frame import page_frame, testid
 from ui.language import on_rebuild, page, set_rebuild
 from ui.session_drawer import SessionDrawer
@@ -47,7 +47,7 @@ NEW_CHAT_TITLE = N_("New chat")
 DRAFT_ATTR = "app_chat_draft"  # on the page's client: the input's text across a rebuild (ui/language.py)
 
 
-def register_chat_pages(services: Services) -> None:
+def register_chat_pages(services: ChatServices) -> None:
     """`/` (new chat) and `/chat/{session_id}`."""
 
     @page("/", title="New chat")
@@ -68,7 +68,7 @@ class ChatPage:
     """
 
     def __init__(
-        self, services: Services, client: Client, *, session_id: str | None, agent_slug: str | None = None
+        self, services: ChatServices, client: Client, *, session_id: str | None, agent_slug: str | None = None
     ) -> None:
         self.services = services
         self.client = client
@@ -126,7 +126,7 @@ class ChatPage:
                 self.sessions = SessionDrawer(self.services, self.user_id, lambda: self.session_id, self._new_chat)
             self.frame = frame
         await self.sessions.render()
-        self.panel = AgentInvokePanel(self.services, self.client, self.user_id)
+        self.panel = AgentInvokePanel(self.services.delegation, self.services.hub, self.client, self.user_id)
         on_rebuild(self.client, self.panel.stop_following)
         self.panel.state_listeners.append(self._on_task_state)
 

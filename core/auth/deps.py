@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request, status
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from starlette.requests import HTTPConnection
 
 from core.auth import accounts
 from core.auth.login_throttle import TooManyFailedLoginsError
@@ -40,9 +41,9 @@ class AuthState:
     local_user_id: int | None
 
 
-def get_services(request: Request) -> Any:
+def get_services(connection: HTTPConnection) -> Any:
     """The app's composition of services (set on `app.state` by `app.py`); the dependencies below read it."""
-    return request.app.state.services
+    return connection.app.state.services
 
 
 def get_db(request: Request) -> Database:

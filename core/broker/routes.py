@@ -29,6 +29,7 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
 from core.a2a import api_keys
+from core.auth.deps import DatabaseDep, SettingsDep, get_services, get_settings
 from core.broker.auth import BrokerRefusedError
 from core.broker.replicas import MAX_INTERNAL_BODY_BYTES
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
@@ -45,15 +46,13 @@ ChatAgentNumber = Annotated[StrictInt, Field(ge=-(2**63), lt=2**63)]  # a 64-bit
 
 
 def get_broker(connection: HTTPConnection) -> Broker:
-    """The app's broker (`app.state.services.broker`)."""
-    broker: Broker = connection.app.state.services.broker
+    """The app's broker (`app.state.services.broker`, as `core.auth.deps` reads the others)."""
+    broker: Broker = get_services(connection).broker
     return broker
 
 
-async def dispatch_owner(request: Request) -> str:
+async def dispatch_owner(request: Request, settings: SettingsDep, db: DatabaseDep) -> str:
     """Who dispatches or cancels: `user:<id>` for an A2A API key, the dispatch token, or open mode; else 401."""
-    services = request.app.state.services
-    settings = services.settings
     if settings.broker_open_dispatch:
         return OPEN_OWNER
     token = api_keys.bearer_token(request.headers.get("authorization"))
@@ -61,7 +60,7 @@ async def dispatch_owner(request: Request) -> str:
         expected = settings.broker_dispatch_token
         if expected and hmac.compare_digest(token.encode(), expected.encode()):
             return DISPATCH_TOKEN_OWNER
-        key = await api_keys.authenticate(services.db, token)
+        key = await api_keys.authenticate(db, token)
         if key is not None:
             return user_owner(key.user_id)
     raise HTTPException(
@@ -124,7 +123,7 @@ async def internal_body(request: Request, model: type[RequestBody]) -> Any:
 
     Outside cluster mode (or without INTERNAL_TOKEN) these routes do not exist (404).
     """
-    settings = request.app.state.services.settings
+    settings = get_settings(request)
     if not settings.cluster or not settings.internal_token:
         raise HTTPException(404, "Not Found")
     token = api_keys.bearer_token(request.headers.get("authorization"))
