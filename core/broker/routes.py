@@ -29,7 +29,8 @@ from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
 from core.a2a import api_keys
-from core.auth.deps import DatabaseDep, SettingsDep, get_services, get_settings
+from core.a2a.deps import ApiKeysDep
+from core.auth.deps import SettingsDep, get_services, get_settings
 from core.broker.auth import BrokerRefusedError
 from core.broker.replicas import MAX_INTERNAL_BODY_BYTES
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
@@ -51,7 +52,7 @@ def get_broker(connection: HTTPConnection) -> Broker:
     return broker
 
 
-async def dispatch_owner(request: Request, settings: SettingsDep, db: DatabaseDep) -> str:
+async def dispatch_owner(request: Request, settings: SettingsDep, keys: ApiKeysDep) -> str:
     """Who dispatches or cancels: `user:<id>` for an A2A API key, the dispatch token, or open mode; else 401."""
     if settings.broker_open_dispatch:
         return OPEN_OWNER
@@ -60,7 +61,7 @@ async def dispatch_owner(request: Request, settings: SettingsDep, db: DatabaseDe
         expected = settings.broker_dispatch_token
         if expected and hmac.compare_digest(token.encode(), expected.encode()):
             return DISPATCH_TOKEN_OWNER
-        key = await api_keys.authenticate(db, token)
+        key = await keys.authenticate(token)
         if key is not None:
             return user_owner(key.user_id)
     raise HTTPException(

@@ -51,7 +51,7 @@ from core.broker.reload import ConfigReloader
 from core.broker.replicas import BrokerCluster, ForwardFailedError
 from core.broker.sockets import CLOSE_GOING_AWAY, CLOSE_ID_TAKEN, AgentSockets
 from core.broker.store import BrokerStore
-from core.broker.task import DISPATCH_TOKEN_OWNER, OPEN_OWNER, BrokerTask, TaskObserver, user_owner
+from core.broker.task import DISPATCH_TOKEN_OWNER, OPEN_OWNER, BrokerTask, TaskObserver, owner_user_id, user_owner
 from core.broker.task_log import TaskLog
 from core.delegation.registry import AgentRegistry
 from core.settings import Settings
@@ -190,7 +190,7 @@ class Broker:
         """Check a connecting peer before the upgrade: blacklist, then identity (`AgentSockets.admit`).
 
         Raises:
-            Refused: with the HTTP status and the reason for the peer.
+            BrokerRefusedError: with the HTTP status and the reason for the peer.
         """
         return self.sockets.admit(client_host, query)
 
@@ -305,7 +305,7 @@ class Broker:
             task=task,
         )
         record.task_log = TaskLog(self.hub, record.id, writes=observer is None)  # observed: it has its stream
-        await record.task_log.open(conn.id, conn.name, owner)
+        await record.task_log.open(conn.id, conn.name, owner_user_id(owner))
         self._tasks[record.id] = record
         self.tasks_dispatched += 1
         record.runner = self._runners.spawn(self.relay.run(record), name=f"a2a task {record.id}")

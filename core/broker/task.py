@@ -27,9 +27,22 @@ OPEN_OWNER = "open"  # tasks dispatched in the seed's open mode (broker_open_dis
 DISPATCH_TOKEN_OWNER = "dispatch-token"  # tasks dispatched with the settings' broker_dispatch_token
 
 
+USER_OWNER_PREFIX = "user:"
+
+
 def user_owner(user_id: int) -> str:
     """The owner of the tasks a user dispatches (with an API key, or from the app's own chat)."""
-    return f"user:{user_id}"
+    return f"{USER_OWNER_PREFIX}{user_id}"
+
+
+def owner_user_id(owner: str) -> int | None:
+    """The user id in an owner `user:<id>` (`user_owner`'s); None for the token and open-mode owners."""
+    if not owner.startswith(USER_OWNER_PREFIX):
+        return None
+    try:
+        return int(owner[len(USER_OWNER_PREFIX) :])
+    except ValueError:
+        return None
 
 
 @dataclass(slots=True)

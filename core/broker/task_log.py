@@ -25,18 +25,6 @@ from core.streaming.hub import StreamBusyError
 
 log = logging.getLogger(__name__)
 
-USER_OWNER_PREFIX = "user:"  # `core.broker.service.user_owner`: the owner of a user's (API key's) dispatches
-
-
-def owner_user_id(owner: str) -> int | None:
-    """The user id in an owner `user:<id>`; None for the token and open-mode owners."""
-    if not owner.startswith(USER_OWNER_PREFIX):
-        return None
-    try:
-        return int(owner[len(USER_OWNER_PREFIX) :])
-    except ValueError:
-        return None
-
 
 class TaskLog:
     """Writes one broker task's events to its hub stream; a hub failure is logged, never stops the relay."""
@@ -48,12 +36,15 @@ class TaskLog:
         self._started = time.monotonic()
         self._state = "submitted"
 
-    async def open(self, agent: str, agent_name: str, owner: str) -> None:
-        """Open the stream with the first `state` event, `working`; its meta says whose task it is (`userId`)."""
+    async def open(self, agent: str, agent_name: str, user_id: int | None) -> None:
+        """Open the stream with the first `state` event, `working`; its meta says whose task it is (`userId`).
+
+        `user_id`: the user whose API key dispatched it (None for the dispatch token and open mode).
+        """
         if not self.writes:
             return
         assert self.hub is not None
-        meta = {"kind": "broker", "agent": agent, "agentName": agent_name, "userId": owner_user_id(owner)}
+        meta = {"kind": "broker", "agent": agent, "agentName": agent_name, "userId": user_id}
         try:
             await self.hub.create(self.key, meta)
         except StreamBusyError:  # a stream under this id is open: it is not this relay's to write
