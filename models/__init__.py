@@ -147,6 +147,17 @@ class AgentMessage(SQLModel, table=True):
             sqlite_where=text("status = 'streaming'"),
             postgresql_where=text("status = 'streaming'"),
         ),
+        # A background task's notes, one per position of its log (migration 0010): the chat inbox reads a
+        # task's injects by position, and a position already saved is not saved again.
+        Index(
+            "idx_agent_messages_inject_position",
+            "session_id",
+            "a2a_task_id",
+            "inject_position",
+            unique=True,
+            sqlite_where=text("inject_position IS NOT NULL"),
+            postgresql_where=text("inject_position IS NOT NULL"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -174,6 +185,9 @@ class AgentMessage(SQLModel, table=True):
     # Set on a message that arrived as an `inject_system_message` (seed 003): 'delay' (progress, kept
     # quietly) or 'auto' (a result the agent announces). Such a message has role 'system'.
     inject_mode: str | None = Field(default=None, sa_type=String(8))
+    # The inject's position in its task's log (`core.broker.inject.RESULT_POSITION` for the result): the
+    # chat inbox's own reading position of that task (migration 0010).
+    inject_position: int | None = None
     created_at: datetime = _ts(default_factory=utcnow)
 
 
@@ -271,9 +285,12 @@ class RemoteA2AAgent(SQLModel, table=True):
 class BrokerTaskRecord(SQLModel, table=True):
     """A task dispatched through the broker (seed 003), kept so a restart can finish what it cut off.
 
-    `finished_at` is empty while the task runs; at start, this instance's running tasks get their
-    terminal inject ("interrupted by a server restart"). `session_id` is set when the app's own chat
-    dispatched the task: its result note belongs in that chat session.
+    `finished_at` is empty while the task runs; its end (`state`, `finished_at` and the `result` inject's
+    text) is written once, in one statement. At start, this instance's running tasks end with "interrupted
+    by a server restart". `published_position` is how far the seed's injects reader has published the task
+    to Redis (`core.broker.inject.RESULT_POSITION` once Redis has the result: until then it is sent again
+    at the next start). `session_id` is set when the app's own chat dispatched the task: its notes belong in
+    that chat session, where their positions say how far the chat inbox has read it.
     """
 
     __tablename__ = "broker_tasks"
@@ -291,28 +308,8 @@ class BrokerTaskRecord(SQLModel, table=True):
     state: str = Field(default="submitted", sa_type=String(24))
     created_at: datetime = _ts(default_factory=utcnow)
     finished_at: datetime | None = _ts(nullable=True, default=None)
-
-
-class BrokerOutboxInject(SQLModel, table=True):
-    """A task's result (`auto` inject), saved with the task's end; `sent_at` is set once Redis has it.
-
-    Rows that stay unsent (Redis was down, the process stopped) are sent at the next start. Sent rows
-    are kept a week: the app's own chat reads a result back from here when a restart cut off its delivery.
-    """
-
-    __tablename__ = "broker_outbox"
-    __table_args__ = (Index("idx_broker_outbox_sent", "sent_at"),)
-
-    id: int | None = Field(default=None, primary_key=True)
-    task_id: str = Field(
-        sa_column=Column(String(64), ForeignKey("broker_tasks.id", ondelete="CASCADE"), nullable=False, index=True)
-    )
-    chat_agent_id: Any = Field(sa_type=JSON)
-    chat_id: str = Field(sa_type=String(256))
-    text: str = Field(sa_type=Text)
-    mode: str = Field(sa_type=String(8))
-    created_at: datetime = _ts(default_factory=utcnow)
-    sent_at: datetime | None = _ts(nullable=True, default=None)
+    result: str | None = Field(default=None, sa_type=Text)  # the `auto` inject's text, written with the end
+    published_position: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
 
 
 __all__ = [
@@ -322,7 +319,6 @@ __all__ = [
     "AgentSession",
     "AgentTool",
     "ApiKey",
-    "BrokerOutboxInject",
     "BrokerTaskRecord",
     "RemoteA2AAgent",
     "User",

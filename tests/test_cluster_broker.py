@@ -30,7 +30,7 @@ from core.db import Database
 from core.delegation.registry import AgentRegistry
 from core.services import Services
 from core.settings import Settings
-from models import BrokerOutboxInject, BrokerTaskRecord
+from models import BrokerTaskRecord
 from tests.conftest import make_settings, unavailable
 from tests.test_a2a_client import echo_server
 from tests.utils.broker import DISPATCH_HEADERS, RedisListener, redis_test_url
@@ -327,13 +327,12 @@ async def test_recovery_ends_this_replicas_tasks_and_those_of_gone_replicas_only
         ended = await Broker(settings_of("me"), AgentRegistry(db)).recover()
         async with db.session() as s:
             rows = {r.id: r for r in (await s.exec(select(BrokerTaskRecord))).all()}
-            results = (await s.exec(select(BrokerOutboxInject))).all()
         assert ended == 2
         assert rows["task-live"].finished_at is None and rows["task-live"].instance == "live"
         for task_id in ("task-me", "task-dead"):
             assert rows[task_id].finished_at is not None and rows[task_id].state == "failed"
             assert rows[task_id].instance == "me"  # adopted: this replica sends its result
-        assert sorted(r.task_id for r in results) == ["task-dead", "task-me"]
+        assert sorted(r.id for r in rows.values() if r.result is not None) == ["task-dead", "task-me"]
 
         with pytest.raises(DuplicateReplicaError, match="INSTANCE_ID"):
             await Broker(settings_of("live"), AgentRegistry(db)).recover()
@@ -378,11 +377,12 @@ async def test_a_gone_replicas_tasks_end_once_when_the_reaper_and_a_starting_rep
         )
         async with db.session() as s:
             rows = {r.id: r for r in (await s.exec(select(BrokerTaskRecord))).all()}
-            results = (await s.exec(select(BrokerOutboxInject))).all()
-        assert sorted(r.task_id for r in results) == sorted(dead_tasks)  # one result each, not two
-        assert len(reaped) + started == len(dead_tasks)
+        assert all(rows[t].result == f"[Echo] {INTERRUPTED}" for t in dead_tasks)
+        assert len(reaped) + started == len(dead_tasks)  # each ended once: by one of the two, not both
         assert {i.task_id for i in reaped} == {t for t in dead_tasks if rows[t].instance == "reaper"}
-        assert all(i.text == f"[Echo] {INTERRUPTED}" and i.outbox_id for i in reaped)
+        reaped_ids = {i.task_id for i in reaped}
+        assert {t for t in dead_tasks if rows[t].instance == "starting"} == set(dead_tasks) - reaped_ids
+        assert all(i.text == f"[Echo] {INTERRUPTED}" for i in reaped)
         assert rows["task-reaper"].finished_at is None  # the reaper's own running task
     finally:
         for database in (db, reaper_db, starting_db):

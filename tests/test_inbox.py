@@ -8,6 +8,7 @@ is in test_broker_chat.py.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from core.broker.inbox import ChatInbox
 from core.broker.inject import AUTO, DELAY, Inject, InjectBus
@@ -47,7 +48,7 @@ class RecordingChat:
             self.fail_saves -= 1
             raise OSError("database is locked")
         self.saved.append((session_id, notes))
-        return []
+        return [SimpleNamespace(**note) for note in notes]  # the rows saved
 
     async def start_announcement(self, session_id: str) -> None:
         if self.busy_announcements:

@@ -18,15 +18,21 @@ arrive together get one announcement.
 
 An inject of such a task carries the session's id (`Inject.session_id`, set by
 the broker for the app's own dispatches, never from outside); injects without
-it are ignored here: an outside chat system reads them from Redis. After a
-restart the broker hands over again every result whose note is not in its
-session yet (`core.broker.store`), so a result is saved and announced once.
+it are ignored here: an outside chat system reads them from Redis.
+
+The inbox reads each task by position (`Inject.log_position`, the task's events
+counted so far; the result comes last): every note keeps its position, and a
+note is saved only beyond the position the session already holds for its task
+(`core.chat.sessions.add_notes`). So an inject read twice is saved once, and a
+result is announced once, found by its position, never by its text: after a
+restart the broker hands over again every result whose position is not in its
+session yet (`core.broker.store`); in cluster mode an entry of the inbox stream
+read again (the consumer stopped before acknowledging it) or a result sent twice
+is skipped the same way.
 
 In cluster mode the injects come from the inbox stream in Redis instead of the
 bus (`core.broker.inbox_feed`, on one replica at a time): `on_saved` then
-acknowledges their entries once their notes are saved, and an entry read again
-(the consumer stopped between the two) or a task's result sent twice whose
-note is already in the session is not saved again, nor announced.
+acknowledges their entries once their notes are saved.
 """
 
 from __future__ import annotations
@@ -37,13 +43,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from sqlmodel import col, select
-
 from core.broker.inject import AUTO, Inject, InjectBus
 from core.chat.engine import ChatEngine, ChatError, TurnInProgressError
 from core.streaming.background import BackgroundTasks
 from core.streaming.redis_hub import refresh as refresh_stream
-from models import AgentMessage
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +115,7 @@ class ChatInbox:
                 pending = self._pending.pop(session_id, deque())
                 if pending:
                     try:
-                        fresh = await self._not_saved_yet(session_id, list(pending))
-                        notes = [{"content": i.text, "inject_mode": i.mode, "a2a_task_id": i.task_id} for i in fresh]
-                        if notes:
-                            await self.chat.save_notes(session_id, notes)
+                        saved = await self.chat.save_notes(session_id, [_note(i) for i in pending])
                     except ChatError:
                         raise
                     except Exception:  # the database hiccuped: keep them, try again shortly
@@ -131,10 +131,10 @@ class ChatInbox:
                         self._pending.setdefault(session_id, deque()).extendleft(reversed(pending))
                         await asyncio.sleep(RETRY_S * 20 * failures)
                         continue
-                    self.delivered += len(notes)
+                    self.delivered += len(saved)
                     await self._done(list(pending))
                     pending = deque()
-                    if any(i.mode == AUTO for i in fresh):
+                    if any(row.inject_mode == AUTO for row in saved):
                         self._announce.add(session_id)
                 if session_id in self._announce and not self._pending.get(session_id):
                     try:
@@ -166,41 +166,6 @@ class ChatInbox:
                 "could not acknowledge %d injects; the next reader skips their saved notes", len(injects), exc_info=True
             )
 
-    async def _not_saved_yet(self, session_id: str, injects: list[Inject]) -> list[Inject]:
-        """Those of `injects` whose note is not in the session yet.
-
-        Only stream entries (cluster mode) can be: a result (one `auto` per task) sent twice (the broker
-        sends again at start what it cannot prove delivered), or any entry read again after a new reader
-        took over (`redelivered`).
-        """
-        suspects = [i for i in injects if i.stream_id is not None and (i.redelivered or i.mode == AUTO)]
-        if not suspects:
-            return injects
-        async with self.chat.db.session() as s:
-            saved = set(
-                (
-                    await s.exec(
-                        select(AgentMessage.a2a_task_id, AgentMessage.inject_mode, AgentMessage.content).where(
-                            AgentMessage.session_id == session_id,
-                            col(AgentMessage.a2a_task_id).in_({i.task_id for i in suspects}),
-                            col(AgentMessage.inject_mode).is_not(None),
-                        )
-                    )
-                ).all()
-            )
-        results_saved = {task_id for task_id, mode, _ in saved if mode == AUTO}
-        fresh = []
-        for inject in injects:
-            if inject.stream_id is not None:
-                if inject.mode == AUTO:
-                    if inject.task_id in results_saved:
-                        continue
-                    results_saved.add(inject.task_id)
-                elif inject.redelivered and (inject.task_id, inject.mode, inject.text) in saved:
-                    continue
-            fresh.append(inject)
-        return fresh
-
     async def _turn_over(self, session_id: str) -> None:
         if self.bus is not None:  # one process: `is_running` and `wait` know every turn
             while self.chat.is_running(session_id):
@@ -215,3 +180,11 @@ class ChatInbox:
                 return
             await self.chat.wait(session_id, timeout=TURN_POLL_S)  # a turn here: until it ends
             await asyncio.sleep(TURN_POLL_S)  # a turn elsewhere: look again shortly
+
+
+def _note(inject: Inject) -> dict[str, object]:
+    """The session note of an inject: its text, mode, task and (when it has one) its position in the task."""
+    note: dict[str, object] = {"content": inject.text, "inject_mode": inject.mode, "a2a_task_id": inject.task_id}
+    if inject.task_id is not None and inject.log_position is not None:
+        note["inject_position"] = inject.log_position
+    return note

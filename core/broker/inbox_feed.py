@@ -12,7 +12,7 @@ The consumer reads in the consumer group `inbox` under one fixed consumer name,
 so a new leader first reads what the last one had read but not acknowledged
 (`XREADGROUP ... 0`), then new entries (`>`). Each entry is handed to
 `ChatInbox`, which acknowledges it (`XACK`) once its note is saved, and skips
-the note of a redelivered entry that is already in its session: each note is
+an entry read again whose position its session already holds: each note is
 saved once, and each result announced once. docs/ARCHITECTURE.md, "Cluster: the broker
 across replicas".
 """
@@ -135,7 +135,7 @@ class InboxStreamFeed:
                     cursor = stream_id
                 if stream_id in self._in_hand:
                     continue
-                inject = Inject.from_stream(stream_id, fields or {}, redelivered=start != ">")
+                inject = Inject.from_stream(stream_id, fields or {})
                 self.read += 1
                 if inject is None or inject.session_id is None or self.inbox is None:
                     await self._redis.xack(self.stream, GROUP, stream_id)  # not one of ours: drop it

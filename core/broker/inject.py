@@ -15,8 +15,14 @@ unreachable, injects wait in a bounded outbox and are sent when Redis is back;
 when the outbox is full, progress (`delay`) is dropped before results
 (`auto`), and results are sent first, so what the user must hear survives.
 Results are also saved in the database (`core.broker.store`) before they are
-queued here, and marked sent once Redis has them: what a stop or a full outbox
-loses here is sent again at the next start.
+queued here, and the task's published position is moved to the result once
+Redis has it: what a stop or a full queue loses here is sent again at the next
+start.
+
+Each inject has a position in its task's log (`log_position`: the relay's event
+count for progress, `RESULT_POSITION` for the result). The seed's wire does not
+carry it; the app's chat inbox keeps it with each note, so an inject it reads
+twice is saved once.
 
 In cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas") the app's own chat may be
 served by another replica than the one that runs the task: the injects of its
@@ -48,6 +54,8 @@ BUS_QUEUE = 1_000
 # Cluster mode: entries kept on the inbox stream (approximately). A result trimmed before it was read is
 # still owed: its note is missing from its session, so it is delivered again at the next start.
 INBOX_STREAM_MAX = 100_000
+# A task's result comes after everything else in its log (progress positions count the task's events).
+RESULT_POSITION: Final = 2_147_483_647
 
 
 def channel_for(agent_id: Any) -> str:
@@ -63,23 +71,28 @@ class Inject:
     chat_id: str
     text: str
     mode: Literal["delay", "auto"]
-    # Not on the wire: for local consumers and the outbox.
+    # Not on the wire: for local consumers and the database.
     task_id: str | None = None
-    session_id: str | None = None  # the app's own chat session that dispatched the task (core/inbox.py)
-    outbox_id: int | None = None  # a result saved in the database's outbox (core/broker/store.py)
+    session_id: str | None = None  # the app's own chat session that dispatched the task (core/broker/inbox.py)
+    position: int | None = None  # progress: the task's events counted so far (None: not from a task's relay)
     stream_id: str | None = None  # cluster mode: its entry on the inbox stream, acknowledged once saved
-    redelivered: bool = False  # cluster mode: read from the stream before, not acknowledged (its note may be saved)
+
+    @property
+    def log_position(self) -> int | None:
+        """Its position in the task's log: a result's is `RESULT_POSITION` (it comes last), progress's its own."""
+        return RESULT_POSITION if self.mode == AUTO else self.position
 
     def stream_fields(self) -> dict[str, str]:
         """The inbox stream's entry for it (cluster mode): everything a consumer on any replica needs."""
         return {
             "inject": json.dumps(
-                {**self.payload(), "taskId": self.task_id, "sessionId": self.session_id}, ensure_ascii=False
+                {**self.payload(), "taskId": self.task_id, "sessionId": self.session_id, "position": self.position},
+                ensure_ascii=False,
             )
         }
 
     @classmethod
-    def from_stream(cls, stream_id: str, fields: dict[bytes, bytes], *, redelivered: bool = False) -> Inject | None:
+    def from_stream(cls, stream_id: str, fields: dict[bytes, bytes]) -> Inject | None:
         """An inject read back from the inbox stream; None for an entry that is not one."""
         try:
             d = json.loads(fields[b"inject"])
@@ -90,8 +103,8 @@ class Inject:
                 mode=AUTO if d["mode"] == AUTO else DELAY,
                 task_id=d.get("taskId"),
                 session_id=d.get("sessionId"),
+                position=d["position"] if isinstance(d.get("position"), int) else None,
                 stream_id=stream_id,
-                redelivered=redelivered,
             )
         except (KeyError, ValueError, TypeError):
             return None
@@ -149,12 +162,12 @@ class InjectPublisher:
         *,
         outbox_max: int = 10_000,
         batch: int = 500,
-        on_sent: Callable[[list[int]], Awaitable[None]] | None = None,
+        on_sent: Callable[[list[str]], Awaitable[None]] | None = None,
         inbox_stream: str | None = None,
     ) -> None:
         self.redis_url = redis_url
         self.inbox_stream = inbox_stream  # cluster mode: the app's own chats' injects go there too
-        self.on_sent = on_sent  # told the outbox ids of the saved results that Redis now has
+        self.on_sent = on_sent  # told the task ids whose results Redis now has (their published position)
         self.outbox_max = outbox_max
         self.batch = batch
         self.bus = InjectBus()
@@ -321,7 +334,9 @@ class InjectPublisher:
             return
         self.sent += len(batch)
         saved = [
-            inject.outbox_id for seq, inject in batch if seq not in self._stream_only and inject.outbox_id is not None
+            inject.task_id
+            for seq, inject in batch
+            if seq not in self._stream_only and inject.mode == AUTO and inject.task_id is not None
         ]
         self._stream_only.difference_update(seq for seq, _ in batch)
         if saved and self.on_sent is not None:
@@ -329,8 +344,10 @@ class InjectPublisher:
                 await self.on_sent(saved)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # they stay unsent in the database: sent again (at least once) at the next start
-                log.warning("could not mark %d sent results in the database", len(saved), exc_info=True)
+            except (
+                Exception
+            ):  # their position stays behind in the database: sent again (at least once) at the next start
+                log.warning("could not save the published position of %d results", len(saved), exc_info=True)
 
     def _put_back(self, batch: list[tuple[int, Inject]]) -> None:
         for item in reversed(batch):

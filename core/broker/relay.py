@@ -16,7 +16,6 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Literal
 
 from core.broker import wire
@@ -58,16 +57,13 @@ class TaskRelay:
             mode=mode,
             task_id=record.id,
             session_id=record.session_id,
+            position=None if mode == AUTO else record.events,  # a result's is RESULT_POSITION (`log_position`)
         )
         if mode == AUTO:  # the result is saved with the task's end before it is sent
             try:
-                outbox_id = await self.store.finish_task(
-                    record.id, record.state, inject, sent=not self.injects.configured
-                )
+                await self.store.finish_task(record.id, record.state, inject.text, sent=not self.injects.configured)
             except Exception:  # the database is down: send it anyway, it just is not durable
                 log.exception("could not save the result of task %s", record.id)
-            else:
-                inject = replace(inject, outbox_id=outbox_id)
         await self.injects.publish(inject)
         record.injects += 1
         if record.first_inject_at is None:

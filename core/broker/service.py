@@ -90,7 +90,7 @@ class Broker:
         self.injects = InjectPublisher(
             settings.redis.dsn,
             outbox_max=settings.broker_outbox_max,
-            on_sent=self.store.mark_sent,
+            on_sent=self.store.mark_published,
             inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None,
         )
         self.reloader = ConfigReloader(settings)

@@ -1,20 +1,22 @@
-"""The broker's durable part: dispatched tasks and the outbox of their results, in the database.
+"""The broker's durable part: dispatched tasks, each with its end and how far its readers got.
 
 Seed 003 promises a chat system the `auto` inject of every task it dispatched. Redis alone cannot keep
 that promise across a stop: a result queued while Redis is down lives in memory, and a task cut by
-kill -9 never ends. So a task is written when it is accepted, and its end is written together with its
-result (one transaction); the pipelined sender marks results sent once Redis has them. At the next
-start (`interrupt_running`, then `pending`), the tasks this instance left running end with "interrupted
-by a server restart", and every result Redis never got is sent. In a cluster, the reaper ends the
-tasks of a replica that is gone the same way while serving (`adopt_running`).
+kill -9 never ends. So a task is written when it is accepted, and its end is written once, in its own
+row: state, time and the result's text in one statement. The seed's injects reader keeps its position
+there too (`published_position`, moved to the result once Redis has it). At the next start
+(`interrupt_running`, then `pending`), the tasks this instance left running end with "interrupted by a
+server restart", and every result Redis never got is sent. In a cluster, the reaper ends the tasks of a
+replica that is gone the same way while serving (`adopt_running`).
 
 Writes are grouped: the tasks accepted and ended while one transaction commits are written together
 in the next one (one commit for many concurrent tasks, as the pipelined sender does for Redis), and
 each caller waits for the commit that holds its row.
 
-Progress (`delay`) is not kept: it is throttled chatter that a restart may lose. The app's own chat is a
-consumer too: a result whose note never reached its chat session (the process stopped between the two)
-is delivered again, and the session's saved note is the proof of delivery, so nothing is announced twice.
+Progress (`delay`) is not kept: it is throttled chatter that a restart may lose. The app's own chat is
+another reader: its position in a task is the positions of the notes saved in its session
+(`AgentMessage.inject_position`), so a result whose note is not there yet (the process stopped between
+the two) is delivered again, and saved once.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from sqlalchemy import delete, exists, insert, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from core.broker.inject import AUTO, Inject
+from core.broker.inject import AUTO, RESULT_POSITION, Inject
 from core.db import Database
-from models import AgentMessage, BrokerOutboxInject, BrokerTaskRecord, utcnow
+from models import AgentMessage, BrokerTaskRecord, utcnow
 
-KEEP_FINISHED = timedelta(days=7)  # finished tasks and sent results are deleted after this
+KEEP_FINISHED = timedelta(days=7)  # finished tasks whose result went out are deleted after this
 INTERRUPTED = "The task was interrupted by a server restart."
 
 
@@ -45,14 +47,26 @@ class PendingInject:
     to_redis: bool
 
 
+def result_inject(task: BrokerTaskRecord) -> Inject:
+    """A finished task's `auto` inject, read back from its row."""
+    return Inject(
+        agent_id=task.chat_agent_id,
+        chat_id=task.chat_id,
+        text=task.result or "",
+        mode=AUTO,
+        task_id=task.id,
+        session_id=task.session_id,
+    )
+
+
 class BrokerStore:
-    """Reads and writes `broker_tasks` and `broker_outbox` for one app instance."""
+    """Reads and writes `broker_tasks` for one app instance."""
 
     def __init__(self, db: Database, instance: str) -> None:
         self.db = db
         self.instance = instance
-        self._added: list[tuple[dict[str, Any], asyncio.Future[int | None]]] = []
-        self._ended: list[tuple[dict[str, Any], dict[str, Any], asyncio.Future[int | None]]] = []
+        self._added: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._ended: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
 
     async def add_task(
@@ -85,29 +99,24 @@ class BrokerStore:
         self._added.append((row, future))
         await self._committed(future)
 
-    async def finish_task(self, task_id: str, state: str, result: Inject, *, sent: bool) -> int:
-        """Write the task's end and its result in one transaction; the outbox id of the result.
+    async def finish_task(self, task_id: str, state: str, result: str, *, sent: bool) -> None:
+        """Write the task's end with its result's text, once, in its row.
 
-        `sent` is true when there is no Redis to send to (the in-process bus is the only transport).
+        `sent` is true when there is no Redis to send to (the in-process bus is the only transport): the
+        result counts as published.
         """
-        now = utcnow()
-        end = {"id": task_id, "state": state, "finished_at": now}
-        out = {
-            "task_id": task_id,
-            "chat_agent_id": result.agent_id,
-            "chat_id": result.chat_id,
-            "text": result.text,
-            "mode": AUTO,
-            "created_at": now,
-            "sent_at": now if sent else None,
+        end = {
+            "id": task_id,
+            "state": state,
+            "finished_at": utcnow(),
+            "result": result,
+            "published_position": RESULT_POSITION if sent else 0,
         }
         future = asyncio.get_running_loop().create_future()
-        self._ended.append((end, out, future))
-        outbox_id = await self._committed(future)
-        assert outbox_id is not None
-        return outbox_id
+        self._ended.append((end, future))
+        await self._committed(future)
 
-    async def _committed(self, future: asyncio.Future[int | None]) -> int | None:
+    async def _committed(self, future: asyncio.Future[None]) -> None:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write(), name="broker store writer")
         # Shielded: a caller that is canceled (a task stopped mid-dispatch) leaves the batch alone.
@@ -122,34 +131,25 @@ class BrokerStore:
                 async with self.db.session() as s:
                     if added:
                         await s.exec(insert(BrokerTaskRecord), params=[row for row, _ in added])
-                    outbox_ids: list[int] = []
                     if ended:
-                        await s.exec(update(BrokerTaskRecord), params=[end for end, _, _ in ended])
-                        rows = await s.exec(
-                            insert(BrokerOutboxInject).returning(
-                                col(BrokerOutboxInject.id), sort_by_parameter_order=True
-                            ),
-                            params=[out for _, out, _ in ended],
-                        )
-                        outbox_ids = list(rows.scalars())
+                        await s.exec(update(BrokerTaskRecord), params=[end for end, _ in ended])
                     await s.commit()
             except Exception as exc:  # every caller of this round hears it (a dispatch is then refused)
-                for future in [f for _, f in added] + [f for _, _, f in ended]:
+                for _, future in added + ended:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for _, future in added:
+            for _, future in added + ended:
                 if not future.done():
                     future.set_result(None)
-            for (_, _, future), outbox_id in zip(ended, outbox_ids, strict=True):
-                if not future.done():
-                    future.set_result(outbox_id)
 
-    async def mark_sent(self, outbox_ids: list[int]) -> None:
-        """Redis has these results."""
+    async def mark_published(self, task_ids: list[str]) -> None:
+        """Redis has these tasks' results: the injects reader's position moves to the result."""
         async with self.db.session() as s:
             await s.exec(
-                update(BrokerOutboxInject).where(col(BrokerOutboxInject.id).in_(outbox_ids)).values(sent_at=utcnow())
+                update(BrokerTaskRecord)
+                .where(col(BrokerTaskRecord.id).in_(task_ids))
+                .values(published_position=RESULT_POSITION)
             )
             await s.commit()
 
@@ -168,17 +168,15 @@ class BrokerStore:
 
         `adopt`: instances that are gone for good (cluster mode: replicas no longer running); their
         running tasks end the same way and become this instance's, so `pending` sends their results.
-        Also deletes finished tasks and sent results older than `KEEP_FINISHED`.
+        Also deletes the tasks that finished more than `KEEP_FINISHED` ago and whose result went out.
         """
         async with self.db.session() as s:
             now = utcnow()
             ended = await self._end_running(s, {self.instance, *adopt}, now, sent=sent)
-            old = now - KEEP_FINISHED
-            await s.exec(delete(BrokerOutboxInject).where(col(BrokerOutboxInject.sent_at) < old))
             await s.exec(
                 delete(BrokerTaskRecord).where(
-                    col(BrokerTaskRecord.finished_at) < old,
-                    ~exists().where(col(BrokerOutboxInject.task_id) == BrokerTaskRecord.id),
+                    col(BrokerTaskRecord.finished_at) < now - KEEP_FINISHED,
+                    col(BrokerTaskRecord.published_position) == RESULT_POSITION,
                 )
             )
             await s.commit()
@@ -194,25 +192,13 @@ class BrokerStore:
             return []
         async with self.db.session() as s:
             ended = await self._end_running(s, gone, utcnow(), sent=sent)
-            await s.flush()  # the outbox ids
-            results = [
-                Inject(
-                    agent_id=out.chat_agent_id,
-                    chat_id=out.chat_id,
-                    text=out.text,
-                    mode=AUTO,
-                    task_id=task.id,
-                    session_id=task.session_id,
-                    outbox_id=out.id,
-                )
-                for task, out in ended
-            ]
+            results = [result_inject(task) for task in ended]
             await s.commit()
         return results
 
     async def _end_running(
         self, s: AsyncSession, instances: set[str], now: datetime, *, sent: bool
-    ) -> list[tuple[BrokerTaskRecord, BrokerOutboxInject]]:
+    ) -> list[BrokerTaskRecord]:
         """End the running tasks of `instances` as failed (interrupted), each with its result, in session `s`.
 
         Rows another transaction holds are skipped (PostgreSQL `FOR UPDATE SKIP LOCKED`): a replica starting
@@ -227,56 +213,35 @@ class BrokerStore:
                 )
             ).all()
         )
-        ended = []
         for task in running:
             task.state, task.finished_at, task.instance = "failed", now, self.instance
+            task.result = f"[{task.agent_name}] {INTERRUPTED}"
+            task.published_position = RESULT_POSITION if sent else 0
             s.add(task)
-            out = BrokerOutboxInject(
-                task_id=task.id,
-                chat_agent_id=task.chat_agent_id,
-                chat_id=task.chat_id,
-                text=f"[{task.agent_name}] {INTERRUPTED}",
-                mode=AUTO,
-                created_at=now,
-                sent_at=now if sent else None,
-            )
-            s.add(out)
-            ended.append((task, out))
-        return ended
+        return running
 
     async def pending(self, *, redis: bool) -> list[PendingInject]:
         """The results to send again at start, oldest first.
 
-        With `redis`: every result of this instance's tasks that Redis never got. And for the app's own
-        chat, whatever Redis does: every result whose note is not in its chat session.
+        With `redis`: every result of this instance's tasks that Redis never got (the injects reader's
+        position is short of it). And for the app's own chat, whatever Redis does: every result whose
+        position is not in its chat session (the chat inbox's position is short of it).
         """
         query = (
-            select(BrokerOutboxInject, BrokerTaskRecord)
-            .join(BrokerTaskRecord, col(BrokerTaskRecord.id) == BrokerOutboxInject.task_id)
-            .where(BrokerTaskRecord.instance == self.instance)
-            .order_by(col(BrokerOutboxInject.id))
+            select(BrokerTaskRecord)
+            .where(BrokerTaskRecord.instance == self.instance, col(BrokerTaskRecord.result).is_not(None))
+            .order_by(col(BrokerTaskRecord.finished_at), col(BrokerTaskRecord.id))
         )
         note_saved = exists().where(
             col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
             col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
-            col(AgentMessage.inject_mode) == AUTO,
+            col(AgentMessage.inject_position) == RESULT_POSITION,
         )
-        unsent = col(BrokerOutboxInject.sent_at).is_(None)
+        unpublished = col(BrokerTaskRecord.published_position) < RESULT_POSITION
         undelivered = col(BrokerTaskRecord.session_id).is_not(None) & ~note_saved
         async with self.db.session() as s:
-            rows = (await s.exec(query.where(unsent | undelivered if redis else undelivered))).all()
+            rows = (await s.exec(query.where(unpublished | undelivered if redis else undelivered))).all()
         return [
-            PendingInject(
-                Inject(
-                    agent_id=out.chat_agent_id,
-                    chat_id=out.chat_id,
-                    text=out.text,
-                    mode=AUTO,
-                    task_id=task.id,
-                    session_id=task.session_id,
-                    outbox_id=out.id,
-                ),
-                to_redis=redis and out.sent_at is None,
-            )
-            for out, task in rows
+            PendingInject(result_inject(task), to_redis=redis and task.published_position < RESULT_POSITION)
+            for task in rows
         ]

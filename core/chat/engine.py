@@ -281,17 +281,20 @@ class ChatEngine:
         return started
 
     async def save_notes(self, session_id: str, notes: list[dict[str, Any]]) -> list[AgentMessage]:
-        """Append system messages (`content`, `inject_mode`, `a2a_task_id`) to a session, without a reply.
+        """Append system messages (`content`, `inject_mode`, `a2a_task_id`, `inject_position`) without a reply.
 
-        Pages watching the session are told (`watch`). Raises SessionNotFoundError when it is gone.
+        A note whose position in its task the session already holds is skipped (`sessions.add_notes`);
+        returns the rows saved. Pages watching the session are told (`watch`). Raises SessionNotFoundError
+        when it is gone.
         """
         async with self.db.session() as s:
             if await sessions_store.get_session(s, session_id) is None:
                 raise SessionNotFoundError(_("There is no such chat session."))
-            rows = await sessions_store.add_messages(
-                s, session_id=session_id, messages=[{"role": "system", "source": "user", **note} for note in notes]
+            rows = await sessions_store.add_notes(
+                s, session_id=session_id, notes=[{"role": "system", "source": "user", **note} for note in notes]
             )
-        self._notify(SessionChange(session_id, messages=rows))
+        if rows:
+            self._notify(SessionChange(session_id, messages=rows))
         return rows
 
     def watch(self, session_id: str, listener: Callable[[SessionChange], None]) -> Callable[[], None]:

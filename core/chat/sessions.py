@@ -172,6 +172,44 @@ async def add_messages(session: AsyncSession, *, session_id: str, messages: list
     return rows
 
 
+async def add_notes(session: AsyncSession, *, session_id: str, notes: list[dict[str, Any]]) -> list[AgentMessage]:
+    """Append the notes of background tasks read past the session's position in each, and commit.
+
+    A note with an `inject_position` is saved only when that position is beyond the highest one the
+    session holds for its task (`a2a_task_id`): the chat inbox's position in a task's log is what its
+    notes say, so an inject read twice (a restart, a new reader, a Redis cut) is saved once, and progress
+    arriving after the task's result is not saved at all. The unique index of migration 0010 backs it.
+    Returns the rows saved (none when every note was already there).
+    """
+    await _lock_session(session, session_id)
+    tasks = {n["a2a_task_id"] for n in notes if n.get("inject_position") is not None}
+    read_up_to: dict[str | None, int] = {}
+    if tasks:
+        rows = await session.exec(
+            select(AgentMessage.a2a_task_id, func.max(AgentMessage.inject_position))
+            .where(AgentMessage.session_id == session_id, col(AgentMessage.a2a_task_id).in_(tasks))
+            .group_by(col(AgentMessage.a2a_task_id))
+        )
+        read_up_to = {task: position or 0 for task, position in rows.all()}
+    fresh = []
+    for note in notes:
+        task, position = note.get("a2a_task_id"), note.get("inject_position")
+        if position is not None:
+            if position <= read_up_to.get(task, 0):
+                continue
+            read_up_to[task] = position
+        fresh.append(note)
+    if not fresh:
+        return []
+    return await add_messages(session, session_id=session_id, messages=fresh)
+
+
+async def _lock_session(session: AsyncSession, session_id: str) -> None:
+    """On PostgreSQL, lock the session's row: writers on several replicas take turns at its messages."""
+    if session.bind is not None and session.bind.dialect.name == "postgresql":
+        await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
+
+
 async def append_messages(
     session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]
 ) -> list[AgentMessage]:
@@ -182,8 +220,7 @@ async def append_messages(
     highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
     The caller commits, with whatever else belongs to the same unit of work.
     """
-    if session.bind is not None and session.bind.dialect.name == "postgresql":
-        await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
+    await _lock_session(session, session_id)
     order = await max_sort_order(session, session_id=session_id)
     rows = []
     for fields in messages:
