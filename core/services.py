@@ -26,7 +26,6 @@ from core.auth.deps import AuthState
 from core.auth.login_throttle import RedisLoginFailures
 from core.broker import Broker
 from core.broker.inbox import ChatInbox
-from core.broker.inbox_feed import InboxStreamFeed
 from core.broker.tools import BrokerDispatchTools
 from core.chat import agents as agents_store
 from core.chat.engine import ChatEngine
@@ -86,7 +85,6 @@ class Services:
     api_keys: ApiKeys = None  # type: ignore[assignment]  # set in __post_init__
     broker: Broker | None = None  # the seed-003 broker under /a2a (core/broker)
     inbox: ChatInbox | None = None  # injects of the app's own background tasks, back into their chats
-    inbox_feed: InboxStreamFeed | None = None  # cluster mode: the inbox reads every replica's injects from Redis
     registry_events: RegistryEvents | None = None  # cluster mode: registry changes to and from the other replicas
     logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
     agent_admin: AgentAdmin = None  # type: ignore[assignment]  # set in build: agents as people edit them
@@ -147,12 +145,8 @@ class Services:
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
         broker = Broker(settings, registry, hub)
-        inbox_feed = None
-        if settings.cluster and settings.redis.dsn:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
-            inbox_feed = InboxStreamFeed(db, settings.redis.dsn, settings.redis.key_prefix)
-            inbox = ChatInbox(chat, None, on_saved=inbox_feed.acknowledge)
-        else:
-            inbox = ChatInbox(chat, broker.injects.bus)
+        # Every replica's inbox saves the notes of the tasks it relays (docs/ARCHITECTURE.md, "One task, one log").
+        inbox = ChatInbox(chat, broker.injects.bus, shared_turns=bool(settings.cluster and settings.redis.dsn))
         tools.register_family(BrokerDispatchTools(broker, delegation))
         workspace = Workspace(db, hub, chat, settings.default_agent)
         agent_admin = AgentAdmin(db, registry, llm, secrets, settings.default_model)
@@ -182,7 +176,6 @@ class Services:
             workspace=workspace,
             broker=broker,
             inbox=inbox,
-            inbox_feed=inbox_feed,
             logins=logins,
             agent_admin=agent_admin,
         )
@@ -318,8 +311,6 @@ class Services:
         self.background.spawn(self.remote_agents.restore(), name="restore remote A2A agents")
         if self.inbox is not None:
             await self.inbox.start()
-            if self.inbox_feed is not None:
-                await self.inbox_feed.start(self.inbox)
         if self.broker is not None:
             await self.broker.start()
 
@@ -334,8 +325,6 @@ class Services:
         if self.registry_events is not None:
             await self.registry_events.stop()
         await self.remote_agents.close()
-        if self.inbox_feed is not None:
-            await self.inbox_feed.stop()  # what it read and the inbox did not save is read again by the next leader
         if self.inbox is not None:
             await self.inbox.stop()  # first: no announcement turns while everything stops
         if self.broker is not None:

@@ -139,3 +139,26 @@ async def test_a_dispatch_the_database_cannot_save_is_refused_and_nothing_starts
         assert "could not save the task" in response.json()["detail"] and "Try again" in response.json()["detail"]
         assert broker.running_tasks() == [] and agent.requests.empty()
         await agent.close()
+
+
+async def test_a_gone_instances_running_tasks_and_owed_results_become_this_ones_and_nothing_else(
+    services: Services,
+) -> None:
+    gone, mine = BrokerStore(services.db, "gone"), BrokerStore(services.db, "main")
+    chat = await services.workspace.create(services.auth.local_user_id, "general-assistant")
+    owed, went_out, running = await add(gone, session_id=chat.id), await add(gone), await add(gone)
+    await gone.finish_task(owed, "completed", "[出行助手] done", sent=True)  # its note never reached the chat
+    await gone.finish_task(went_out, "completed", "[出行助手] done", sent=True)  # nothing owed: no chat of ours
+    assert await mine.owing_instances() == {"gone"}
+
+    adopted = await mine.adopt_running({"gone"}, sent=True)
+    assert sorted((p.inject.task_id, p.inject.text, p.to_redis) for p in adopted) == sorted(
+        [(running, f"[出行助手] {INTERRUPTED}", False), (owed, "[出行助手] done", False)]
+    )
+    tasks = {t.id: t for t in await rows(services, BrokerTaskRecord)}
+    assert (tasks[owed].instance, tasks[running].instance, tasks[went_out].instance) == ("main", "main", "gone")
+    assert await mine.adopt_running({"gone"}, sent=True) == []  # each once
+
+    note = {"content": "x", "inject_mode": AUTO, "a2a_task_id": owed, "inject_position": RESULT_POSITION}
+    await services.chat.save_notes(chat.id, [note])
+    assert await mine.owing_instances() == set()  # the chat has it; nothing else is owed without Redis

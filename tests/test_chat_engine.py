@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import event
 from sqlmodel import select
 
+from core.broker.inject import RESULT_POSITION
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import InvalidMessageError, SessionNotFoundError, TurnInProgressError
@@ -447,3 +448,33 @@ async def test_an_announcement_is_a_turn_about_the_notes_the_history_ends_with(s
     assert rows[-1].content == text
     with pytest.raises(SessionNotFoundError):
         await services.chat.save_notes("as_missing", [{"content": "x", "inject_mode": "delay"}])
+
+
+async def test_notes_are_saved_past_the_sessions_position_in_their_task_only(services: Services) -> None:
+    """The chat inbox's position in a task is its notes' positions: a note read twice is saved once."""
+    chat = await new_chat(services, "general-assistant")
+    watched = []
+    unwatch = services.chat.watch(chat, watched.append)
+
+    def note(task: str, position: int, text: str, mode: str = "delay") -> dict:
+        return {"content": text, "inject_mode": mode, "a2a_task_id": task, "inject_position": position}
+
+    first = await services.chat.save_notes(chat, [note("t1", 2, "step 2"), note("t2", 1, "other task")])
+    assert [n.content for n in first] == ["step 2", "other task"]
+    again = await services.chat.save_notes(
+        chat, [note("t1", 2, "step 2, read again"), note("t1", 1, "an older step"), note("t1", 5, "step 5")]
+    )
+    assert [n.content for n in again] == ["step 5"]  # the same and older positions are behind the session's
+    assert await services.chat.save_notes(chat, [note("t1", 5, "step 5")]) == []
+    result = note("t1", RESULT_POSITION, "done", "auto")
+    assert [n.content for n in await services.chat.save_notes(chat, [result, note("t1", 6, "late step")])] == ["done"]
+    assert await services.chat.save_notes(chat, [note("t1", RESULT_POSITION, "done, sent twice", "auto")]) == []
+    unwatch()
+    assert [len(c.messages) for c in watched] == [2, 1, 1]  # pages hear of what is saved, never of nothing
+    rows = await saved(services, chat)
+    assert [(r.a2a_task_id, r.inject_position) for r in rows] == [
+        ("t1", 2),
+        ("t2", 1),
+        ("t1", 5),
+        ("t1", RESULT_POSITION),
+    ]

@@ -10,8 +10,7 @@ none), `service` (the `Broker`), `reload` (config hot reload), `routes`; and the
 app's own chat as a chat system: `tools` (the `a2a_<id>` tools) and `inbox`
 (injects back into the chat sessions). In cluster mode (docs/ARCHITECTURE.md,
 "Cluster: the broker across replicas"): `cluster` (the agent directory in
-Redis), `replicas` (forwarding to the replica that holds an agent) and
-`inbox_feed` (the inbox stream every replica writes and one reads).
+Redis) and `replicas` (forwarding to the replica that holds an agent).
 
 It may import `delegation`, `chat` and everything below them (the contracts in
 pyproject.toml); within `core` only `services` and `routes` import it.

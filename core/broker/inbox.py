@@ -25,14 +25,14 @@ counted so far; the result comes last): every note keeps its position, and a
 note is saved only beyond the position the session already holds for its task
 (`core.chat.sessions.add_notes`). So an inject read twice is saved once, and a
 result is announced once, found by its position, never by its text: after a
-restart the broker hands over again every result whose position is not in its
-session yet (`core.broker.store`); in cluster mode an entry of the inbox stream
-read again (the consumer stopped before acknowledging it) or a result sent twice
-is skipped the same way.
+restart, or when a replica ends the tasks of one that is gone, the broker hands
+over again every result whose position is not in its session yet
+(`core.broker.store`), and whatever was saved before is skipped.
 
-In cluster mode the injects come from the inbox stream in Redis instead of the
-bus (`core.broker.inbox_feed`, on one replica at a time): `on_saved` then
-acknowledges their entries once their notes are saved.
+Every process (each replica in a cluster) has its inbox on its own broker's bus:
+it saves the notes of the tasks that process relays, into the shared database,
+whoever's replica serves the chat. Only the wait for a running turn differs in a
+cluster (`shared_turns`): the turn may run on another replica.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 
 from core.broker.inject import AUTO, Inject, InjectBus
 from core.chat.engine import ChatEngine, ChatError, TurnInProgressError
@@ -58,12 +57,10 @@ SAVE_ATTEMPTS = 3  # a note that cannot be saved after this many tries is droppe
 class ChatInbox:
     """Delivers the injects of background tasks into the chat sessions that started them."""
 
-    def __init__(
-        self, chat: ChatEngine, bus: InjectBus | None, on_saved: Callable[[list[Inject]], Awaitable[None]] | None = None
-    ) -> None:
+    def __init__(self, chat: ChatEngine, bus: InjectBus | None, *, shared_turns: bool = False) -> None:
         self.chat = chat
-        self.bus = bus  # None: injects come through `receive` only (cluster mode: the inbox stream)
-        self.on_saved = on_saved  # told the injects whose notes are saved (cluster mode: acknowledge them)
+        self.bus = bus  # None: injects come through `receive` only
+        self.shared_turns = shared_turns  # cluster mode: a session's turn may run on another replica
         self.delivered = 0
         self.announced = 0
         self._pending: dict[str, deque[Inject]] = {}
@@ -132,7 +129,6 @@ class ChatInbox:
                         await asyncio.sleep(RETRY_S * 20 * failures)
                         continue
                     self.delivered += len(saved)
-                    await self._done(list(pending))
                     pending = deque()
                     if any(row.inject_mode == AUTO for row in saved):
                         self._announce.add(session_id)
@@ -149,25 +145,14 @@ class ChatInbox:
                 log.info("dropping background-task injects for session %s: %s", session_id, exc.message)
             else:
                 log.exception("dropping background-task injects for session %s", session_id)
-            await self._done([*pending, *self._pending.pop(session_id, ())])
+            self._pending.pop(session_id, None)
             self._announce.discard(session_id)
         finally:
             if self._workers.get(session_id) is asyncio.current_task():
                 del self._workers[session_id]
 
-    async def _done(self, injects: list[Inject]) -> None:
-        """Saved, or dropped for good: `on_saved` acknowledges them (an entry not acknowledged is read again)."""
-        if self.on_saved is None or not injects:
-            return
-        try:
-            await self.on_saved(injects)
-        except Exception:
-            log.warning(
-                "could not acknowledge %d injects; the next reader skips their saved notes", len(injects), exc_info=True
-            )
-
     async def _turn_over(self, session_id: str) -> None:
-        if self.bus is not None:  # one process: `is_running` and `wait` know every turn
+        if not self.shared_turns:  # one process: `is_running` and `wait` know every turn
             while self.chat.is_running(session_id):
                 await self.chat.wait(session_id)
             return
@@ -175,7 +160,10 @@ class ChatInbox:
         # (a dead replica's turn is ended by the reaper; waited for no longer than a turn may run).
         deadline = time.monotonic() + self.chat.turn_timeout_s
         while time.monotonic() < deadline:
-            await refresh_stream(self.chat.hub, session_id)
+            try:
+                await refresh_stream(self.chat.hub, session_id)
+            except Exception:  # Redis is unreachable: what this replica last knew of the session's turn decides
+                log.debug("could not refresh the state of session %s", session_id, exc_info=True)
             if not self.chat.is_running(session_id):
                 return
             await self.chat.wait(session_id, timeout=TURN_POLL_S)  # a turn here: until it ends

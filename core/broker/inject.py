@@ -24,10 +24,8 @@ count for progress, `RESULT_POSITION` for the result). The seed's wire does not
 carry it; the app's chat inbox keeps it with each note, so an inject it reads
 twice is saved once.
 
-In cluster mode (docs/ARCHITECTURE.md, "Cluster: the broker across replicas") the app's own chat may be
-served by another replica than the one that runs the task: the injects of its
-tasks (those with a `session_id`) also go, in the same pipeline, onto the inbox
-stream (`inbox_stream`), which one replica consumes (`core.broker.inbox_feed`).
+In cluster mode too the app's chat reads them off the bus of the replica that
+relays the task (its notes go to the shared database): they never wait for Redis.
 """
 
 from __future__ import annotations
@@ -51,9 +49,6 @@ AUTO: Final = "auto"
 RECONNECT_INTERVAL_S = 0.5
 HEALTH_CHECK_INTERVAL_S = 5.0  # while idle, ping Redis this often so `health` is not stale
 BUS_QUEUE = 1_000
-# Cluster mode: entries kept on the inbox stream (approximately). A result trimmed before it was read is
-# still owed: its note is missing from its session, so it is delivered again at the next start.
-INBOX_STREAM_MAX = 100_000
 # A task's result comes after everything else in its log (progress positions count the task's events).
 RESULT_POSITION: Final = 2_147_483_647
 
@@ -75,39 +70,11 @@ class Inject:
     task_id: str | None = None
     session_id: str | None = None  # the app's own chat session that dispatched the task (core/broker/inbox.py)
     position: int | None = None  # progress: the task's events counted so far (None: not from a task's relay)
-    stream_id: str | None = None  # cluster mode: its entry on the inbox stream, acknowledged once saved
 
     @property
     def log_position(self) -> int | None:
         """Its position in the task's log: a result's is `RESULT_POSITION` (it comes last), progress's its own."""
         return RESULT_POSITION if self.mode == AUTO else self.position
-
-    def stream_fields(self) -> dict[str, str]:
-        """The inbox stream's entry for it (cluster mode): everything a consumer on any replica needs."""
-        return {
-            "inject": json.dumps(
-                {**self.payload(), "taskId": self.task_id, "sessionId": self.session_id, "position": self.position},
-                ensure_ascii=False,
-            )
-        }
-
-    @classmethod
-    def from_stream(cls, stream_id: str, fields: dict[bytes, bytes]) -> Inject | None:
-        """An inject read back from the inbox stream; None for an entry that is not one."""
-        try:
-            d = json.loads(fields[b"inject"])
-            return cls(
-                agent_id=d["agentId"],
-                chat_id=str(d["chatId"]),
-                text=str(d["text"]),
-                mode=AUTO if d["mode"] == AUTO else DELAY,
-                task_id=d.get("taskId"),
-                session_id=d.get("sessionId"),
-                position=d["position"] if isinstance(d.get("position"), int) else None,
-                stream_id=stream_id,
-            )
-        except (KeyError, ValueError, TypeError):
-            return None
 
     def payload(self) -> dict[str, Any]:
         """The JSON object on the wire."""
@@ -163,10 +130,8 @@ class InjectPublisher:
         outbox_max: int = 10_000,
         batch: int = 500,
         on_sent: Callable[[list[str]], Awaitable[None]] | None = None,
-        inbox_stream: str | None = None,
     ) -> None:
         self.redis_url = redis_url
-        self.inbox_stream = inbox_stream  # cluster mode: the app's own chats' injects go there too
         self.on_sent = on_sent  # told the task ids whose results Redis now has (their published position)
         self.outbox_max = outbox_max
         self.batch = batch
@@ -177,7 +142,6 @@ class InjectPublisher:
         self._seq = 0
         self._auto: deque[tuple[int, Inject]] = deque()
         self._delay: deque[tuple[int, Inject]] = deque()
-        self._stream_only: set[int] = set()  # cluster mode: items for the inbox stream, not the seed's channel
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -245,21 +209,18 @@ class InjectPublisher:
     async def publish(self, inject: Inject, *, to_redis: bool = True) -> None:
         """Queue one inject for Redis and deliver it in-process; never waits for Redis, never raises for it.
 
-        `to_redis=False` delivers in-process only (a result Redis already has, sent again to the app's chat);
-        in cluster mode such a result goes onto the inbox stream instead.
+        `to_redis=False` delivers in-process only (a result Redis already has, sent again to the app's chat).
         """
         self.bus.publish(inject)
         if not self.configured:
             self.sent += 1
             return
-        if not to_redis and not (self.inbox_stream and inject.session_id):
+        if not to_redis:
             return
         self._seq += 1
         (self._auto if inject.mode == AUTO else self._delay).append((self._seq, inject))
-        if not to_redis:
-            self._stream_only.add(self._seq)
         while self.outbox_size > self.outbox_max:
-            self._stream_only.discard((self._delay or self._auto).popleft()[0])  # progress first, results last
+            (self._delay or self._auto).popleft()  # progress first, results last
             self.dropped += 1
         self._idle.clear()
         self._wake.set()
@@ -319,11 +280,8 @@ class InjectPublisher:
         batch = self._take()
         try:
             pipe = self._redis.pipeline(transaction=False)
-            for seq, inject in batch:
-                if seq not in self._stream_only:
-                    pipe.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
-                if self.inbox_stream and inject.session_id:
-                    pipe.xadd(self.inbox_stream, inject.stream_fields(), maxlen=INBOX_STREAM_MAX, approximate=True)
+            for _, inject in batch:
+                pipe.publish(channel_for(inject.agent_id), json.dumps(inject.payload(), ensure_ascii=False))
             await pipe.execute()
         except asyncio.CancelledError:
             self._put_back(batch)
@@ -333,12 +291,7 @@ class InjectPublisher:
             self._went_down(exc)
             return
         self.sent += len(batch)
-        saved = [
-            inject.task_id
-            for seq, inject in batch
-            if seq not in self._stream_only and inject.mode == AUTO and inject.task_id is not None
-        ]
-        self._stream_only.difference_update(seq for seq, _ in batch)
+        saved = [inject.task_id for _, inject in batch if inject.mode == AUTO and inject.task_id is not None]
         if saved and self.on_sent is not None:
             try:
                 await self.on_sent(saved)

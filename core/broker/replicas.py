@@ -5,7 +5,7 @@ socket is forwarded to the replica that does, over HTTP, on the internal routes
 (`/a2a/internal/*`, `core.broker.routes`), with `INTERNAL_TOKEN` as a bearer
 token. The caller still gets the synchronous ack (the owner's). Where the task
 runs, its injects are made as for a local one (Redis `agent:events:<agentId>`,
-and the shared inbox stream for the app's own chats, `core.broker.inbox_feed`).
+and that replica's own chat inbox for the app's own chats, `core.broker.inbox`).
 
 The app's own background dispatches also watch their task (the side panel,
 `TaskObserver`): the owner relays the task's text and end on the dispatching

@@ -44,7 +44,6 @@ from core.broker import report
 from core.broker.auth import Identity
 from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection
-from core.broker.inbox_feed import inbox_stream_key
 from core.broker.inject import InjectPublisher
 from core.broker.relay import RECENT_TASKS, STOPPED, TIMEOUT, TaskRelay
 from core.broker.reload import ConfigReloader
@@ -91,7 +90,6 @@ class Broker:
             settings.redis.dsn,
             outbox_max=settings.broker_outbox_max,
             on_sent=self.store.mark_published,
-            inbox_stream=inbox_stream_key(settings.redis.key_prefix) if self.cluster else None,
         )
         self.reloader = ConfigReloader(settings)
         self.sockets = AgentSockets(settings, registry, self.cluster)
@@ -133,8 +131,8 @@ class Broker:
         if self.cluster is None:
             return 0
         results = await self.store.adopt_running(await self._gone_replicas(), sent=not self.injects.configured)
-        for inject in results:
-            await self.injects.publish(inject)
+        for item in results:
+            await self.injects.publish(item.inject, to_redis=item.to_redis)
         if results:
             log.warning(
                 "%d broker tasks of replicas that stopped were ended here; their chats are told they were interrupted",
@@ -145,7 +143,7 @@ class Broker:
     async def _gone_replicas(self) -> set[str]:
         """The other replicas with running tasks whose liveness key in Redis expired (never a live one)."""
         assert self.cluster is not None
-        others = await self.store.running_instances() - {self.store.instance}
+        others = await self.store.owing_instances() - {self.store.instance}
         return others - await self.cluster.running_replicas(others) if others else set()
 
     async def start(self) -> None:

@@ -59,6 +59,22 @@ def result_inject(task: BrokerTaskRecord) -> Inject:
     )
 
 
+def _owed(*, redis: bool) -> Any:
+    """The condition on a finished task's row that its result is still owed to a reader.
+
+    The seed's injects reader (with `redis`) owes it until Redis has it; the app's chat inbox owes a result of
+    its own dispatches until its position is in the chat session.
+    """
+    note_saved = exists().where(
+        col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
+        col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
+        col(AgentMessage.inject_position) == RESULT_POSITION,
+    )
+    undelivered = col(BrokerTaskRecord.session_id).is_not(None) & ~note_saved
+    unpublished = col(BrokerTaskRecord.published_position) < RESULT_POSITION
+    return col(BrokerTaskRecord.result).is_not(None) & ((unpublished | undelivered) if redis else undelivered)
+
+
 class BrokerStore:
     """Reads and writes `broker_tasks` for one app instance."""
 
@@ -163,16 +179,29 @@ class BrokerStore:
         async with self.db.session() as s:
             return set((await s.exec(query)).all())
 
+    async def owing_instances(self) -> set[str]:
+        """The instances (replicas) with running tasks, or with results a reader has not got yet."""
+        query = (
+            select(BrokerTaskRecord.instance)
+            .where(col(BrokerTaskRecord.finished_at).is_(None) | _owed(redis=True))
+            .distinct()
+        )
+        async with self.db.session() as s:
+            return set((await s.exec(query)).all())
+
     async def interrupt_running(self, *, sent: bool, adopt: AbstractSet[str] = frozenset()) -> int:
         """At start: end the tasks this instance left running, each with its terminal result; how many.
 
         `adopt`: instances that are gone for good (cluster mode: replicas no longer running); their
-        running tasks end the same way and become this instance's, so `pending` sends their results.
-        Also deletes the tasks that finished more than `KEEP_FINISHED` ago and whose result went out.
+        running tasks end the same way and, with their finished tasks whose results are still owed, become
+        this instance's, so `pending` sends those results. Also deletes the tasks that finished more than
+        `KEEP_FINISHED` ago and whose result went out.
         """
         async with self.db.session() as s:
             now = utcnow()
             ended = await self._end_running(s, {self.instance, *adopt}, now, sent=sent)
+            if adopt:
+                await self._take_over_owed(s, set(adopt), redis=not sent)
             await s.exec(
                 delete(BrokerTaskRecord).where(
                     col(BrokerTaskRecord.finished_at) < now - KEEP_FINISHED,
@@ -182,19 +211,48 @@ class BrokerStore:
             await s.commit()
         return len(ended)
 
-    async def adopt_running(self, gone: set[str], *, sent: bool) -> list[Inject]:
+    async def adopt_running(self, gone: set[str], *, sent: bool) -> list[PendingInject]:
         """While serving (the cluster's reaper): end the running tasks of gone instances as at start.
 
-        They become this instance's, like `adopt` of `interrupt_running`; returns their results, to send
-        now (the caller publishes them; `pending` would send them again only if Redis never got them).
+        They, and the gone instances' finished tasks whose results are still owed, become this instance's,
+        like `adopt` of `interrupt_running`; returns those results, to send now (the caller publishes them;
+        `pending` would send them again only if a reader still lacked one at the next start).
         """
         if not gone:
             return []
         async with self.db.session() as s:
-            ended = await self._end_running(s, gone, utcnow(), sent=sent)
-            results = [result_inject(task) for task in ended]
+            tasks = await self._end_running(s, gone, utcnow(), sent=sent)
+            tasks += await self._take_over_owed(s, gone, redis=not sent)
+            results = [
+                PendingInject(result_inject(task), to_redis=not sent and task.published_position < RESULT_POSITION)
+                for task in tasks
+            ]
             await s.commit()
         return results
+
+    async def _take_over_owed(self, s: AsyncSession, gone: set[str], *, redis: bool) -> list[BrokerTaskRecord]:
+        """Make the finished tasks of `gone` instances whose results are still owed this instance's, in `s`.
+
+        A replica killed between a task's end and its note (or while Redis was down) left them; no one else
+        would send them. Rows another transaction holds are skipped, as in `_end_running`.
+        """
+        owed = list(
+            (
+                await s.exec(
+                    select(BrokerTaskRecord)
+                    .where(
+                        col(BrokerTaskRecord.instance).in_(gone),
+                        col(BrokerTaskRecord.finished_at).is_not(None),
+                        _owed(redis=redis),
+                    )
+                    .with_for_update(skip_locked=True)
+                )
+            ).all()
+        )
+        for task in owed:
+            task.instance = self.instance
+            s.add(task)
+        return owed
 
     async def _end_running(
         self, s: AsyncSession, instances: set[str], now: datetime, *, sent: bool
@@ -229,18 +287,11 @@ class BrokerStore:
         """
         query = (
             select(BrokerTaskRecord)
-            .where(BrokerTaskRecord.instance == self.instance, col(BrokerTaskRecord.result).is_not(None))
+            .where(BrokerTaskRecord.instance == self.instance, _owed(redis=redis))
             .order_by(col(BrokerTaskRecord.finished_at), col(BrokerTaskRecord.id))
         )
-        note_saved = exists().where(
-            col(AgentMessage.session_id) == BrokerTaskRecord.session_id,
-            col(AgentMessage.a2a_task_id) == BrokerTaskRecord.id,
-            col(AgentMessage.inject_position) == RESULT_POSITION,
-        )
-        unpublished = col(BrokerTaskRecord.published_position) < RESULT_POSITION
-        undelivered = col(BrokerTaskRecord.session_id).is_not(None) & ~note_saved
         async with self.db.session() as s:
-            rows = (await s.exec(query.where(unpublished | undelivered if redis else undelivered))).all()
+            rows = (await s.exec(query)).all()
         return [
             PendingInject(result_inject(task), to_redis=redis and task.published_position < RESULT_POSITION)
             for task in rows
