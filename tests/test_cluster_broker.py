@@ -464,6 +464,55 @@ async def test_a_killed_replicas_tasks_are_ended_by_the_reaper_of_a_live_one(
         unavailable(str(exc))
 
 
+async def test_a_background_task_on_a_killed_replica_ends_in_the_dispatching_replicas_panel_and_chat(
+    postgres_server_url: str, tmp_path: Path
+) -> None:
+    """`/background @<agent on A>` in a chat on B, then kill -9 of A: B's side panel ends the task, the chat hears once.
+
+    B watches the task A runs (its side panel); no end will come from A, so B ends it as interrupted when A's key
+    expires, and B's reaper ends A's row and tells the chat, once.
+    """
+    agent_a = f"echo-a-{secrets.token_hex(3)}"
+    long_text = " ".join(f"word{i}" for i in range(300))  # 300 words at 0.2 s: a minute unless ended
+    try:
+        with (
+            cluster_backends(postgres_server_url) as backends,
+            two_replicas(backends, tmp_path, CLUSTER_LEASE_S=str(REAPED_LEASE_S)) as pair,
+            echo_agent(pair.a.base_url, agent_a, delay_s=0.2),
+        ):
+            base = f"{pair.b.base_url}/api"
+            async with httpx.AsyncClient(timeout=20, auth=pair.auth) as http:
+                sid = (await http.post(f"{base}/sessions", json={"agentId": "general-assistant"})).json()["id"]
+                sent = await http.post(
+                    f"{base}/sessions/{sid}/messages", json={"content": f"/background @{agent_a} {long_text}"}
+                )
+                assert sent.status_code == 202, sent.text
+
+                async def notes(mode: str) -> list[dict]:
+                    messages = (await http.get(f"{base}/sessions/{sid}/messages")).json()
+                    return [m for m in messages if m["injectMode"] == mode]
+
+                await wait_until(lambda: notes("delay"), timeout=30)
+                [task] = (await http.get(f"{base}/tasks")).json()
+                assert task["state"] == "working"
+                pair.a.process.kill()  # kill -9: A ends nothing and never comes back
+                pair.a.process.wait(timeout=10)
+
+                async def panel_ended() -> bool:
+                    tasks = (await http.get(f"{base}/tasks")).json()
+                    return tasks[0]["state"] == "failed"
+
+                await wait_until(panel_ended, timeout=REAPED_LEASE_S * 2 + 20)
+                await wait_until(lambda: notes("auto"), timeout=REAPED_LEASE_S * 2 + 20)
+                await asyncio.sleep(1.5)  # a second result would be there by now
+                results = await notes("auto")
+                [task] = (await http.get(f"{base}/tasks")).json()
+            assert [m["content"] for m in results] == [f"[Echo] {INTERRUPTED}"]
+            assert task["state"] == "failed" and "replica running it stopped" in (task["error"] or "")
+    except ConnectionError as exc:
+        unavailable(str(exc))
+
+
 # -- every replica's inbox: the notes of the tasks it relays, each result once ----------------------
 
 

@@ -10,19 +10,25 @@ and that replica's own chat inbox for the app's own chats, `core.broker.inbox`).
 The app's own background dispatches also watch their task (the side panel,
 `TaskObserver`): the owner relays the task's text and end on the dispatching
 replica's pub/sub channel (`AgentDirectory.publish_event`), and this module
-hands them to the observer waiting there.
+hands them to the observer waiting there. When the owner replica is gone (its
+key expired: killed, or stalled past its lease), no end will come from it: the
+observers of its tasks are ended here as interrupted (`OWNERS_CHECK_S`), as the
+replica that adopts those tasks ends them in the database and in their chats.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from core.aio import cancel_and_wait
 from core.broker.cluster import AgentDirectory, DirectoryEntry
 from core.errors import AppError
+from core.i18n import _
 from core.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,6 +39,7 @@ log = logging.getLogger(__name__)
 INTERNAL_DISPATCH = "/a2a/internal/dispatch"
 INTERNAL_CANCEL = "/a2a/internal/cancel"
 MAX_INTERNAL_BODY_BYTES = 262_144  # a task is at most 20,000 characters; the rest is ids
+OWNERS_CHECK_S = 2.0  # how often the owners of watched forwarded tasks are checked for life (one MGET)
 
 
 def replica_url(settings: Settings) -> str:
@@ -86,7 +93,9 @@ class BrokerCluster:
         )
         self.forwarded: Counter[str] = Counter()  # dispatch, cancel, failed
         self._observers: dict[str, TaskObserver] = {}
+        self._owners: dict[str, str] = {}  # watched task id -> the replica that runs it
         self._http: httpx.AsyncClient | None = None
+        self._owners_check: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Join: hold this replica's key, follow the directory, open the HTTP client."""
@@ -96,9 +105,12 @@ class BrokerCluster:
             follow_redirects=False,
             headers={"Authorization": f"Bearer {self.token}"},
         )
+        self._owners_check = asyncio.get_running_loop().create_task(self._check_owners_forever(), name="task owners")
 
     async def stop(self) -> None:
         """Leave: release claims and this replica's key."""
+        await cancel_and_wait(self._owners_check)
+        self._owners_check = None
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -152,15 +164,16 @@ class BrokerCluster:
         task_id = body["taskId"]
         if observer is not None:
             self._observers[task_id] = observer  # before the call: the first text may come before the ack
+            self._owners[task_id] = entry.replica
         try:
             ack = await self._post(
                 entry.url, INTERNAL_DISPATCH, {**body, "origin": self.replica_id, "observe": observer is not None}
             )
         except ForwardFailedError:
-            self._observers.pop(task_id, None)
+            self._forget(task_id)
             raise
         if ack.get("status") != "accepted":
-            self._observers.pop(task_id, None)
+            self._forget(task_id)
         self.forwarded["dispatch"] += 1
         return ack
 
@@ -204,5 +217,32 @@ class BrokerCluster:
         if event.get("kind") == "text":
             await observer.on_text(str(event.get("text") or ""))
         elif event.get("kind") == "end":
-            self._observers.pop(task_id, None)
+            self._forget(task_id)
             await observer.on_end(str(event.get("state") or "failed"), str(event.get("text") or ""))
+
+    def _forget(self, task_id: str) -> None:
+        self._observers.pop(task_id, None)
+        self._owners.pop(task_id, None)
+
+    async def end_orphans(self) -> int:
+        """End the watched tasks whose owner replica is gone (no end will come from it); how many."""
+        owners = set(self._owners.values())
+        if not owners:
+            return 0
+        live = await self.directory.live_replicas(owners)
+        orphans = [task_id for task_id, owner in self._owners.items() if owner not in live]
+        for task_id in orphans:
+            observer = self._observers.get(task_id)
+            self._forget(task_id)
+            if observer is not None:
+                log.warning("the replica running task %s is gone; its watcher here ends it as interrupted", task_id)
+                await observer.on_end("failed", _("The task was interrupted: the replica running it stopped."))
+        return len(orphans)
+
+    async def _check_owners_forever(self) -> None:
+        while True:
+            await asyncio.sleep(OWNERS_CHECK_S)
+            try:
+                await self.end_orphans()
+            except Exception:  # Redis is unreachable: the owners' keys cannot be read; look again later
+                log.debug("could not check the owners of watched tasks", exc_info=True)
