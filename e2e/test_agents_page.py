@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -142,3 +143,27 @@ def test_the_editor_is_drawn_inside_its_card_beside_or_below_the_list(sized_page
     assert abs(description["width"] - model["width"]) < 2, (description, model)
     assert description["height"] < 60, description
     no_horizontal_overflow(page)
+
+
+def test_delete_asks_first_and_cancel_keeps_the_agent(page: Page, base_url: str) -> None:
+    """Issue 40 item 3: Delete opens a dialog (as deleting a chat does); Cancel keeps the agent, Delete removes it."""
+    agent_id = f"doomed-{uuid.uuid4().hex[:6]}"
+    created = httpx.post(f"{base_url}/api/agents", json={"id": agent_id, "name": "Doomed"}, timeout=10.0)
+    assert created.status_code == 201, created.text
+    open_chat(page, f"/agents?edit={agent_id}")
+    card = page.locator(f"[data-testid=agent-card][data-agent-id={agent_id}]")
+    expect(card).to_be_visible()
+
+    page.get_by_test_id("agent-delete").click()
+    dialog = page.get_by_test_id("agent-delete-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Delete Doomed?")
+    page.get_by_test_id("agent-delete-cancel").click()
+    expect(dialog).to_be_hidden()
+    expect(card).to_be_visible()
+    assert httpx.get(f"{base_url}/api/agents/{agent_id}", timeout=5.0).status_code == 200
+
+    page.get_by_test_id("agent-delete").click()
+    page.get_by_test_id("agent-delete-confirm").click()
+    expect(card).to_have_count(0)
+    assert httpx.get(f"{base_url}/api/agents/{agent_id}", timeout=5.0).status_code == 404

@@ -338,7 +338,7 @@ class AgentEditor:
                 if self.may_edit:
                     ui.button(_("Save"), icon="save", on_click=self.save).props("data-testid=agent-save")
                     if view is not None:
-                        ui.button(_("Delete"), icon="delete", on_click=self.delete).props(
+                        ui.button(_("Delete"), icon="delete", on_click=self.confirm_delete).props(
                             "flat color=negative data-testid=agent-delete"
                         )
                     ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props(
@@ -415,9 +415,31 @@ class AgentEditor:
             target.error = exc.message
         ui.notify(exc.message, color="negative", multi_line=True)
 
+    async def confirm_delete(self) -> None:
+        """Delete's button: ask first, as the chat list does before deleting a chat; Cancel keeps the agent."""
+        if self.view is None:  # a new agent's form has no Delete button
+            return
+        view = self.view
+        with ui.dialog() as dialog, ui.card().classes("w-96 max-w-full").props("data-testid=agent-delete-dialog"):
+            ui.label(_("Delete {name}?").format(name=view.name)).classes("text-h6")
+            ui.label(_("Its chats stay readable; other agents may no longer call it. This cannot be undone.")).classes(
+                "text-grey-8"
+            )
+            with ui.row().classes("w-full justify-end"):
+                ui.button(_("Cancel"), on_click=lambda: dialog.submit(False)).props(
+                    "flat data-testid=agent-delete-cancel"
+                )
+                ui.button(_("Delete"), on_click=lambda: dialog.submit(True), color="negative").props(
+                    "data-testid=agent-delete-confirm"
+                )
+        confirmed = await dialog
+        dialog.delete()
+        if confirmed:
+            await self.delete()
+
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
-        if self.view is None:  # a new agent's form has no Delete button
+        if self.view is None:
             return
         view = self.view
         try:
