@@ -70,3 +70,35 @@ def test_the_panel_has_its_own_stop_on_a_phone(phone: Page) -> None:
     expect(stop).to_be_hidden()
     wait_for_turn_end(page)
     expect(page.get_by_test_id("assistant-message").last).to_contain_text("Stopped.")
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def test_the_delegation_cards_state_does_not_overlap_a_long_request(desktop: Page) -> None:
+    """Item 4: "completed 0.4 s" sits beside a long request, not over it; the request is cut inside the card."""
+    page = desktop
+    open_chat(page, "/?agent=general-assistant")
+    request = "write a function that greets " + " ".join(f"word{i}" for i in range(40))
+    send(page, f"@coding-assistant {request}")
+    wait_for_turn_end(page)
+    card = page.get_by_test_id("tool-call").last
+    expect(card.get_by_test_id("tool-call-status")).to_have_text("completed")
+    expect(card.get_by_test_id("tool-call-duration")).to_contain_text(" s")
+    boxes = {
+        name: card.get_by_test_id(name).bounding_box()
+        for name in ("tool-call-title", "tool-call-request", "tool-call-status", "tool-call-duration")
+    }
+    card_box = card.bounding_box()
+    assert card_box and all(boxes.values()), boxes
+    for text in ("tool-call-title", "tool-call-request"):
+        for state in ("tool-call-status", "tool-call-duration"):
+            assert not _overlap(boxes[text], boxes[state]), f"{text} {boxes[text]} overlaps {state} {boxes[state]}"
+    for name, box in boxes.items():
+        assert box["x"] + box["width"] <= card_box["x"] + card_box["width"] + 1, f"{name} sticks out of the card"
