@@ -102,3 +102,84 @@ def test_the_delegation_cards_state_does_not_overlap_a_long_request(desktop: Pag
             assert not _overlap(boxes[text], boxes[state]), f"{text} {boxes[text]} overlaps {state} {boxes[state]}"
     for name, box in boxes.items():
         assert box["x"] + box["width"] <= card_box["x"] + card_box["width"] + 1, f"{name} sticks out of the card"
+
+
+# The focus ring's contrast against what is behind it (WCAG 2 relative luminance; the ring is drawn
+# outside the element, so "behind" is the first ancestor with a background colour).
+_RING = """(el) => {
+    const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+    const lum = ([r, g, b]) => {
+        const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+        return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const ringOf = el.matches('.q-select__focus-target') ? el.closest('.q-field') : el;
+    const s = getComputedStyle(ringOf);
+    let bg = null;
+    for (let a = ringOf.parentElement; a; a = a.parentElement) {
+        const c = rgb(getComputedStyle(a).backgroundColor);
+        if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) { bg = c.slice(0, 3); break; }
+    }
+    bg = bg || [255, 255, 255];
+    const ring = rgb(s.outlineColor).slice(0, 3);
+    const [hi, lo] = [lum(ring), lum(bg)].sort((x, y) => y - x);
+    return {style: s.outlineStyle, width: parseFloat(s.outlineWidth), ratio: (hi + 0.05) / (lo + 0.05),
+            ring: s.outlineColor, bg: bg.join(',')};
+}"""
+
+
+def _tab_to(page: Page, testid: str, limit: int = 40) -> None:
+    """Press Tab until the element with that test id (or a control inside it) has the focus."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        if page.evaluate(
+            "(t) => { const a = document.activeElement; const el = document.querySelector(`[data-testid=${t}]`);"
+            " return !!el && (a === el || el.contains(a)); }",
+            testid,
+        ):
+            return
+    raise AssertionError(f"Tab never reached {testid}")
+
+
+def _assert_ring(page: Page, name: str) -> None:
+    ring = page.evaluate(f"({_RING})(document.activeElement)")
+    assert ring["style"] != "none" and ring["width"] >= 2, f"{name}: no focus ring ({ring})"
+    assert ring["ratio"] >= 3, f"{name}: the focus ring's contrast is {ring['ratio']:.2f}:1 ({ring})"
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_keyboard_focus_shows_a_ring_of_3_to_1_on_send_and_the_header(desktop: Page, theme: str) -> None:
+    """Item 7: Send and the header's buttons get a focus ring of contrast >= 3:1 against what is behind it."""
+    page = desktop
+    open_chat(page, "/")
+    if theme == "dark":
+        page.evaluate("() => Quasar.Dark.set(true)")
+        page.wait_for_function("() => document.body.classList.contains('body--dark')")
+    page.get_by_test_id("msg-input").click()
+    page.keyboard.press("Tab")
+    focused = page.evaluate("document.activeElement.dataset.testid")
+    assert focused == "send-btn", focused
+    _assert_ring(page, "send-btn")
+    for name in ("menu-btn", "language-switch", "dark-mode-btn"):
+        _tab_to(page, name)
+        _assert_ring(page, name)
+
+
+def test_the_tab_after_send_goes_to_the_top_or_to_the_open_panel(desktop: Page) -> None:
+    """Item 7: after Send, Tab goes to the header's menu (not nowhere); with the side panel open, into the panel."""
+    page = desktop
+    open_chat(page, "/?agent=general-assistant")
+    page.get_by_test_id("msg-input").click()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.testid") == "menu-btn"
+
+    send(page, "@coding-assistant write a function that greets")
+    expect(page.get_by_test_id("agent-invoke-panel")).to_be_visible(timeout=FIRST_TURN_MS)
+    wait_for_turn_end(page)
+    page.get_by_test_id("msg-input").click()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.testid") == "send-btn"
+    page.keyboard.press("Tab")
+    assert page.evaluate("() => !!document.activeElement.closest('[data-testid=agent-invoke-panel]')"), page.evaluate(
+        "document.activeElement.outerHTML.slice(0, 200)"
+    )
