@@ -19,8 +19,12 @@
     following = value;
     document.body.classList.toggle("chat-scrolled-up", !value);
   };
+  // A new chat shows its welcome from the top (issue 40: on a phone it opened 83 px down, its
+  // heading under the top bar); once there are messages, the end is where the chat is.
+  const hasMessages = () => !!document.querySelector(
+    "[data-testid=chat-messages] [data-testid=user-message], [data-testid=chat-messages] [data-testid=assistant-message]");
   const scrollToEnd = () => {
-    window.scrollTo({ top: scroller().scrollHeight, behavior: "instant" });
+    window.scrollTo({ top: hasMessages() ? scroller().scrollHeight : 0, behavior: "instant" });
   };
   window.appChat = {
     jumpToLatest() {

@@ -183,3 +183,18 @@ def test_the_tab_after_send_goes_to_the_top_or_to_the_open_panel(desktop: Page) 
     assert page.evaluate("() => !!document.activeElement.closest('[data-testid=agent-invoke-panel]')"), page.evaluate(
         "document.activeElement.outerHTML.slice(0, 200)"
     )
+
+
+def test_the_phones_first_page_opens_at_its_top_with_the_heading_in_view(phone: Page) -> None:
+    """Item 8: a new chat on a phone opened scrolled 83 px down, its heading under the top bar."""
+    page = phone
+    open_chat(page, "/")
+    heading = page.get_by_test_id("welcome").get_by_text("Start a conversation")
+    expect(heading).to_be_visible()
+    page.wait_for_timeout(800)  # app.js attaches to the chat every 250 ms (and used to scroll it to its end)
+    assert page.evaluate("window.scrollY") == 0
+    header = page.get_by_test_id("app-header").bounding_box()
+    box = heading.bounding_box()
+    assert header and box
+    assert box["y"] >= header["y"] + header["height"], f"the heading {box} is under the top bar {header}"
+    expect(heading).to_be_in_viewport(ratio=1)
