@@ -198,3 +198,25 @@ def test_the_phones_first_page_opens_at_its_top_with_the_heading_in_view(phone: 
     assert header and box
     assert box["y"] >= header["y"] + header["height"], f"the heading {box} is under the top bar {header}"
     expect(heading).to_be_in_viewport(ratio=1)
+
+
+def test_generating_stays_on_one_line_on_a_chinese_phone(browser: Browser, base_url: str) -> None:
+    """Item 9: 生成中… wrapped on a phone, one character a line beside the agent picker."""
+    context = browser.new_context(viewport=PHONE, base_url=base_url, locale="zh-CN")
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        open_chat(page, "/?agent=coding-assistant")
+        close_session_drawer(page)
+        send(page, "/hang")
+        generating = page.get_by_test_id("generating")
+        expect(generating).to_be_visible(timeout=FIRST_TURN_MS)
+        label = generating.get_by_text("生成中…")
+        box = label.bounding_box()
+        line = page.evaluate("(el) => parseFloat(getComputedStyle(el).lineHeight)", label.element_handle())
+        assert box and box["height"] <= line * 1.5, f"生成中… takes {box} with a line of {line} px"
+        assert box["x"] + box["width"] <= PHONE["width"], box
+        page.get_by_test_id("stop-btn").click()
+        wait_for_turn_end(page)
+    finally:
+        context.close()
