@@ -19,8 +19,12 @@
     following = value;
     document.body.classList.toggle("chat-scrolled-up", !value);
   };
+  // A new chat shows its welcome from the top (issue 40: on a phone it opened 83 px down, its
+  // heading under the top bar); once there are messages, the end is where the chat is.
+  const hasMessages = () => !!document.querySelector(
+    "[data-testid=chat-messages] [data-testid=user-message], [data-testid=chat-messages] [data-testid=assistant-message]");
   const scrollToEnd = () => {
-    window.scrollTo({ top: scroller().scrollHeight, behavior: "instant" });
+    window.scrollTo({ top: hasMessages() ? scroller().scrollHeight : 0, behavior: "instant" });
   };
   window.appChat = {
     jumpToLatest() {
@@ -131,6 +135,26 @@
     return "text";
   }
   window.appDecorateCode = decorateCode;
+
+  // -- Tab after the footer's last control: to the open side panel, else back to the top ------
+  // (the browser would leave the page for its own toolbar: a Tab that lands on nothing)
+  const shown = (el) => !!el && el.offsetParent !== null && !el.disabled;
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Tab" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) return;
+    const active = document.activeElement;
+    if (!active || !active.closest("[data-testid=chat-footer]")) return;
+    const stop = document.querySelector("[data-testid=stop-btn]");
+    const last = shown(stop) ? stop : document.querySelector("[data-testid=send-btn]");
+    if (active !== last) return;
+    const panel = document.querySelector("[data-testid=agent-invoke-panel]");
+    const inPanel = panel && !panel.closest(".q-layout--prevent-focus") && shown(panel)
+      ? [...panel.querySelectorAll("button, [tabindex='0']")].find(shown) : null;
+    const next = inPanel || document.querySelector("[data-testid=menu-btn]");
+    if (shown(next)) {
+      event.preventDefault();
+      next.focus();
+    }
+  });
 
   // -- Esc: the page decides (stop a running reply, else close the side panel) ----------------
   document.addEventListener("keydown", (event) => {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -95,3 +96,74 @@ def test_create_an_agent_that_calls_the_coding_assistant_and_chat_with_it(sized_
     expect(page.get_by_test_id("agent-invoke-tab")).to_contain_text("Coding Assistant")
     expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=SLOW_MS)
     wait_for_turn_end(page)
+
+
+def _box(page: Page, testid: str) -> dict:
+    box = page.get_by_test_id(testid).first.bounding_box()
+    assert box is not None, f"{testid} has no box"
+    return box
+
+
+def _inside(inner: dict, outer: dict, slack: float = 1.0) -> bool:
+    return (
+        inner["x"] >= outer["x"] - slack
+        and inner["y"] >= outer["y"] - slack
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + slack
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + slack
+    )
+
+
+def test_the_editor_is_drawn_inside_its_card_beside_or_below_the_list(sized_page: Page) -> None:
+    """Issue 40 item 1: the hint and the form sit in the editor card, right of the list (desktop) or below (phone)."""
+    page = sized_page
+    open_chat(page, "/agents")
+    expect(page.get_by_test_id("agent-editor-hint")).to_be_visible()
+    heading = _box(page, "agents-heading")
+    card = _box(page, "agent-editor")
+    hint = _box(page, "agent-editor-hint")
+    assert _inside(hint, card), f"the hint {hint} is outside its card {card}"
+    assert hint["y"] > heading["y"], "the hint is above the Agents heading"
+
+    page.get_by_test_id("new-agent-btn").click()
+    expect(page.get_by_test_id("agent-save")).to_be_visible()
+    card = _box(page, "agent-editor")
+    listing = _box(page, "agent-list")
+    for name in ("agent-id", "agent-description", "agent-model", "agent-system-prompt", "agent-save"):
+        field = _box(page, name)
+        assert _inside(field, card), f"{name} {field} is outside the editor card {card}"
+    if page.viewport_size["width"] >= 1024:
+        assert card["x"] >= listing["x"] + listing["width"], f"the editor {card} is not right of the list {listing}"
+        assert abs(card["y"] - listing["y"]) < 8, "the editor and the list do not start on the same line"
+    else:
+        assert card["y"] >= listing["y"] + listing["height"], f"the editor {card} is not below the list {listing}"
+    # The Description field is as wide as the form and one line high (no blank space under it).
+    description = page.locator(".q-field", has=page.get_by_test_id("agent-description")).bounding_box()
+    model = page.locator(".q-field", has=page.get_by_test_id("agent-model")).bounding_box()
+    assert description and model
+    assert abs(description["width"] - model["width"]) < 2, (description, model)
+    assert description["height"] < 60, description
+    no_horizontal_overflow(page)
+
+
+def test_delete_asks_first_and_cancel_keeps_the_agent(page: Page, base_url: str) -> None:
+    """Issue 40 item 3: Delete opens a dialog (as deleting a chat does); Cancel keeps the agent, Delete removes it."""
+    agent_id = f"doomed-{uuid.uuid4().hex[:6]}"
+    created = httpx.post(f"{base_url}/api/agents", json={"id": agent_id, "name": "Doomed"}, timeout=10.0)
+    assert created.status_code == 201, created.text
+    open_chat(page, f"/agents?edit={agent_id}")
+    card = page.locator(f"[data-testid=agent-card][data-agent-id={agent_id}]")
+    expect(card).to_be_visible()
+
+    page.get_by_test_id("agent-delete").click()
+    dialog = page.get_by_test_id("agent-delete-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("Delete Doomed?")
+    page.get_by_test_id("agent-delete-cancel").click()
+    expect(dialog).to_be_hidden()
+    expect(card).to_be_visible()
+    assert httpx.get(f"{base_url}/api/agents/{agent_id}", timeout=5.0).status_code == 200
+
+    page.get_by_test_id("agent-delete").click()
+    page.get_by_test_id("agent-delete-confirm").click()
+    expect(card).to_have_count(0)
+    assert httpx.get(f"{base_url}/api/agents/{agent_id}", timeout=5.0).status_code == 404

@@ -155,6 +155,10 @@ def test_a_lost_stream_shows_connection_lost_in_chinese(zh_desktop: Page, echo_a
     expect(status).to_have_text("连接中断", timeout=FIRST_TURN_MS)
     expect(status).to_have_attribute("data-reason", "connection_lost")
     expect(page.get_by_test_id("agent-invoke-tab")).to_have_attribute("data-state", "failed")
+    # Issue 40: the reason is Chinese too (it was "Echo is unreachable: … (the agent disconnected)").
+    expect(page.get_by_test_id("agent-invoke-error")).to_contain_text("无法连接")
+    expect(page.get_by_test_id("agent-invoke-error")).to_contain_text("连接失败或已中断")
+    expect(page.get_by_test_id("agent-invoke-error")).not_to_contain_text("unreachable")
     wait_for_turn_end(page)
     expect(page.get_by_test_id("tool-call-status")).to_have_text("连接中断")
 

@@ -22,7 +22,7 @@ saved messages instead. Text is coalesced: the page's flush timer calls `flush`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,7 +95,12 @@ class AgentInvokePanel:
     """
 
     def __init__(
-        self, delegation: DelegationService, hub: StreamHubBackend, client: Client, user_id: int | None
+        self,
+        delegation: DelegationService,
+        hub: StreamHubBackend,
+        client: Client,
+        user_id: int | None,
+        on_stop: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.delegation = delegation
         self.hub = hub
@@ -119,6 +124,16 @@ class AgentInvokePanel:
                             "aria-label='" + _("Back to the chat") + "'"
                         ).classes("phone-only").mark("agent-invoke-back")
                         ui.label(_("Delegated tasks")).classes("text-subtitle1 text-weight-medium q-pl-sm")
+                    # Its own Stop (issue 40): on a phone the panel covers the footer's.
+                    self.stop_btn = (
+                        ui.button(_("Stop"), icon="stop", on_click=on_stop)
+                        .props("flat dense no-caps color=negative data-testid=agent-invoke-stop")
+                        .props("aria-label='" + _("Stop the answer") + "'")
+                        .classes("q-ml-auto q-mr-xs")
+                        .mark("agent-invoke-stop")
+                    )
+                    self.stop_btn.set_visibility(False)
+                    self.has_stop = on_stop is not None
                     self.close_btn = (
                         ui.button(icon="close", on_click=self.close)
                         .props(
@@ -186,6 +201,10 @@ class AgentInvokePanel:
     def close(self) -> None:
         """Hide the drawer (tasks keep running; their tabs stay)."""
         self.drawer.hide()
+
+    def show_running(self, running: bool) -> None:
+        """The page's turn runs (or not): the panel's Stop shows while it does."""
+        self.stop_btn.set_visibility(running and self.has_stop)
 
     def select(self, task_id: str) -> None:
         """Make that task's tab the visible one."""

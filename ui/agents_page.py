@@ -103,7 +103,7 @@ def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
                             "text-caption text-grey-7"
                         )
 
-        editor = ui.column()
+        editor: ui.column  # made inside its card below; the handlers run after that
 
         async def open_editor(agent_id: str | None) -> None:
             state["selected"] = agent_id
@@ -123,7 +123,7 @@ def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
                         _("Pick an agent to see or change it, or make a new one.")
                         if may_edit
                         else _("Pick an agent to see or change it.")
-                    ).classes("text-grey-7")
+                    ).classes("text-grey-7").props("data-testid=agent-editor-hint")
 
         async def after_change(agent_id: str | None) -> None:
             state["selected"] = agent_id
@@ -166,16 +166,17 @@ def register_agents_page(*, admin: AgentAdmin, auth: AuthState) -> None:
         views = await admin.list()
         with ui.column().classes("w-full max-w-6xl mx-auto q-pa-md gap-4"):
             with ui.row().classes("w-full items-center justify-between"):
-                ui.label(_("Agents")).classes("text-h5")
+                ui.label(_("Agents")).classes("text-h5").props("data-testid=agents-heading")
                 if may_edit:
                     ui.button(_("New agent"), icon="add", on_click=lambda: open_editor("")).props(
                         "data-testid=new-agent-btn"
                     )
-            with ui.row().classes("w-full gap-4 items-start"):
-                with ui.column().classes("gap-2 grow basis-72 min-w-0"):
+            # The list, and the editor's card beside it (below it on a phone: the row wraps).
+            with ui.row().classes("w-full gap-4 items-start wrap"):
+                with ui.column().classes("gap-2 grow basis-72 min-w-0").props("data-testid=agent-list"):
                     await agent_list(views)
                 with ui.card().classes("grow-[2] basis-80 min-w-0").props("flat bordered data-testid=agent-editor"):
-                    editor.classes("w-full")
+                    editor = ui.column().classes("w-full")
                     await render_editor()
             ui.label(_("Who may call whom")).classes("text-h6")
             ui.label(
@@ -241,7 +242,7 @@ class AgentEditor:
                 )
                 self.inputs["name"] = self._input(_("Name"), view.name if view else "", testid="agent-name")
             self.inputs["description"] = self._input(
-                _("Description"), view.description if view else "", testid="agent-description"
+                _("Description"), view.description if view else "", testid="agent-description", full_width=True
             )
             self.inputs["model"] = (
                 ui.input(_("Model"), value=view.model if view else "local/demo", autocomplete=MODEL_SUGGESTIONS)
@@ -337,7 +338,7 @@ class AgentEditor:
                 if self.may_edit:
                     ui.button(_("Save"), icon="save", on_click=self.save).props("data-testid=agent-save")
                     if view is not None:
-                        ui.button(_("Delete"), icon="delete", on_click=self.delete).props(
+                        ui.button(_("Delete"), icon="delete", on_click=self.confirm_delete).props(
                             "flat color=negative data-testid=agent-delete"
                         )
                     ui.button(_("Try it"), icon="play_arrow", on_click=self.try_it).props(
@@ -352,8 +353,11 @@ class AgentEditor:
                 ui.label(_("Only admins change agents.")).classes("text-caption text-grey-7")
 
     @staticmethod
-    def _input(label: str, value: str, testid: str, readonly: bool = False) -> ui.input:
-        element = ui.input(label, value=value).props(f"dense outlined data-testid={testid}").classes("grow basis-48")
+    def _input(label: str, value: str, testid: str, readonly: bool = False, full_width: bool = False) -> ui.input:
+        # In a row a field grows beside its neighbour; alone in the column it takes the form's width
+        # (`grow basis-48` there would grow it 12rem *down*, leaving blank space under it).
+        width = "w-full" if full_width else "grow basis-48"
+        element = ui.input(label, value=value).props(f"dense outlined data-testid={testid}").classes(width)
         if readonly:
             element.props("readonly")
         return element
@@ -411,9 +415,31 @@ class AgentEditor:
             target.error = exc.message
         ui.notify(exc.message, color="negative", multi_line=True)
 
+    async def confirm_delete(self) -> None:
+        """Delete's button: ask first, as the chat list does before deleting a chat; Cancel keeps the agent."""
+        if self.view is None:  # a new agent's form has no Delete button
+            return
+        view = self.view
+        with ui.dialog() as dialog, ui.card().classes("w-96 max-w-full").props("data-testid=agent-delete-dialog"):
+            ui.label(_("Delete {name}?").format(name=view.name)).classes("text-h6")
+            ui.label(_("Its chats stay readable; other agents may no longer call it. This cannot be undone.")).classes(
+                "text-grey-8"
+            )
+            with ui.row().classes("w-full justify-end"):
+                ui.button(_("Cancel"), on_click=lambda: dialog.submit(False)).props(
+                    "flat data-testid=agent-delete-cancel"
+                )
+                ui.button(_("Delete"), on_click=lambda: dialog.submit(True), color="negative").props(
+                    "data-testid=agent-delete-confirm"
+                )
+        confirmed = await dialog
+        dialog.delete()
+        if confirmed:
+            await self.delete()
+
     async def delete(self) -> None:
         """Delete the agent (its chats stay readable)."""
-        if self.view is None:  # a new agent's form has no Delete button
+        if self.view is None:
             return
         view = self.view
         try:

@@ -14,13 +14,17 @@ from nicegui import ui
 from core.auth.deps import AuthState
 from core.broker import Broker
 from core.broker.service import user_owner
-from core.i18n import N_, _, format_number
+from core.delegation import state_label
+from core.i18n import N_, _, format_number, pgettext
 from ui.auth import current_user_id
 from ui.frame import page_frame, testid
 from ui.language import page
 
 REFRESH_S = 1.0
 RECENT_SHOWN = 20
+# The broker's own state words, beside A2A's (which read as everywhere else: core.delegation.state_label).
+BROKER_STATES = {"running": N_("running"), "timeout": N_("timed out")}
+REDIS_STATES = ("disabled", "up", "down")  # InjectPublisher.state (core/broker/inject.py)
 
 AGENT_COLUMNS = [
     {"name": "id", "label": N_("Id"), "field": "id", "align": "left"},
@@ -88,7 +92,7 @@ def task_rows(tasks: list[Any], viewer: str, now: float | None = None) -> list[d
                 "task": (t.text if len(t.text) <= 60 else t.text[:59] + "…") if own else _("(not yours)"),
                 "agent": t.agent.name,
                 "chat": f"{t.chat_agent_id} / {t.chat_id}" if own else "—",
-                "state": t.state,
+                "state": state_text(t.state),
                 "progress": (t.last_text[:120] or "—") if own else "—",
                 "events": t.events,
                 "injects": f"{t.injects} ({t.throttled})",
@@ -98,13 +102,32 @@ def task_rows(tasks: list[Any], viewer: str, now: float | None = None) -> list[d
     return rows
 
 
+def state_text(state: str) -> str:
+    """A broker task's state as people read it, in their language (an unknown word as it is)."""
+    if state in BROKER_STATES:
+        return _(BROKER_STATES[state])
+    return state_label(state)
+
+
+def redis_text(state: str) -> str:
+    """The inject publisher's Redis state (`disabled`, `up`, `down`) in the reader's language."""
+    words = {
+        "disabled": pgettext("Redis state", "disabled"),
+        "up": pgettext("Redis state", "up"),
+        "down": pgettext("Redis state", "down"),
+    }
+    return words.get(state, state)
+
+
 def counters(broker: Broker) -> list[tuple[str, str]]:
     """The figures shown at the top."""
     stats, health = broker.stats(), broker.health()
     by_state = stats["tasks"]["byState"]
     injects = stats["injects"]
-    finished = ", ".join(f"{k} {format_number(v)}" for k, v in sorted(by_state.items()) if k != "running") or _("none")
-    redis = health["redis"] + (
+    finished = ", ".join(
+        f"{state_text(k)} {format_number(v)}" for k, v in sorted(by_state.items()) if k != "running"
+    ) or _("none")
+    redis = redis_text(health["redis"]) + (
         _(" — {count} waiting").format(count=format_number(health["outbox"])) if health["outbox"] else ""
     )
     return [

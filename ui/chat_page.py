@@ -126,7 +126,7 @@ class ChatPage:
                 self.sessions = SessionDrawer(self.services, self.user_id, lambda: self.session_id, self._new_chat)
             self.frame = frame
         await self.sessions.render()
-        self.panel = AgentInvokePanel(self.services.delegation, self.services.hub, self.client, self.user_id)
+        self.panel = AgentInvokePanel(self.services.delegation, self.services.hub, self.client, self.user_id, self.stop)
         on_rebuild(self.client, self.panel.stop_following)
         self.panel.state_listeners.append(self._on_task_state)
 
@@ -448,6 +448,7 @@ class ChatPage:
         self._running = running
         self.generating.set_visibility(running)
         self.stop_btn.set_visibility(running)
+        self.panel.show_running(running)
         self.send_btn.set_enabled(not running)
         if not running:
             self._hide_typing()

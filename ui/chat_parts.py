@@ -108,17 +108,26 @@ class ToolCallCard:
             with ui.row().classes("items-center gap-2 q-pa-sm no-wrap w-full"):
                 ui.icon(icon, size="xs").classes("text-grey-7")
                 with ui.column().classes("gap-0 min-w-0 col"):
-                    self.title = ui.label(title).classes("text-weight-medium").props("data-testid=tool-call-title")
+                    self.title = (
+                        ui.label(title)
+                        .classes("text-weight-medium w-full ellipsis")
+                        .props("data-testid=tool-call-title")
+                    )
                     if isinstance(request, str) and request:
-                        ui.label(short_task_text(request, 80)).classes("text-caption text-grey-7 ellipsis").props(
-                            "data-testid=tool-call-request"
-                        )
+                        # As wide as the column, no wider: cut with an ellipsis before the state beside it.
+                        ui.label(short_task_text(request, 80)).classes(
+                            "text-caption text-grey-7 ellipsis w-full"
+                        ).props("data-testid=tool-call-request")
                 self.status = (
                     ui.label(state_label(None) if self.is_delegation else _("running…"))
-                    .classes("text-grey-7 text-caption")
+                    .classes("text-grey-7 text-caption tool-call-state")
                     .props("data-testid=tool-call-status")
                 )
-                self.took = ui.label("").classes("text-grey-7 text-caption").props("data-testid=tool-call-duration")
+                self.took = (
+                    ui.label("")
+                    .classes("text-grey-7 text-caption tool-call-state")
+                    .props("data-testid=tool-call-duration")
+                )
             self.detail = ui.label("").classes("text-caption q-px-sm q-pb-sm text-grey-8")
             self.detail.set_visibility(False)
         # Listeners are set once, here: adding them after the card is shown makes the browser re-render it.
@@ -154,7 +163,7 @@ class ToolCallCard:
             else:
                 self.status.set_text(_("failed") if is_error else _("done"))
                 if is_error:
-                    self.status.classes(replace="text-negative text-caption")
+                    self.status.classes(replace="text-negative text-caption tool-call-state")
         name = metadata.get("calleeAgentName")
         if isinstance(name, str) and name:
             self.title.set_text(
@@ -170,7 +179,7 @@ class ToolCallCard:
         word = state_word(state)
         self._state = state
         self.status.set_text(state_label(state, reason=reason))
-        self.status.classes(replace=f"text-caption text-{STATUS_COLORS.get(word, 'grey-7')}")
+        self.status.classes(replace=f"text-caption tool-call-state text-{STATUS_COLORS.get(word, 'grey-7')}")
         self.card.props(f"data-state={word}")
         if duration_ms is not None:
             self.took.set_text(_seconds(duration_ms))

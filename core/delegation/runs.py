@@ -9,6 +9,7 @@ to save in the task's hidden session (`rows`, each with `message_fields`: `sourc
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,8 +19,11 @@ from core.chat.tools import ToolContext
 from core.delegation.registry import RemoteAgent, RemoteAgentError
 from core.delegation.states import CONNECTION_LOST
 from core.delegation.tasks import CANCELED, COMPLETED, FAILED, TERMINAL_STATES, task_stream_key
+from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["BackgroundTask", "LocalRun", "RemoteRun", "RunRecord", "estimate_tokens", "message_fields"]
 
@@ -100,9 +104,9 @@ class RemoteRun:
         if self.state == COMPLETED:
             return COMPLETED, None
         if self.state == CANCELED:
-            return CANCELED, self.error or "the remote agent canceled the task"
+            return CANCELED, self.error or _("the remote agent canceled the task")
         self.status = "error"
-        return FAILED, self.error or "the remote agent failed"
+        return FAILED, self.error or _("the remote agent failed")
 
     def mark_stopped(self, *, status: str, error: str | None) -> None:
         """The task was stopped: its saved answer carries `status` and `error`."""
@@ -145,13 +149,24 @@ class RemoteRun:
                 if event.final or (event.state in TERMINAL_STATES):
                     self.state = event.state if event.state in TERMINAL_STATES else COMPLETED
                     if self.state == FAILED and not self.error:
-                        self.error = f"{remote.name} reported that the task failed."
+                        self.error = _("{name} reported that the task failed.").format(name=remote.name)
                     break
             else:
-                self.state, self.error = FAILED, f"{remote.name} ended the stream without a final state."
-        except (ConnectionError, OSError, RemoteAgentError) as exc:
-            self.state, self.error = FAILED, f"{remote.name} is unreachable: {exc}"
-            code = CONNECTION_LOST if isinstance(exc, ConnectionError | OSError) else None
+                self.state, self.error = (
+                    FAILED,
+                    _("{name} ended the stream without a final state.").format(name=remote.name),
+                )
+        except (ConnectionError, OSError) as exc:
+            # The reader's words (the turn's language); the socket's own English goes to the log.
+            logger.info("delegation to %s lost its connection: %s", remote.name, exc)
+            reason = _("the connection failed or was lost")
+            self.state, self.error = (
+                FAILED,
+                _("{name} is unreachable: {reason}").format(name=remote.name, reason=reason),
+            )
+            code = CONNECTION_LOST
+        except RemoteAgentError as exc:
+            self.state, self.error = FAILED, _("{name} is unreachable: {reason}").format(name=remote.name, reason=exc)
         if self.state == FAILED and self.error:
             await ev.publish(hub, key, ev.Error(self.error, code))
 

@@ -27,6 +27,7 @@ from core.chat import sessions as sessions_store
 from core.chat.tools import ToolContext
 from core.db import Database
 from core.delegation.registry import AgentRegistry
+from core.i18n import N_, _
 from core.streaming import events
 from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import StreamEvent
@@ -354,13 +355,13 @@ def _state_update(task_id: str, state: str, error: str | None) -> Any:
     )  # the row is not loaded in the session
 
 
-DELETED_MARK = " (agent deleted)"
+DELETED_MARK = N_("(agent deleted)")  # after a deleted agent's name, in the reader's language
 
 
 async def _agent_names(s: AsyncSession) -> dict[int, tuple[str, str]]:
     # A deleted agent's tasks stay readable; its name says it is gone.
     return {
-        a.id: (a.slug, a.name + (DELETED_MARK if a.deleted_at is not None else ""))
+        a.id: (a.slug, a.name + (" " + _(DELETED_MARK) if a.deleted_at is not None else ""))
         for a in await agents_store.list_agents(s, include_deleted=True)
         if a.id is not None
     }
