@@ -82,11 +82,12 @@ class A2AServer:
     """The two routes' work: cards, key check, body limit, then the SDK's JSON-RPC dispatcher.
 
     Args:
-        services: the app's services (db, hub, registry, delegation, settings).
+        services: the app's services (db, hub, registry, delegation, settings, api_keys).
     """
 
     def __init__(self, services: Any) -> None:
         self.db = services.db
+        self.api_keys: api_keys.ApiKeys = services.api_keys
         self.settings: Settings = services.settings
         self.cards = AgentCards(services.db, services.registry, services.settings)
         self.store = TaskSessionStore(services.db)
@@ -150,7 +151,7 @@ class A2AServer:
         token = api_keys.bearer_token(request.headers.get("authorization"))
         if token is None:
             return None
-        key = await api_keys.authenticate(self.db, token)
+        key = await self.api_keys.authenticate(token)
         return key.user_id if key is not None else None
 
 

@@ -84,6 +84,16 @@ def artifact_payload(task_id: str, artifact: Any) -> dict[str, Any]:
     return {"taskId": task_id, "artifact": artifact, "timestamp": iso_now()}
 
 
+def done_payload(task_id: str, result: Any = None) -> dict[str, Any]:
+    """`{taskId, result, timestamp}`: the seed-002 task's end."""
+    return {"taskId": task_id, "result": result, "timestamp": iso_now()}
+
+
+def error_payload(task_id: str, error: str) -> dict[str, Any]:
+    """`{taskId, errorText, timestamp}`: the seed-002 task's failure."""
+    return {"taskId": task_id, "errorText": error, "timestamp": iso_now()}
+
+
 def _check_event_name(event: Any) -> None:
     if not isinstance(event, str) or not event:
         raise ValueError(f"an event type must be a non-empty string, got {event!r}")

@@ -44,7 +44,13 @@ from starlette.responses import Response
 from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import BufferInfo, BufferState
 from core.streaming.sse import SEED_EVENT_TYPES, hub_sse_response, last_event_id, to_json
-from core.streaming.sse_stream import artifact_payload, iso_now, progress_payload, state_payload
+from core.streaming.sse_stream import (
+    artifact_payload,
+    done_payload,
+    error_payload,
+    progress_payload,
+    state_payload,
+)
 
 KEY_PREFIX = "a2a_"
 
@@ -126,7 +132,7 @@ class TaskEvents:
 
     async def done(self, task_id: str, result: Any = None) -> None:
         """A `done` event, then the buffer is finished: every stream of the task ends after it."""
-        payload = {"taskId": task_id, "result": result, "timestamp": iso_now()}
+        payload = done_payload(task_id, result)
         to_json(payload, "the result")
         key = self.key(task_id)
         await self.hub.append(key, "done", payload)
@@ -135,7 +141,7 @@ class TaskEvents:
     async def fail(self, task_id: str, error: str) -> None:
         """An `error` event (`errorText`), then the buffer is finished as errored."""
         key = self.key(task_id)
-        await self.hub.append(key, "error", {"taskId": task_id, "errorText": error, "timestamp": iso_now()})
+        await self.hub.append(key, "error", error_payload(task_id, error))
         await self.hub.finish(key, error=error)
 
     # -- consumers ---------------------------------------------------------------------------
