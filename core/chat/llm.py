@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -41,6 +42,7 @@ from core.chat.llm_stream import (
 )
 from core.chat.model_route import ModelRoute, RouteRefusedError, model_route
 from core.errors import AppError
+from core.i18n import _
 from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
 # The stream's types live in core.chat.llm_stream; they are named here too, where callers have always found them.
@@ -245,6 +247,7 @@ class LLMGateway:
                 kwargs["custom_llm_provider"] = route.custom_llm_provider
 
         assembly = StreamAssembly(model)
+        streamed = False
         try:
             response = await litellm.acompletion(**kwargs)
             if hasattr(response, "_emitted_disqualifying_content"):
@@ -262,6 +265,7 @@ class LLMGateway:
                     if kept is not None and len(kept) >= COMPACT_AT:
                         compact_kept_chunks(kept)
                     if text:
+                        streamed = True
                         yield TextDelta(text)
                     elif assembly.has_final_usage:
                         # LiteLLM's last chunk. Iterating once more would only make it rebuild the whole
@@ -270,7 +274,7 @@ class LLMGateway:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # litellm raises many types; the UI sees one
-            raise _as_llm_error(litellm, exc, model) from exc
+            raise _as_llm_error(litellm, exc, model, streamed=streamed) from exc
         yield assembly.result()
 
 
@@ -335,7 +339,7 @@ async def _demo_without_litellm(
             else:
                 yield TextDelta(piece)
     except demo_model.DemoModelError as exc:
-        raise LLMError(f"The demo model failed: {exc}") from exc
+        raise LLMError(_("The demo model failed: {reason}").format(reason=exc)) from exc
 
 
 async def _ensure_litellm() -> Any:
@@ -344,29 +348,86 @@ async def _ensure_litellm() -> Any:
     return await asyncio.to_thread(litellm_module)
 
 
-def _as_llm_error(litellm: Any, exc: Exception, model: str) -> LLMError:
+def _as_llm_error(litellm: Any, exc: Exception, model: str, *, streamed: bool = False) -> LLMError:
+    """What a person reads for a failed model call; LiteLLM's own text goes to the log only.
+
+    `streamed`: part of the answer had arrived (a connection lost then is a cut-off answer).
+    """
     original = getattr(exc, "original_exception", None) or exc
     demo_failure = _find_in_chain(exc, demo_model.DemoModelError)
     if demo_failure is not None:
-        return LLMError(f"The demo model failed: {demo_failure}")
+        return LLMError(_("The demo model failed: {reason}").format(reason=demo_failure))
+    log.warning("the call to model %s failed: %s", model, _short(exc))
     if isinstance(exc, litellm.Timeout) or isinstance(original, TimeoutError):
-        return LLMTimeoutError(f"The model {model!r} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.")
+        return LLMTimeoutError(
+            _("The model {model} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.").format(model=model)
+        )
     status = getattr(exc, "status_code", None)
+    detail = _provider_detail(exc)
     if isinstance(exc, litellm.AuthenticationError):
-        return LLMError(
-            f"The model {model!r} rejected the API key; check the agent's API key (or LLM_API_KEY).", status_code=status
-        )
+        message = _("The model {model} rejected the API key; check the agent's API key (or LLM_API_KEY).")
+        return LLMError(message.format(model=model), status_code=status)
+    if isinstance(exc, litellm.PermissionDeniedError):
+        message = _("The model {model} may not be used with this API key (its provider said no).")
+        return LLMError(message.format(model=model), status_code=status)
     if isinstance(exc, litellm.NotFoundError):
-        return LLMError(f"The model {model!r} was not found at its provider; check the model name.", status_code=status)
-    if isinstance(exc, litellm.BadRequestError):
-        return LLMError(f"The model {model!r} refused the request: {_short(exc)}", status_code=status)
-    if isinstance(exc, litellm.RateLimitError):
-        return LLMError(f"The model {model!r} is rate limited; try again shortly.", status_code=status, retryable=True)
-    if isinstance(exc, litellm.APIConnectionError):
-        return LLMError(
-            f"Cannot reach the model {model!r} (check its base URL): {_short(exc)}", status_code=status, retryable=True
+        message = _("The model {model} was not found at its provider; check the model name.")
+        return LLMError(message.format(model=model), status_code=status)
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        message = _(
+            "This conversation is too long for the model {model}: start a new chat, or use a model with a "
+            "longer context."
         )
-    return LLMError(f"The model {model!r} failed: {_short(original)}", status_code=status)
+        return LLMError(message.format(model=model), status_code=status)
+    if isinstance(exc, litellm.ContentPolicyViolationError):
+        message = _("The provider of the model {model} refused this content (its content filter); rephrase it.")
+        return LLMError(message.format(model=model), status_code=status)
+    if isinstance(exc, litellm.BadRequestError):
+        message = _("The model {model} refused the request: {reason}")
+        return LLMError(message.format(model=model, reason=detail), status_code=status)
+    if isinstance(exc, litellm.RateLimitError):
+        message = _("The model {model} is rate limited; try again shortly.")
+        return LLMError(message.format(model=model), status_code=status, retryable=True)
+    if _lost_connection(exc):  # LiteLLM may call it a server error, or a failed mid-stream fallback
+        message = (
+            _("The connection to the model {model} was lost before its answer ended; try again.")
+            if streamed
+            else _("Cannot reach the model {model}; check its base URL, or try again shortly.")
+        )
+        return LLMError(message.format(model=model), status_code=status, retryable=True)
+    if isinstance(exc, litellm.InternalServerError | litellm.ServiceUnavailableError) or (status or 0) >= 500:
+        message = _("The provider of the model {model} had a server error ({reason}); try again shortly.")
+        return LLMError(message.format(model=model, reason=detail), status_code=status, retryable=True)
+    message = _("The model {model} failed: {reason}")
+    return LLMError(message.format(model=model, reason=detail), status_code=status)
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """True when the call failed for want of a connection (refused, reset, cut mid-stream), whatever its name."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if "APIConnectionError" in names or isinstance(current, httpx.TransportError | ConnectionError):
+            return True
+        seen.add(id(current))
+        current = getattr(current, "original_exception", None) or current.__cause__ or current.__context__
+    return False
+
+
+# LiteLLM's own words before the provider's: "litellm.BadRequestError: OpenAIException - ", "InternalServerError: ".
+_LIBRARY_PREFIX = re.compile(r"^(?:(?:litellm\.)?\w+(?:Error|Exception)(?::\s*|\s+-\s+))+")
+
+
+def _provider_detail(exc: BaseException) -> str:
+    """The provider's own message (its error body's first line), without LiteLLM's class names before it."""
+    message = getattr(exc, "message", None)
+    text = _short_text(str(message if isinstance(message, str) and message else exc))
+    stripped = _LIBRARY_PREFIX.sub("", text).strip()
+    if stripped.startswith("{") or not stripped:  # a raw error body: nothing a person reads
+        status = getattr(exc, "status_code", None)
+        return _("HTTP {status}").format(status=status) if status else _("no reason given")
+    return stripped
 
 
 def _find_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -382,5 +443,9 @@ def _find_in_chain(exc: BaseException, kind: type[BaseException]) -> BaseExcepti
 
 def _short(exc: BaseException, limit: int = 300) -> str:
     # litellm appends a formatted traceback to some messages; a person needs the first line.
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _short_text(str(exc), limit) or type(exc).__name__
+
+
+def _short_text(text: str, limit: int = 300) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
