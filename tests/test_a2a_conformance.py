@@ -246,33 +246,44 @@ async def test_v03_invalid_params_answer_32602_and_the_v03_client_still_works(ap
         assert len(task.history) == 1
 
 
-# -- the card: strict v1.0 by default, v0.3 when asked, and one at the server root ----------------
+# -- the card: strict v1.0 when asked, v0.3 when asked, and one both read when nothing is asked -------
 
 
-async def test_the_card_is_strict_v1_protojson_and_v03_only_when_asked(app: TwoUsers) -> None:
-    """A strict v1.0 parser reads the card; `A2A-Version: 0.3` gets the v0.3 card; the root serves one too."""
+async def test_the_card_is_strict_v1_or_v03_as_asked_and_both_stock_resolvers_read_it_unasked(app: TwoUsers) -> None:
+    """`A2A-Version: 1.0` gets strict ProtoJSON, `0.3` the v0.3 card; no header (§3.6.2: 0.3) a card both read.
+
+    Neither stock resolver sends a version: the 0.3.x SDK's model reads the header-less card (with `url`),
+    and the 1.x resolver (`parse_agent_card`) finds the v1.0 interface first in it.
+    """
+    from a2a.client.card_resolver import parse_agent_card
     from a2a.compat.v0_3.types import AgentCard as AgentCardV03
     from a2a.types import AgentCard
     from google.protobuf.json_format import Parse
 
     agent = app.agent_url("coding-assistant")
-    response = httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10)
+    card_url = f"{agent}/.well-known/agent-card.json"
+    response = httpx.get(card_url, timeout=10, headers={"A2A-Version": "1.0"})
     strict = Parse(response.text, AgentCard(), ignore_unknown_fields=False)  # raises on any v0.3 field
     assert strict.name == "Coding Assistant" and response.headers["vary"] == "A2A-Version"
     assert {"url", "protocolVersion", "preferredTransport", "security"}.isdisjoint(response.json())
     assert "type" not in response.json()["securitySchemes"]["apiKey"]
 
     for asked in ({"headers": {"A2A-Version": "0.3"}}, {"params": {"A2A-Version": "0.3"}}):
-        legacy = httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10, **asked).json()
+        legacy = httpx.get(card_url, timeout=10, **asked).json()
         card03 = AgentCardV03.model_validate(legacy)  # the 0.3.x SDK client's own model
         assert (card03.url, card03.protocol_version, card03.preferred_transport) == (agent, "0.3", "JSONRPC")
         assert legacy["securitySchemes"]["apiKey"]["type"] == "http" and "supportedInterfaces" not in legacy
-    assert (
-        response.headers["etag"]
-        != httpx.get(f"{agent}/.well-known/agent-card.json", timeout=10, headers={"A2A-Version": "0.3"}).headers["etag"]
-    )
 
-    root = httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10)
+    unasked = httpx.get(card_url, timeout=10)
+    card03 = AgentCardV03.model_validate(unasked.json())
+    assert (card03.url, card03.protocol_version) == (agent, "0.3")
+    card10 = parse_agent_card(unasked.json())
+    assert [(i.url, i.protocol_version) for i in card10.supported_interfaces] == [(agent, "1.0"), (agent, "0.3")]
+    assert card10.security_requirements and card10.security_schemes["apiKey"].http_auth_security_scheme.scheme
+    etags = {httpx.get(card_url, timeout=10, headers=h).headers["etag"] for h in ({}, {"A2A-Version": "0.3"})}
+    assert len(etags | {response.headers["etag"]}) == 3  # three documents, three validators
+
+    root = httpx.get(f"{app.url}/.well-known/agent-card.json", timeout=10, headers={"A2A-Version": "1.0"})
     assert root.status_code == 200
     root_card = Parse(root.text, AgentCard(), ignore_unknown_fields=False)
     assert root_card.name == "General Assistant"

@@ -73,8 +73,14 @@ async def test_card_is_public_and_advertises_v1_and_v03_on_one_absolute_url(app:
         scheme = card.security_schemes["apiKey"].http_auth_security_scheme
         assert scheme.scheme == "bearer"
         assert [list(r.schemes) for r in card.security_requirements] == [["apiKey"]]
-    raw = httpx.get(f"{app.agent_url('coding-assistant')}/.well-known/agent-card.json").json()
+    card_url = f"{app.agent_url('coding-assistant')}/.well-known/agent-card.json"
+    raw = httpx.get(card_url, headers={"A2A-Version": "1.0"}).json()
     assert "url" not in raw and raw["supportedInterfaces"][0]["protocolVersion"] == "1.0"  # strict v1.0
+    unasked = httpx.get(card_url).json()  # what the resolver above read: a 0.3 client's card too
+    assert (
+        unasked["url"] == app.agent_url("coding-assistant")
+        and unasked["supportedInterfaces"] == raw["supportedInterfaces"]
+    )
     missing = httpx.get(f"{app.agent_url('nobody')}/.well-known/agent-card.json")
     assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
 

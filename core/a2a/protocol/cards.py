@@ -1,6 +1,7 @@
 """Agent cards (server side): what a served card says (`CardSpec`), built as the SDK's `AgentCard`.
 
-The card is served as v1.0 ProtoJSON by default and as the SDK's v0.3 card when asked (`card_json`).
+The card is served as strict v1.0 ProtoJSON to a v1 client, as the SDK's v0.3 card to a v0.3 one, and to a
+client that names no version as a card both read (`card_json`).
 """
 
 from __future__ import annotations
@@ -108,16 +109,24 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
 def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
     """The card as served, in the shape of the protocol version the client asked for.
 
-    v1.0 (the default): strict ProtoJSON, nothing else, so a strict v1.0 parser reads it.
-    The SDK's own serializer (`agent_card_to_dict`) merges the v0.3 fields into it (top-level
-    `url`, `protocolVersion`, and `type`/`scheme` inside each security scheme), which such a
-    parser rejects. v0.3 (`A2A-Version: 0.3`): the SDK's v0.3 card (`to_compat_agent_card`).
+    - `1.x` (`A2A-Version: 1.0`): strict ProtoJSON, nothing else, so a strict v1.0 parser reads it. The
+      SDK's own serializer (`agent_card_to_dict`) merges v0.3 fields into it, which such a parser rejects.
+    - `0.x`: the SDK's v0.3 card (`to_compat_agent_card`).
+    - none: the spec reads an empty version as 0.3 (§3.6.2), and neither stock resolver sends one (a2a-sdk
+      0.3.x nor 1.x). So the v0.3 card, which a 0.3 client reads (`url`, `protocolVersion`, v0.3 security
+      schemes), plus the v1.0 card's `supportedInterfaces`: a 0.3 model ignores that field, and a 1.x
+      resolver (`parse_agent_card`) keeps the interfaces it lists, v1.0 first, and maps the v0.3 security
+      fields to its own, so each client talks the newest version it knows.
 
     Args:
         card: the card.
         version: the `A2A-Version` the client sent (header or query parameter), if any.
     """
-    if version and version.strip().startswith("0."):
-        return to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    asked = (version or "").strip()
     v1_0: dict[str, Any] = MessageToDict(card)
-    return v1_0
+    if asked and not asked.startswith("0."):
+        return v1_0
+    v0_3: dict[str, Any] = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if asked:
+        return v0_3
+    return {**v0_3, "supportedInterfaces": v1_0["supportedInterfaces"]}
