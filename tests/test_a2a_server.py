@@ -273,6 +273,22 @@ async def test_an_agent_added_at_run_time_is_served_at_once(app: LiveApp) -> Non
     assert events[-2].artifact_update.artifact.parts[0].text == lorem(5)
 
 
+async def test_a_data_part_reaches_the_agent_with_its_json_types_and_the_card_says_it_takes_json(app: LiveApp) -> None:
+    """`{"days": 3}` arrives as 3, not 3.0 (the wire's numbers are doubles); fractions stay fractions."""
+    url = app.agent_url("coding-assistant")
+    data = {"days": 3, "budget": -1200, "ratio": 0.5, "stops": [1, 2.5, {"n": 10}], "ok": True, "none": None}
+    message = {"messageId": "m-data", "role": "ROLE_USER", "parts": [{"text": "Plan this"}, {"data": data}]}
+    response = rpc(url, app.key, "SendMessage", {"message": message, "configuration": {"returnImmediately": False}})
+    assert response.status_code == 200, response.text
+    task = response.json()["result"]["task"]
+    [asked] = [m for m in task["history"] if m["role"] == "ROLE_USER"]
+    first, sent = "".join(p.get("text", "") for p in asked["parts"]).split("\n", 1)
+    assert first == "Plan this"
+    assert json.dumps(json.loads(sent), sort_keys=True) == json.dumps(data, sort_keys=True)  # 3 stays 3, not 3.0
+    card = httpx.get(f"{url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).json()
+    assert "application/json" in card["defaultInputModes"] and "application/json" not in card["defaultOutputModes"]
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ from a2a.utils.constants import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from core.a2a.protocol.states import SECURITY_SCHEME, TEXT_MODES
+from core.a2a.protocol.states import INPUT_MODES, SECURITY_SCHEME, TEXT_MODES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +90,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
             )
         },
         security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
-        default_input_modes=list(TEXT_MODES),
+        default_input_modes=list(INPUT_MODES),
         default_output_modes=list(TEXT_MODES),
         skills=[
             AgentSkill(
@@ -98,7 +98,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
                 name=s.name,
                 description=s.description or s.name,
                 tags=list(s.tags) or ["agent"],
-                input_modes=list(TEXT_MODES),
+                input_modes=list(INPUT_MODES),
                 output_modes=list(TEXT_MODES),
             )
             for s in skills

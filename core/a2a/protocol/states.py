@@ -13,6 +13,8 @@ from a2a.types import (
 
 SECURITY_SCHEME = "apiKey"
 TEXT_MODES = ("text/plain", "text/markdown")
+JSON_MODE = "application/json"  # data parts: read as JSON (their text goes to the agent), never written
+INPUT_MODES = (*TEXT_MODES, JSON_MODE)
 RESULT_ARTIFACT_ID = "result"
 MAX_MESSAGE_ID_CHARS = 255  # a2a_task_sessions.input_message_id
 

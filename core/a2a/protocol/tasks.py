@@ -272,6 +272,22 @@ class IncomingMessage:
     history_length: int | None
 
 
+def json_value(value: Any) -> Any:
+    """A data part's JSON with its whole numbers whole again.
+
+    The wire carries a data part as a protobuf `Value`, whose numbers are all doubles: `{"days": 3}` would
+    reach the agent as `{"days": 3.0}`. JSON itself has one number type, and a sender that wrote 3 meant
+    3, so a double with no fraction within 2**53 (where doubles hold every integer) is an integer again.
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: json_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_value(item) for item in value]
+    return value
+
+
 def read_send_request(params: SendMessageRequest, *, max_chars: int) -> IncomingMessage:
     """Validate a `SendMessage`/`SendStreamingMessage` request and take out what we use.
 
@@ -289,7 +305,7 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         if kind == "text":
             pieces.append(part.text)
         elif kind == "data":
-            pieces.append(json.dumps(MessageToDict(part.data), ensure_ascii=False))
+            pieces.append(json.dumps(json_value(MessageToDict(part.data)), ensure_ascii=False))
         else:
             raise ContentTypeNotSupportedError(
                 message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part."
