@@ -218,6 +218,18 @@ async def test_the_result_of_a_remote_agent_is_its_answer_not_its_progress_notes
     assert event.task.artifacts[0].parts[0].text == "just this"
 
 
+async def test_an_answer_in_artifacts_is_not_glued_to_the_final_message_that_follows_it(
+    app: LiveApp, echo: str
+) -> None:
+    """Artifacts, then a closing "Here is the answer.": the result is the artifacts, never both (issue 36 item 5)."""
+    assert register(app, echo, "echo").status_code == 201
+    session = chat(app, "@echo /summed three quiet words")
+    [task] = [t for t in httpx.get(f"{app.url}/api/tasks").json() if t["callerSessionId"] == session]
+    assert task["state"] == "completed", task
+    detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
+    assert detail["messages"][-1]["content"] == "three quiet words"
+
+
 async def test_a_remote_agent_whose_server_died_is_shown_offline_until_it_is_back(
     app: LiveApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,8 @@ the SDK's own routes, handler and in-memory task store. What it answers:
 - `/chunks <words>`: a status note `starting…`, then the words as chunks of one
   artifact (appended), each after a note `chunk i/N`, then completed: the answer
   is the artifact alone, the notes are progress;
+- `/summed <words>`: the words as an artifact, then completed with a final message
+  `Here is the answer.` (many agents end so): the answer is the artifact alone;
 - anything else: `Echo: <text>` word by word in status updates, then the
   whole sentence as the artifact, then completed.
 
@@ -70,6 +72,10 @@ class EchoExecutor(AgentExecutor):
                     last_chunk=i == len(words),
                 )
             await updater.complete()
+            return
+        if text.startswith("/summed "):
+            await updater.add_artifact([Part(text=text.removeprefix("/summed "))], name="answer")
+            await updater.complete(new_text_message("Here is the answer.", context_id=task.context_id, task_id=task.id))
             return
         if ticks:
             count = int(ticks.group(1))

@@ -273,9 +273,14 @@ class RemoteStreamReader:
         return [RemoteEvent(text=text)]
 
     def _answer(self, final_text: str) -> str | None:
-        """The result: the artifacts (in the order they came), then the final message; None when neither."""
+        """The result: the artifacts (in the order they came), else the final message, never both; None: neither.
+
+        An agent that sends its answer as artifacts often ends with a status message that says so again, or
+        sums it up ("Here is your plan"): the artifacts are the answer (A2A's own reading), the message is not
+        glued to them.
+        """
         pieces = [t for t in self._artifact_text.values() if t.strip()]
-        if final_text.strip() and final_text not in pieces:
+        if not pieces and final_text.strip():
             pieces.append(final_text)
         if not pieces and self._last_agent_message.strip():
             pieces.append(self._last_agent_message)
