@@ -179,3 +179,15 @@ def test_identity_from_the_query_and_the_blacklist() -> None:
             identify(query, none)
     assert is_blacklisted("10.1.2.3", ["10.0.0.0/8"]) and is_blacklisted("::1", ["::1"])
     assert not is_blacklisted("127.0.0.1", ["10.0.0.0/8", "nonsense"]) and not is_blacklisted(None, ["1.1.1.1"])
+
+
+def test_the_answer_is_the_artifacts_else_the_final_message_never_both() -> None:
+    answer = wire.Answer()
+    answer.add_artifact(wire.WireEvent("artifact", "G1234 ", None, False, "t", "a", False))
+    answer.add_artifact(wire.WireEvent("artifact", "08:00", None, False, "t", "a", True))
+    answer.add_artifact(wire.WireEvent("artifact", "2nd class", None, False, "t", "b", False))
+    closing = wire.WireEvent("status", "Here is your booking.", "completed", True, "t")
+    assert answer.text(closing) == "G1234 08:00\n2nd class"
+    assert wire.Answer().text(closing) == "Here is your booking."  # no artifacts: the final message
+    quiet = wire.Answer(last_progress="half way")
+    assert quiet.text(wire.WireEvent("status", "", "completed", True, "t")) == "half way"

@@ -217,9 +217,12 @@ class Answer:
         self.artifacts[key] = (self.artifacts.get(key, "") + event.text) if event.append else event.text
 
     def text(self, final: WireEvent) -> str:
-        """The answer once `final` (the last event) came: the artifacts, then the final message, one per line."""
+        """The answer once `final` (the last event) came: the artifacts (one per line), else the final message.
+
+        Never both: a closing message after the artifacts ("Here is the answer.") is not glued to them.
+        """
         pieces = [t for t in self.artifacts.values() if t.strip()]
-        if final.text.strip() and final.text not in pieces:
+        if not pieces and final.text.strip():
             pieces.append(final.text)
         return "\n".join(pieces).strip() or self.last_progress
 
