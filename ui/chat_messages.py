@@ -2,14 +2,17 @@
 
 `ChatMessages` owns the `chat-messages` column and what is drawn in it: user messages (as written,
 `ui.chat_parts.user_text`), answers with their tool call cards, the notes of background tasks, the
-running turn's bubble (typing indicator, streamed markdown, Stop and error lines). The page
+running turn's bubble (typing indicator, streamed markdown, Stop and error lines). Each answer has a
+menu (`answer-menu-btn`: copy it, and regenerate the last one) and the user's last message an edit
+button (`user-edit-btn`); what they do is the page's (`MessageActions`). The page
 (`ui/chat_page.py`) sends, follows the turn's stream and hands each event to `apply`; the cards'
 task states come from the side panel (`ui/agent_invoke_panel.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from nicegui import ui
 
@@ -19,9 +22,26 @@ from core.streaming import events as ev
 from core.streaming.hub import StreamEvent
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
-from ui.chat_parts import ToolCallCard, parse_json, user_text
+from ui.chat_parts import ToolCallCard, edit_message_dialog, parse_json, quote_attr, user_text
 from ui.frame import testid
 from ui.streaming import StreamingMarkdown
+
+
+@dataclass(frozen=True, slots=True)
+class MessageActions:
+    """What the controls on the messages do (the page's: it calls the engine).
+
+    Attributes:
+        regenerate: answer the last message again.
+        resend: give the user's last message (by id) a new text and answer it; True when it started.
+        running: whether a turn runs now (regenerate is then not offered).
+        max_chars: the longest message the editor takes.
+    """
+
+    regenerate: Callable[[], Awaitable[None]]
+    resend: Callable[[int, str], Awaitable[bool]]
+    running: Callable[[], bool]
+    max_chars: int
 
 
 class ChatMessages:
@@ -33,6 +53,7 @@ class ChatMessages:
         panel: the side panel (task states of delegation cards, opening a task).
         agent_names: agent names by slug (delegation cards name their callee).
         agent_name: the name of the chat's agent, as answers are signed.
+        actions: what the answers' menus and the edit button do.
     """
 
     def __init__(
@@ -42,13 +63,18 @@ class ChatMessages:
         panel: AgentInvokePanel,
         agent_names: dict[str, str],
         agent_name: Callable[[], str],
+        actions: MessageActions,
     ) -> None:
         self.column = testid(column, "chat-messages").props("role=log aria-label='" + _("Messages") + "'")
         self.welcome = welcome
         self.panel = panel
         self.agent_names = agent_names
         self.agent_name = agent_name
+        self.actions = actions
         self.has_messages = False
+        self._shown: list[ui.element] = []  # what `clear` takes away (the welcome stays)
+        self._last_answer: ui.element | None = None
+        self._edit_row: ui.element | None = None  # the edit button of the user's last message
         self._views: dict[str, StreamingMarkdown] = {}
         self._tool_cards: dict[str, ToolCallCard] = {}
         self._cards_by_task: dict[str, ToolCallCard] = {}
@@ -64,15 +90,22 @@ class ChatMessages:
         self.welcome.set_visibility(False)
         with self.column:
             if message.role == "user":
-                with ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message"):
+                sent = ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message")
+                with sent:
                     user_text(message.content)
+                    self._edit_button(message)
+                self._shown.append(sent)
                 return
             if message.role == "system" and message.inject_mode:
                 self._render_note(message)
                 return
             if message.role != "assistant":
                 return
-            with ui.chat_message(name=self.agent_name()).classes("w-full").props("data-testid=assistant-message"):
+            with (
+                ui.chat_message(name=self.agent_name())
+                .classes("w-full")
+                .props("data-testid=assistant-message") as answer
+            ):
                 if message.content:
                     ui.markdown(message.content).classes("w-full")
                 results = {r.get("toolCallId"): r for r in message.tool_results or []}
@@ -95,6 +128,8 @@ class ChatMessages:
                     ).mark("turn-interrupted")
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
+                self._answer_menu(answer, lambda: message.content)
+            self._shown.append(answer)
 
     def _render_note(self, message: AgentMessage) -> None:
         """A background task's inject: a quiet line in the chat; a click opens the task in the side panel."""
@@ -107,6 +142,7 @@ class ChatMessages:
             ui.icon(icon, size="xs")
             ui.label(message.content).classes("whitespace-pre-wrap").props("data-testid=inject-note-text")
         note.mark("inject-note")
+        self._shown.append(note)
         if message.a2a_task_id:
             task_id = message.a2a_task_id
             note.classes("cursor-pointer").on("click", lambda: self.panel.show_task(task_id))
@@ -168,6 +204,7 @@ class ChatMessages:
                     .classes("w-full")
                     .props("data-testid=assistant-message aria-live=polite aria-busy=true")
                 )
+            self._shown.append(self._bubble)
             with self._bubble:
                 self._typing = testid(
                     ui.spinner("dots", size="md")
@@ -220,3 +257,60 @@ class ChatMessages:
                 if reason == "canceled":
                     with self._bubble:
                         ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
+                views = list(self._views.values())
+                self._answer_menu(self._bubble, lambda: "\n\n".join(v.text for v in views if v.text))
+
+    # -- the controls on the messages ------------------------------------------------------
+
+    def clear(self) -> None:
+        """Take every message away (the chat was rewound: the page shows it again from its saved messages)."""
+        for element in self._shown:
+            element.delete()
+        self._shown, self._views, self._tool_cards, self._cards_by_task = [], {}, {}, {}
+        self._bubble = self._typing = self._last_answer = self._edit_row = None
+        self.has_messages = False
+
+    def _edit_button(self, message: AgentMessage) -> None:
+        """The edit button of the user's last message (the one before it loses its own)."""
+        if self._edit_row is not None:
+            self._edit_row.delete()
+        message_id, text = message.id, message.content
+        assert message_id is not None  # a saved row
+
+        async def edit() -> None:
+            await edit_message_dialog(text, self.actions.max_chars, lambda new: self.actions.resend(message_id, new))
+
+        with ui.row().classes("w-full justify-end turn-action") as self._edit_row:
+            testid(
+                ui.button(icon="edit", on_click=edit).props(
+                    "flat round dense size=sm aria-label='" + quote_attr(_("Edit and send again")) + "'"
+                ),
+                "user-edit-btn",
+            )
+
+    def _answer_menu(self, answer: ui.element, text: Callable[[], str]) -> None:
+        """An answer's ⋮ menu: copy it; regenerate when it is the last answer and nothing runs."""
+        self._last_answer = answer
+        with answer, ui.row().classes("w-full justify-end"):
+            button = testid(
+                ui.button(icon="more_horiz").props(
+                    "flat round dense size=sm aria-label='" + quote_attr(_("Answer actions")) + "'"
+                ),
+                "answer-menu-btn",
+            )
+        # The menu is made as it opens: whether this is still the last answer is known then.
+        button.on("click", lambda: self._open_answer_menu(button, answer, text))
+
+    def _open_answer_menu(self, button: ui.button, answer: ui.element, text: Callable[[], str]) -> None:
+        for child in list(button.default_slot.children):
+            if isinstance(child, ui.menu):
+                child.delete()
+        with button, ui.menu() as menu:
+            ui.menu_item(_("Copy"), lambda: self._copy(text())).props("data-testid=answer-copy")
+            if answer is self._last_answer and not self.actions.running():
+                ui.menu_item(_("Regenerate"), self.actions.regenerate).props("data-testid=answer-regenerate")
+        menu.open()
+
+    def _copy(self, text: str) -> None:
+        ui.clipboard.write(text)
+        ui.notify(_("Copied."), position="bottom")

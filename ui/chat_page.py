@@ -33,7 +33,7 @@ from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
-from ui.chat_messages import ChatMessages
+from ui.chat_messages import ChatMessages, MessageActions
 from ui.chat_parts import welcome
 from ui.chat_services import ChatServices
 from ui.frame import page_frame, testid
@@ -128,6 +128,9 @@ class ChatPage:
                 self.panel,
                 self.agent_names,
                 self._agent_name,
+                MessageActions(
+                    self.regenerate, self.resend, lambda: self._running, self.services.settings.max_message_chars
+                ),
             )
             if view is not None:
                 for message in view.messages:
@@ -220,6 +223,28 @@ class ChatPage:
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
             await self.sessions.render()
 
+    async def regenerate(self) -> None:
+        """Answer the last message again (the watcher shows the chat rewound, then follows the new answer)."""
+        if self.session_id is None:
+            return
+        try:
+            await self.services.chat.regenerate(session_id=self.session_id, user_id=self.user_id)
+        except ChatError as exc:
+            ui.notify(exc.message, color="negative")
+
+    async def resend(self, message_id: int, text: str) -> bool:
+        """Give the user's last message a new text and answer it anew; False (and why) when refused."""
+        if self.session_id is None:
+            return False
+        try:
+            await self.services.chat.resend(
+                session_id=self.session_id, user_id=self.user_id, message_id=message_id, text=text
+            )
+        except ChatError as exc:
+            ui.notify(exc.message, color="negative")
+            return False
+        return True
+
     async def stop(self) -> None:
         """Stop the running answer (it keeps what it said)."""
         if self.session_id and not await self.services.chat.cancel(self.session_id):
@@ -257,6 +282,18 @@ class ChatPage:
         background_tasks.create(self._show_change(change), name=f"change {change.session_id}", context=self.client)
 
     async def _show_change(self, change: SessionChange) -> None:
+        if change.rewound and self.session_id is not None:  # regenerate, or edit and send again: show it anew
+            self._stop_following()
+            try:
+                view = await self.services.workspace.open(self.user_id, self.session_id)
+            except ChatError:
+                return
+            self.messages.clear()
+            for message in view.messages:
+                self.messages.render_saved(message)
+            self.messages.show_task_states(
+                await self.services.delegation.tasks_of_session(self.user_id, self.session_id)
+            )
         for message in change.messages:
             self.messages.render_saved(message)
         if change.turn is not None:
@@ -292,6 +329,8 @@ class ChatPage:
     def _set_generating(self, running: bool) -> None:
         self._running = running
         self.generating.set_visibility(running)
+        # While a turn runs, the edit button of the last message is hidden (assets/app.css, `.turn-action`).
+        self.messages.column.classes(**{"add" if running else "remove": "turn-running"})
         self.stop_btn.set_visibility(running)
         self.panel.show_running(running)
         self.send_btn.set_enabled(not running)
