@@ -58,3 +58,53 @@ async def test_rename_search_delete_and_restore_a_chat(services) -> None:
     assert await workspace.restore(user_id, first.id)
     assert await titles("zebra") == {first.id}
     assert not await workspace.restore(user_id, first.id)  # not deleted any more
+
+
+def test_chats_are_grouped_under_the_readers_local_day() -> None:
+    """Item 10a of issue 40: Today, Yesterday, Previous 7 days, Older, by the day in the reader's time zone."""
+    from dataclasses import dataclass
+    from datetime import UTC, datetime, timedelta
+
+    from core.chat.day_groups import day_group, group_by_day
+    from core.i18n import use_timezone
+
+    @dataclass
+    class Row:
+        name: str
+        updated_at: datetime
+
+    now = datetime(2025, 6, 12, 7, 30, tzinfo=UTC)  # 00:30 in Los Angeles (UTC-7 in June)
+    rows = [
+        Row("future", now + timedelta(minutes=5)),  # another machine's clock: today
+        Row("now", now),
+        Row("utc-midnight", datetime(2025, 6, 12, 0, 10, tzinfo=UTC)),
+        Row("late-yesterday", datetime(2025, 6, 11, 23, 50, tzinfo=UTC)),
+        Row("two-days", now - timedelta(days=2)),
+        Row("seven-days", now - timedelta(days=7)),
+        Row("eight-days", now - timedelta(days=8)),
+        Row("naive-old", datetime(2024, 1, 1, 12, 0)),  # naive: UTC, as the database keeps them
+    ]
+
+    def groups(zone: str | None) -> dict[str, list[str]]:
+        return {g: [r.name for r in rs] for g, rs in group_by_day(rows, now=now, zone=zone)}
+
+    assert groups("UTC") == {
+        "today": ["future", "now", "utc-midnight"],
+        "yesterday": ["late-yesterday"],
+        "previous-7-days": ["two-days", "seven-days"],
+        "older": ["eight-days", "naive-old"],
+    }
+    # In Los Angeles it is just past midnight: what was "today" in UTC at 00:10 is yesterday's afternoon there.
+    assert groups("America/Los_Angeles") == {
+        "today": ["future", "now"],
+        "yesterday": ["utc-midnight", "late-yesterday"],
+        "previous-7-days": ["two-days", "seven-days"],
+        "older": ["eight-days", "naive-old"],
+    }
+    # Without a zone: the reader's (the browser's once it has said), else UTC; an unknown name is UTC.
+    with use_timezone("America/Los_Angeles"):
+        assert day_group(datetime(2025, 6, 12, 0, 10, tzinfo=UTC), now=now) == "yesterday"
+    with use_timezone(None):
+        assert day_group(datetime(2025, 6, 12, 0, 10, tzinfo=UTC), now=now) == "today"
+    assert day_group(datetime(2025, 6, 12, 0, 10, tzinfo=UTC), now=now, zone="Not/AZone") == "today"
+    assert group_by_day([], now=now) == []

@@ -12,8 +12,9 @@ latest" button); a new chat shows a welcome with the agents and example prompts;
 the left drawer renames, deletes (with undo) and searches chats; the browser tab
 is titled after the chat; Esc stops a reply, or closes the side panel. The user's
 text is shown as written: plain text with its line breaks, and only fenced code
-blocks (```) rendered as code. Its pieces are in `ui/chat_parts.py` (welcome,
-tool call cards, the user's text) and `ui/session_drawer.py` (the chat list).
+blocks (```) rendered as code. Its pieces are in `ui/chat_messages.py` (the
+messages, saved and streaming), `ui/chat_parts.py` (welcome, tool call cards, the
+user's text) and `ui/session_drawer.py` (the chat list).
 """
 
 from __future__ import annotations
@@ -26,21 +27,18 @@ from nicegui import Client, background_tasks, ui
 from nicegui.events import ValueChangeEventArguments
 
 from core.chat.engine import ChatError, SessionChange
-from core.delegation import TaskView
 from core.i18n import N_, _
-from core.streaming import events as ev
 from core.streaming.backend import HubSubscription
-from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
-from models import AgentMessage
+from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
-from ui.chat_parts import ToolCallCard, parse_json, user_text, welcome
+from ui.chat_messages import ChatMessages, MessageActions
+from ui.chat_parts import welcome
 from ui.chat_services import ChatServices
 from ui.frame import page_frame, testid
 from ui.language import on_rebuild, page, set_rebuild
 from ui.session_drawer import SessionDrawer
-from ui.streaming import StreamingMarkdown
 
 FLUSH_INTERVAL_S = 0.08  # coalesces streamed chunks into at most ~12 renders per second
 NEW_CHAT_TITLE = N_("New chat")
@@ -62,9 +60,9 @@ def register_chat_pages(services: ChatServices) -> None:
 class ChatPage:
     """One browser tab's chat screen and its live subscription.
 
-    Over 300 lines on purpose: one page's life cycle (layout, sending, following the turn's stream
-    and applying its events), whose handlers all read and change the same elements; what has no
-    share in that state is elsewhere (`ui.chat_parts`, `ui.session_drawer`, `ui.agent_invoke_panel`).
+    Its layout, sending, and following the turn's stream; the messages and how each event of the
+    stream is shown are `ui.chat_messages.ChatMessages`, the other pieces `ui.chat_parts`,
+    `ui.session_drawer` and `ui.agent_invoke_panel`.
     """
 
     def __init__(
@@ -76,14 +74,8 @@ class ChatPage:
         self.agent_slug = agent_slug
         self._user_id = current_user_id(services.auth)
         self._follow_task: asyncio.Task[None] | None = None
-        self._views: dict[str, StreamingMarkdown] = {}
-        self._tool_cards: dict[str, ToolCallCard] = {}
-        self._cards_by_task: dict[str, ToolCallCard] = {}
-        self._bubble: ui.element | None = None
-        self._typing: ui.element | None = None
         self._running = False
         self.agent_names: dict[str, str] = {}
-        self._has_messages = False
         self._unwatch: Callable[[], None] | None = None
         client.on_delete(self._stop_following)
         client.on_delete(self._stop_watching)
@@ -128,15 +120,22 @@ class ChatPage:
         await self.sessions.render()
         self.panel = AgentInvokePanel(self.services.delegation, self.services.hub, self.client, self.user_id, self.stop)
         on_rebuild(self.client, self.panel.stop_following)
-        self.panel.state_listeners.append(self._on_task_state)
 
         with ui.column().classes("w-full max-w-3xl mx-auto pb-4 chat-column") as column:
-            self.messages = testid(column, "chat-messages").props("role=log aria-label='" + _("Messages") + "'")
-            self.welcome = welcome(agents, self._try_example)
+            self.messages = ChatMessages(
+                column,
+                welcome(agents, self._try_example),
+                self.panel,
+                self.agent_names,
+                self._agent_name,
+                MessageActions(
+                    self.regenerate, self.resend, lambda: self._running, self.services.settings.max_message_chars
+                ),
+            )
             if view is not None:
                 for message in view.messages:
-                    self._render_saved(message)
-            self.welcome.set_visibility(not self._has_messages)
+                    self.messages.render_saved(message)
+            self.messages.welcome.set_visibility(not self.messages.has_messages)
 
         with ui.page_sticky(position="bottom", y_offset=12):
             testid(
@@ -185,7 +184,7 @@ class ChatPage:
         ui.timer(FLUSH_INTERVAL_S, self._flush)
         if view is not None and self.session_id is not None:
             tasks = await self.services.delegation.tasks_of_session(self.user_id, self.session_id)
-            self._show_task_states(tasks)
+            self.messages.show_task_states(tasks)
             await self.panel.restore(tasks)
         if view is not None and view.live_turn:
             self._follow(after=None)
@@ -196,84 +195,8 @@ class ChatPage:
         self.input.value = prompt
         await self.send()
 
-    # -- messages --------------------------------------------------------------------
-
-    def _render_saved(self, message: AgentMessage) -> None:
-        self._has_messages = True
-        if hasattr(self, "welcome"):
-            self.welcome.set_visibility(False)
-        with self.messages:
-            if message.role == "user":
-                with ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message"):
-                    user_text(message.content)
-                return
-            if message.role == "system" and message.inject_mode:
-                self._render_note(message)
-                return
-            if message.role != "assistant":
-                return
-            with ui.chat_message(name=self._agent_name()).classes("w-full").props("data-testid=assistant-message"):
-                if message.content:
-                    ui.markdown(message.content).classes("w-full")
-                results = {r.get("toolCallId"): r for r in message.tool_results or []}
-                for call in message.tool_calls or []:
-                    card = ToolCallCard(
-                        call["name"], parse_json(call.get("arguments")), self.agent_names, self.panel.show_task
-                    )
-                    self._tool_cards[call["id"]] = card
-                    result = results.get(call["id"])
-                    if result is not None:
-                        metadata = result.get("metadata") or {}
-                        card.finish(result.get("output"), metadata, bool(result.get("isError")))
-                        if isinstance(metadata.get("taskId"), str):
-                            self._link_card(card, metadata["taskId"])
-                if message.status == "canceled":
-                    ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
-                elif message.status == "interrupted":
-                    ui.label(_("Interrupted by a server restart.")).classes("text-grey-7 text-caption").props(
-                        "data-testid=turn-interrupted"
-                    ).mark("turn-interrupted")
-                elif message.status == "error" and message.error:
-                    ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
-
-    def _render_note(self, message: AgentMessage) -> None:
-        """A background task's inject: a quiet line in the chat; a click opens the task in the side panel."""
-        icon = "check_circle" if message.inject_mode == "auto" else "more_horiz"
-        with (
-            ui.row()
-            .classes("w-full items-start gap-2 no-wrap text-grey-7 text-caption q-px-md")
-            .props(f"data-testid=inject-note data-mode={message.inject_mode}") as note
-        ):
-            ui.icon(icon, size="xs")
-            ui.label(message.content).classes("whitespace-pre-wrap").props("data-testid=inject-note-text")
-        note.mark("inject-note")
-        if message.a2a_task_id:
-            task_id = message.a2a_task_id
-            note.classes("cursor-pointer").on("click", lambda: self.panel.show_task(task_id))
-
     def _agent_name(self) -> str:
         return self.agent_names.get(self.agent_slug or "", self.agent_slug or _("Agent"))
-
-    def _link_card(self, card: ToolCallCard, task_id: str) -> None:
-        card.link_task(task_id)
-        self._cards_by_task[task_id] = card
-        state = self.panel.state_of(task_id)
-        if state is not None:
-            card.show_state(state, reason=self.panel.reason_of(task_id))
-
-    def _show_task_states(self, tasks: list[TaskView]) -> None:
-        """After a load: each delegation card says its task's saved state (found by its tool call)."""
-        for task in tasks:
-            card = self._cards_by_task.get(task.id) or self._tool_cards.get(task.tool_call_id or "")
-            if card is not None:
-                if card.task_id is None:
-                    self._link_card(card, task.id)
-                card.show_state(task.state, task.duration_ms)
-
-    def _on_task_state(self, task_id: str, state: str) -> None:
-        card = self._cards_by_task.get(task_id)
-        if card is not None:
-            card.show_state(state, reason=self.panel.reason_of(task_id))
 
     # -- sending and following ---------------------------------------------------------
 
@@ -299,6 +222,28 @@ class ChatPage:
         self.input.value = ""
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
             await self.sessions.render()
+
+    async def regenerate(self) -> None:
+        """Answer the last message again (the watcher shows the chat rewound, then follows the new answer)."""
+        if self.session_id is None:
+            return
+        try:
+            await self.services.chat.regenerate(session_id=self.session_id, user_id=self.user_id)
+        except ChatError as exc:
+            ui.notify(exc.message, color="negative")
+
+    async def resend(self, message_id: int, text: str) -> bool:
+        """Give the user's last message a new text and answer it anew; False (and why) when refused."""
+        if self.session_id is None:
+            return False
+        try:
+            await self.services.chat.resend(
+                session_id=self.session_id, user_id=self.user_id, message_id=message_id, text=text
+            )
+        except ChatError as exc:
+            ui.notify(exc.message, color="negative")
+            return False
+        return True
 
     async def stop(self) -> None:
         """Stop the running answer (it keeps what it said)."""
@@ -337,8 +282,20 @@ class ChatPage:
         background_tasks.create(self._show_change(change), name=f"change {change.session_id}", context=self.client)
 
     async def _show_change(self, change: SessionChange) -> None:
+        if change.rewound and self.session_id is not None:  # regenerate, or edit and send again: show it anew
+            self._stop_following()
+            try:
+                view = await self.services.workspace.open(self.user_id, self.session_id)
+            except ChatError:
+                return
+            self.messages.clear()
+            for message in view.messages:
+                self.messages.render_saved(message)
+            self.messages.show_task_states(
+                await self.services.delegation.tasks_of_session(self.user_id, self.session_id)
+            )
         for message in change.messages:
-            self._render_saved(message)
+            self.messages.render_saved(message)
         if change.turn is not None:
             self._follow(after=change.turn.after_event_id)
 
@@ -352,106 +309,33 @@ class ChatPage:
             async for event in subscription:
                 if self.client.is_deleted:
                     break
-                await self._apply(event)
+                await self.messages.apply(event)
         except SubscriberOverflowError:
             # Fell behind (a very fast stream and a slow browser): the saved answer has it all.
-            with self.messages:
+            with self.messages.column:
                 ui.notify(_("The page fell behind the stream; reload to see the full answer."), color="warning")
         finally:
             subscription.close()
             # A follower that was replaced (or whose page is gone) leaves the page alone.
             if self._follow_task is asyncio.current_task() and not self.client.is_deleted:
-                for view in self._views.values():
-                    view.finalize()
-                self._views = {}
+                self.messages.finalize()
                 self._set_generating(False)
                 with contextlib.suppress(Exception):
                     await self.sessions.render()
 
     def _flush(self) -> None:
-        for view in self._views.values():
-            view.flush()
-        self.panel.flush()
-
-    async def _apply(self, event: StreamEvent) -> None:
-        try:
-            typed = ev.from_stream(event.type, event.data)
-        except ev.EventFormatError:
-            return  # a kind this page does not show (or a malformed event): the saved answer has the turn
-        if isinstance(typed, ev.Start):
-            self._views, self._tool_cards = {}, dict(self._tool_cards)
-            with self.messages:
-                self._bubble = (
-                    ui.chat_message(name=self._agent_name())
-                    .classes("w-full")
-                    .props("data-testid=assistant-message aria-live=polite aria-busy=true")
-                )
-            with self._bubble:
-                self._typing = testid(
-                    ui.spinner("dots", size="md")
-                    .classes("typing-indicator")
-                    .props("aria-label='" + _("The agent is writing") + "'"),
-                    "typing-indicator",
-                )
-            return
-        if self._bubble is None:
-            return  # joined mid-way without the start (should not happen: replay begins at the turn's start)
-        if isinstance(typed, ev.TextDelta | ev.ToolInput | ev.Error | ev.Finish):
-            self._hide_typing()
-        match typed:
-            case ev.TextDelta(id=text_id, delta=delta):
-                view = self._views.get(text_id)
-                if view is None:
-                    with self._bubble:
-                        view = StreamingMarkdown()
-                        view.container.props("data-testid=assistant-text")
-                    self._views[text_id] = view
-                view.append(delta)
-            case ev.ToolInput():
-                self._flush()
-                self.panel.note_tool_input(typed.tool_call_id, typed.input)
-                with self._bubble:
-                    self._tool_cards[typed.tool_call_id] = ToolCallCard(
-                        typed.tool_name, typed.input, self.agent_names, self.panel.show_task
-                    )
-            case ev.TaskStarted():
-                card = self._tool_cards.get(typed.tool_call_id)
-                if card is not None:
-                    card.set_callee(typed.callee_agent_name)
-                    self._link_card(card, typed.task_id)
-                await self.panel.task_started(typed)
-            case ev.ToolOutput():
-                card = self._tool_cards.get(typed.tool_call_id)
-                if card is not None:
-                    card.finish(typed.output, typed.metadata, typed.is_error)
-                    if card.task_id is not None and (state := self.panel.state_of(card.task_id)):
-                        card.show_state(state, reason=self.panel.reason_of(card.task_id))
-            case ev.Error(error_text=text):
-                self._flush()
-                text = text or _("Something went wrong.")
-                with self._bubble:
-                    ui.label(text).classes("text-negative text-caption").props("data-testid=turn-error role=alert")
-                    ui.notify(text, color="negative")
-            case ev.Finish(finish_reason=reason):
-                self._flush()
-                self._bubble.props("aria-busy=false")
-                if reason == "canceled":
-                    with self._bubble:
-                        ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
-
-    def _hide_typing(self) -> None:
-        if self._typing is not None:
-            self._typing.delete()
-            self._typing = None
+        self.messages.flush()
 
     def _set_generating(self, running: bool) -> None:
         self._running = running
         self.generating.set_visibility(running)
+        # While a turn runs, the edit button of the last message is hidden (assets/app.css, `.turn-action`).
+        self.messages.column.classes(**{"add" if running else "remove": "turn-running"})
         self.stop_btn.set_visibility(running)
         self.panel.show_running(running)
         self.send_btn.set_enabled(not running)
         if not running:
-            self._hide_typing()
+            self.messages.hide_typing()
 
     async def _on_escape(self) -> None:
         """Esc stops a running reply; with nothing running it closes the side panel."""

@@ -1,4 +1,4 @@
-"""Pieces of the chat page: the welcome of a new chat, a tool call's card, the user's text as written."""
+"""Pieces of the chat page: a new chat's welcome, a tool call's card, the user's text, the editor of a message."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from core.delegation import is_terminal, short_task_text, state_label, state_wor
 from core.i18n import N_, _, format_number
 from models import Agent
 from ui.agent_invoke_panel import STATUS_COLORS
+from ui.frame import testid
 from ui.streaming import ChatMarkdown
 
 # Shown on a new chat's welcome; each runs with the offline demo model (core/chat/demo_model.py).
@@ -200,6 +201,38 @@ def user_text(text: str) -> None:
                 ChatMarkdown(part).classes("w-full")
             elif part.strip("\n"):
                 ui.label(part.strip("\n")).classes("user-text")
+
+
+async def edit_message_dialog(text: str, max_chars: int, save: Callable[[str], Awaitable[bool]]) -> None:
+    """Edit the user's last message and send it again: `save` gets the new text (True: sent, close)."""
+    with (
+        ui.dialog() as dialog,
+        ui.card().classes("w-full max-w-xl").props("data-testid=user-edit-dialog"),
+    ):
+        ui.label(_("Edit your message")).classes("text-h6")
+        ui.label(_("The answers after it are replaced by a new one.")).classes("text-grey-8 text-body2")
+        area = testid(
+            ui.textarea(value=text).props(
+                f"autogrow outlined autofocus maxlength={max_chars} aria-label='" + quote_attr(_("Message")) + "'"
+            ),
+            "user-edit-input",
+        ).classes("w-full")
+
+        async def send() -> None:
+            if await save(area.value or ""):
+                dialog.close()
+
+        with ui.row().classes("w-full justify-end"):
+            ui.button(_("Cancel"), on_click=dialog.close).props("flat data-testid=user-edit-cancel")
+            testid(ui.button(_("Send"), on_click=send), "user-edit-save")
+    dialog.open()
+    await dialog
+    dialog.delete()
+
+
+def quote_attr(text: str) -> str:
+    """A text that goes inside a quoted attribute of `props` (an aria-label)."""
+    return text.replace("'", "’").replace('"', "”")
 
 
 def _seconds(duration_ms: float) -> str:

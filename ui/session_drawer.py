@@ -1,5 +1,7 @@
 """The chat page's part of the left drawer: New chat, search, and the list of chats with rename and delete.
 
+The list is grouped under Today, Yesterday, Previous 7 days and Older (`core/chat/day_groups.py`).
+
 Rename and delete ask in a dialog and call the workspace (`core/chat/workspace.py`), which owns the
 rules (blank titles refused, a running answer stopped before its chat is deleted). The ⋮ menu of an
 item is made when it is opened, since the list is re-rendered after every answer.
@@ -12,6 +14,7 @@ from typing import Any, Protocol
 
 from nicegui import ui
 
+from core.chat.day_groups import GROUP_TITLES, group_by_day
 from core.chat.engine import ChatError
 from core.chat.workspace import Workspace
 from core.i18n import _, format_datetime
@@ -54,7 +57,11 @@ class SessionDrawer:
         self.session_list = testid(ui.list().props("dense separator"), "session-list").classes("w-full mt-2")
 
     async def render(self) -> None:
-        """List the user's chats (those matching the search), newest first; title the tab after the current one."""
+        """List the user's chats (those matching the search) under their day's heading; title the tab.
+
+        Newest first, under Today, Yesterday, Previous 7 days and Older (`core.chat.day_groups`): the
+        reader's local day, in the browser's time zone once it has said, else UTC.
+        """
         sessions = await self.services.workspace.sessions(self.user_id, self.search_text) if self.user_id else []
         self.session_list.clear()
         with self.session_list:
@@ -62,10 +69,14 @@ class SessionDrawer:
                 ui.item_label(_("No chats match.") if self.search_text else _("No chats yet")).props("caption").classes(
                     "q-pa-md"
                 ).props("data-testid=session-list-empty")
-            for row in sessions:
-                self._session_item(row)
-                if row.id == self.current():
-                    ui.page_title(row.title)
+            for group, rows in group_by_day(sessions):
+                ui.item_label(_(GROUP_TITLES[group])).props(
+                    f"header data-testid=session-group data-group={group}"
+                ).classes("text-weight-medium q-pt-sm q-pb-xs")
+                for row in rows:
+                    self._session_item(row)
+                    if row.id == self.current():
+                        ui.page_title(row.title)
 
     async def _on_search(self, event: Any) -> None:
         self.search_text = (event.value or "").strip()

@@ -17,6 +17,10 @@ step (a check and a set with no await between them) before it writes anything,
 so a refused send saves nothing. The claim is released when the turn ends, or
 when starting it fails. The claims are `core.chat.turns.TurnClaims`'.
 
+A user's turn starts the same way whether it answers a new message (`start_turn`), answers the
+last one again (`regenerate`) or an edited last message (`resend`): only what it saves under the
+claim differs (`core.chat.rewind`), so the last two are refused while a turn runs, like a send.
+
 A crash must not lose the answer: the turn's start saves a draft assistant row
 (status `streaming`, see `core.chat.sessions`), `DraftSaver` (`core.chat.drafts`) writes the text so far
 into it about once a second while the model streams, and the turn's end replaces
@@ -38,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.chat import agents as agents_store
+from core.chat import rewind
 from core.chat import sessions as sessions_store
 from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
 from core.chat.errors import (
@@ -45,6 +50,9 @@ from core.chat.errors import (
     AgentNotFoundError,
     ChatError,
     InvalidMessageError,
+    MessageNotFoundError,
+    NothingToAnswerAgainError,
+    NotLastMessageError,
     SessionNotFoundError,
     TooManyRunningTurnsError,
     TurnInProgressError,
@@ -71,6 +79,9 @@ __all__ = [
     "ChatEngine",
     "ChatError",
     "InvalidMessageError",
+    "MessageNotFoundError",
+    "NotLastMessageError",
+    "NothingToAnswerAgainError",
     "SessionChange",
     "SessionNotFoundError",
     "TooManyRunningTurnsError",
@@ -162,7 +173,27 @@ class ChatEngine:
             TurnInProgressError: the session is already answering.
             TooManyRunningTurnsError: the user has `max_running_turns_per_user` turns running.
         """
-        text = self.validate_text(text)
+        return await self._start_users_turn(session_id, user_id, rewind.new_message(self.validate_text(text)))
+
+    async def regenerate(self, *, session_id: str, user_id: int) -> TurnStarted:
+        """Answer the user's last message again: its last answer is removed (`core.chat.rewind.answer_again`).
+
+        Raises what `start_turn` raises (but for the text's checks), and NothingToAnswerAgainError when the
+        chat holds no message of the user.
+        """
+        return await self._start_users_turn(session_id, user_id, rewind.answer_again())
+
+    async def resend(self, *, session_id: str, user_id: int, message_id: int, text: str) -> TurnStarted:
+        """Edit the user's last message and answer it anew; what followed it is removed (`rewind.edit_last_message`).
+
+        Raises what `start_turn` raises, MessageNotFoundError when the chat holds no such message of the
+        user, and NotLastMessageError when it is not their last.
+        """
+        prepare = rewind.edit_last_message(message_id, self.validate_text(text))
+        return await self._start_users_turn(session_id, user_id, prepare)
+
+    async def _start_users_turn(self, session_id: str, user_id: int, prepare: rewind.PrepareTurn) -> TurnStarted:
+        """Claim the user's chat's turn, save what `prepare` saves with its draft, and run the turn."""
         claim: TurnClaim | None = None
         limit = self.max_running_turns_per_user
         try:
@@ -196,12 +227,8 @@ class ChatEngine:
                 assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(s, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(s, agent.id)
-                user_row, draft = await sessions_store.add_messages(
-                    s,
-                    session_id=session_id,
-                    messages=[{"role": "user", "content": text, "source": "user"}, draft_fields(agent)],
-                )
-            return await self._launch(claim, session_id, user_id, agent, tool_rows, [*history, user_row], draft.id)
+                turn = await prepare(s, session_id, agent, history)  # saved and committed
+            return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)
         finally:
             if claim is not None:
                 await self._turns.release_unlaunched(session_id, claim)
@@ -230,7 +257,8 @@ class ChatEngine:
                 if not history:
                     raise SessionNotFoundError(_("The chat has nothing to announce."))
                 [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
-            return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, history, draft.id)
+            turn = rewind.PreparedTurn(history, history[-1], draft)
+            return await self._launch(claim, session_id, chat.user_id, agent, tool_rows, turn)
         finally:
             await self._turns.release_unlaunched(session_id, claim)
 
@@ -241,19 +269,20 @@ class ChatEngine:
         user_id: int,
         agent: Agent,
         tool_rows: list[tuple[str, dict[str, Any]]],
-        history: list[AgentMessage],
-        draft_id: int | None,
+        turn: rewind.PreparedTurn,
     ) -> TurnStarted:
-        """Open the session's turn buffer and run the agent on `history` (its last row is what it answers)."""
-        anchor = history[-1]
+        """Open the session's turn buffer and run the agent on the turn's history, answering its anchor."""
+        anchor, draft_id = turn.anchor, turn.draft.id
         # Rows read from or written to the database have their ids.
         assert draft_id is not None and anchor.id is not None
-        meta = {
+        meta: dict[str, Any] = {
             "userSortOrder": anchor.sort_order,
             "userMessageId": anchor.id,
             "agentSlug": agent.slug,
             "draftId": draft_id,
         }
+        if turn.rewound:
+            meta["rewound"] = True
         try:
             if claim.shared:  # opened by the claim
                 await self.hub.update_meta(session_id, **meta)
@@ -272,12 +301,13 @@ class ChatEngine:
         # started it, a page or a request, for the texts it writes (notes of its background tasks too).
         set_language(current_language())
         task = claim.task = self._tasks.spawn(
-            self._run_session_turn(session_id, agent, build_model_messages(agent, history), tools, ctx, draft_id),
+            self._run_session_turn(session_id, agent, build_model_messages(agent, turn.history), tools, ctx, draft_id),
             name=f"turn {session_id}",
         )
         task.add_done_callback(lambda _: self._turns.release(session_id, claim))
         started = TurnStarted(session_id, anchor.id, session_id, info.last_id)
-        self._notify(SessionChange(session_id, messages=[anchor] if anchor.role == "user" else [], turn=started))
+        shown = [anchor] if anchor.role == "user" and not turn.rewound else []
+        self._notify(SessionChange(session_id, messages=shown, turn=started, rewound=turn.rewound))
         return started
 
     async def save_notes(self, session_id: str, notes: list[dict[str, Any]]) -> list[AgentMessage]:
@@ -353,13 +383,14 @@ class ChatEngine:
             return
         self._announced[info.key] = info.first_id
         rows: list[AgentMessage] = []
-        if isinstance(message_id, int):
+        rewound = info.meta.get("rewound") is True
+        if isinstance(message_id, int) and not rewound:
             async with self.db.session() as s:
                 row = await s.get(AgentMessage, message_id)
             if row is not None and row.role == "user":
                 rows = [row]
         started = TurnStarted(info.key, message_id if isinstance(message_id, int) else 0, info.key, info.first_id - 1)
-        self._notify(SessionChange(info.key, messages=rows, turn=started))
+        self._notify(SessionChange(info.key, messages=rows, turn=started, rewound=rewound))
 
     async def _cancel_here(self, key: str) -> bool:
         """A cluster's stop for `key`: cancel the turn when it runs in this process (the caller waits elsewhere)."""

@@ -13,6 +13,9 @@ __all__ = [
     "AgentNotFoundError",
     "ChatError",
     "InvalidMessageError",
+    "MessageNotFoundError",
+    "NotLastMessageError",
+    "NothingToAnswerAgainError",
     "SessionNotFoundError",
     "TooManyRunningTurnsError",
     "TurnInProgressError",
@@ -55,6 +58,27 @@ class InvalidMessageError(ChatError):
 
     code = "invalid_message"
     status_code = 422
+
+
+class MessageNotFoundError(ChatError):
+    """No such message in the chat (edit and send again)."""
+
+    code = "message_not_found"
+    status_code = 404
+
+
+class NotLastMessageError(ChatError):
+    """Only the last message of the user may be edited and sent again: answers and messages follow this one."""
+
+    code = "not_last_message"
+    status_code = 409
+
+
+class NothingToAnswerAgainError(ChatError):
+    """A chat without a message of the user has no answer to write again."""
+
+    code = "nothing_to_answer_again"
+    status_code = 409
 
 
 class TurnInProgressError(ChatError):

@@ -7,9 +7,9 @@ so ids cannot be probed. Who the caller is: `core.auth.deps`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -18,7 +18,7 @@ from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep, user_i
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.deps import ChatDep
-from core.chat.engine import ChatEngine, ChatError
+from core.chat.engine import ChatEngine, ChatError, TurnStarted
 from core.i18n import _
 from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
@@ -80,6 +80,9 @@ class MessageOut(BaseModel):
         description="'delay' or 'auto' on a system message from a background task",
     )
     created_at: datetime = Field(serialization_alias="createdAt")
+
+
+MessageId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The message's id (from GET .../messages)")]
 
 
 class TurnOut(BaseModel):
@@ -170,12 +173,44 @@ def chat_router() -> APIRouter:
             turn = await chat.start_turn(session_id=session_id, user_id=user_id_of(user), text=body.content)
         except ChatError as exc:
             raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
-        return TurnOut(
-            session_id=turn.session_id,
-            user_message_id=turn.user_message_id,
-            stream_url=f"/api/sessions/{session_id}/stream?lastEventId={turn.after_event_id}",
-            after_event_id=turn.after_event_id,
-        )
+        return _turn_out(turn)
+
+    @router.post(
+        "/sessions/{session_id}/regenerate", status_code=202, response_model=TurnOut, response_model_by_alias=True
+    )
+    async def regenerate(session_id: str, user: CurrentUser, chat: ChatDep) -> TurnOut:
+        """Answer the last message again; the new answer streams from `streamUrl`.
+
+        The last answer (all its steps and tool calls) is removed; delegated tasks' records stay.
+        409 while the chat answers, or when it holds no message of the caller.
+        """
+        try:
+            turn = await chat.regenerate(session_id=session_id, user_id=user_id_of(user))
+        except ChatError as exc:
+            raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
+        return _turn_out(turn)
+
+    @router.post(
+        "/sessions/{session_id}/messages/{message_id}/resend",
+        status_code=202,
+        response_model=TurnOut,
+        response_model_by_alias=True,
+    )
+    async def resend(
+        session_id: str, message_id: MessageId, body: MessageCreate, user: CurrentUser, chat: ChatDep
+    ) -> TurnOut:
+        """Edit the last message and send it again; the new answer streams from `streamUrl`.
+
+        The message gets `content` (checked as a new message is) and what followed it is removed. Only the
+        caller's last message (409 for an earlier one, 404 for none); 409 while the chat answers.
+        """
+        try:
+            turn = await chat.resend(
+                session_id=session_id, user_id=user_id_of(user), message_id=message_id, text=body.content
+            )
+        except ChatError as exc:
+            raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
+        return _turn_out(turn)
 
     @router.post("/sessions/{session_id}/stop")
     async def stop_turn(session_id: str, user: CurrentUser, db: DatabaseDep, chat: ChatDep) -> dict[str, bool]:
@@ -194,6 +229,15 @@ def chat_router() -> APIRouter:
         return hub_sse_response(hub, session_id, last_event_id(request))
 
     return router
+
+
+def _turn_out(turn: TurnStarted) -> TurnOut:
+    return TurnOut(
+        session_id=turn.session_id,
+        user_message_id=turn.user_message_id,
+        stream_url=f"/api/sessions/{turn.session_id}/stream?lastEventId={turn.after_event_id}",
+        after_event_id=turn.after_event_id,
+    )
 
 
 async def _owned_session(s: AsyncSession, session_id: str, user: User) -> AgentSession:

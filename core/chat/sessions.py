@@ -272,6 +272,24 @@ def _title_untitled(chat: AgentSession, first_user: dict[str, Any] | None) -> No
         chat.title = make_title(first_user["content"])
 
 
+async def remove_messages_after(
+    session: AsyncSession, *, session_id: str, sort_order: int, role: str | None = None
+) -> int:
+    """Delete a session's messages after `sort_order` (only those of `role` when given), in `session`'s transaction.
+
+    Used when a chat is rewound to its last user message (`core.chat.rewind`); the caller commits.
+    Returns how many rows went.
+    """
+    await _lock_session(session, session_id)
+    query = delete(AgentMessage).where(
+        col(AgentMessage.session_id) == session_id, col(AgentMessage.sort_order) > sort_order
+    )
+    if role is not None:
+        query = query.where(col(AgentMessage.role) == role)
+    result = await session.exec(query.execution_options(synchronize_session=False))
+    return result.rowcount or 0
+
+
 async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     """Write running turns' text so far into their drafts (message id -> text), in one transaction.
 

@@ -52,11 +52,14 @@ class SessionChange:
         session_id: the session.
         messages: rows saved outside a page's own turn (a turn's user message, background task notes).
         turn: the turn that started, if one did (follow its events from `turn.after_event_id`).
+        rewound: the chat was rewound to its last user message (regenerate, edit and send again): show it
+            again from its saved messages before following the turn.
     """
 
     session_id: str
     messages: list[AgentMessage] = field(default_factory=list)
     turn: TurnStarted | None = None
+    rewound: bool = False
 
 
 @dataclass(slots=True, eq=False)
