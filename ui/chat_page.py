@@ -63,6 +63,9 @@ class ChatPage:
     Its layout, sending, and following the turn's stream; the messages and how each event of the
     stream is shown are `ui.chat_messages.ChatMessages`, the other pieces `ui.chat_parts`,
     `ui.session_drawer` and `ui.agent_invoke_panel`.
+
+    Over 300 lines on purpose: one page's life cycle (layout, sending, editing and sending again,
+    following the turn's stream and its end) over the same elements and the same subscription.
     """
 
     def __init__(
