@@ -1,0 +1,55 @@
+"""Issue 40, the rest: the panel's code bar after the language switch, and item 9's small texts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from e2e.helpers import open_chat, send, wait_for_turn_end
+
+pytestmark = pytest.mark.e2e
+
+DESKTOP = {"width": 1280, "height": 800}
+FIRST_TURN_MS = 30_000  # a fresh server's first turn imports LiteLLM (3-5 s, more on a busy machine)
+
+
+@pytest.fixture
+def desktop(browser: Browser, base_url: str) -> Iterator[Page]:
+    """A page at 1280x800."""
+    context = browser.new_context(viewport=DESKTOP, base_url=base_url)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def _switch_language(page: Page, option: str) -> None:
+    page.get_by_test_id("language-switch").click()
+    page.get_by_role("option", name=option).click()
+
+
+def test_the_panels_code_blocks_keep_their_copy_bar_after_the_language_switch(desktop: Page) -> None:
+    """Item 6: after the switch, the panel's code blocks had no Copy bar until a reload.
+
+    The page built again by the switch brings the panel back with its tasks' code already in it,
+    and app.js only decorated what a mutation announced afterwards.
+    """
+    page = desktop
+    open_chat(page, "/?agent=general-assistant")
+    send(page, "@coding-assistant write a function that greets")
+    panel = page.get_by_test_id("agent-invoke-panel")
+    expect(panel).to_be_visible(timeout=FIRST_TURN_MS)
+    wait_for_turn_end(page)
+    expect(panel.get_by_test_id("code-copy-btn").first).to_have_attribute("aria-label", "Copy code")
+
+    _switch_language(page, "简体中文")
+    expect(page.get_by_test_id("nav-chat")).to_have_text("对话")
+    expect(panel).to_be_visible()
+    expect(panel.locator("pre").first).to_be_visible()
+    expect(panel.get_by_test_id("code-block").first).to_be_visible()
+    expect(panel.get_by_test_id("code-copy-btn").first).to_have_attribute("aria-label", "复制代码")
+    assert panel.locator("pre").count() == panel.get_by_test_id("code-block").count()
