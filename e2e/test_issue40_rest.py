@@ -53,3 +53,19 @@ def test_the_panels_code_blocks_keep_their_copy_bar_after_the_language_switch(de
     expect(panel.get_by_test_id("code-block").first).to_be_visible()
     expect(panel.get_by_test_id("code-copy-btn").first).to_have_attribute("aria-label", "复制代码")
     assert panel.locator("pre").count() == panel.get_by_test_id("code-block").count()
+
+
+def test_try_it_shows_the_reply_as_markdown_like_the_chat(desktop: Page) -> None:
+    """Item 9a: the agent editor's "Try it" showed the model's reply as raw Markdown (`**`, `>`, fences)."""
+    page = desktop
+    open_chat(page, "/agents?edit=coding-assistant")
+    page.get_by_test_id("agent-try").click()
+    out = page.get_by_test_id("agent-try-out")
+    expect(out).to_contain_text("Reply:", timeout=FIRST_TURN_MS)
+    expect(out.locator("strong")).to_have_text("offline demo model")
+    expect(out.locator("blockquote")).to_contain_text("Say hello")
+    expect(out.get_by_test_id("code-block")).to_be_visible()  # the chat's code block, with its bar
+    expect(out.get_by_test_id("code-lang")).to_have_attribute("data-lang", "python")
+    expect(out.get_by_test_id("code-copy-btn")).to_be_visible()
+    text = out.inner_text()
+    assert "**" not in text and "```" not in text, text
