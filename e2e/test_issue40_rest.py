@@ -69,3 +69,29 @@ def test_try_it_shows_the_reply_as_markdown_like_the_chat(desktop: Page) -> None
     expect(out.get_by_test_id("code-copy-btn")).to_be_visible()
     text = out.inner_text()
     assert "**" not in text and "```" not in text, text
+
+
+# Every text the last answer shows while it streams, recorded by the page at each change.
+_RECORD_ANSWER = """() => {
+    window.__shown = [];
+    const messages = document.querySelector('[data-testid=chat-messages]');
+    new MutationObserver(() => {
+        const answers = messages.querySelectorAll('[data-testid=assistant-message]');
+        if (answers.length) window.__shown.push(answers[answers.length - 1].innerText);
+    }).observe(messages, {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def test_half_streamed_bold_never_shows_its_stars(desktop: Page) -> None:
+    """Item 9c: while the answer streamed, `**offline` showed its stars until the bold closed."""
+    page = desktop
+    open_chat(page, "/?agent=general-assistant")
+    page.evaluate(_RECORD_ANSWER)
+    send(page, "hello there")
+    wait_for_turn_end(page)
+    answer = page.get_by_test_id("assistant-message").last
+    expect(answer.locator("strong")).to_have_text("offline demo model")
+    shown: list[str] = page.evaluate("window.__shown")
+    streaming = [text for text in shown if "offline" in text]
+    assert len(streaming) > 3, shown  # it was seen growing
+    assert not [text for text in shown if "**" in text or "`" in text], [t for t in shown if "**" in t or "`" in t]
