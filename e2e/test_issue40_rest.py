@@ -95,3 +95,20 @@ def test_half_streamed_bold_never_shows_its_stars(desktop: Page) -> None:
     streaming = [text for text in shown if "offline" in text]
     assert len(streaming) > 3, shown  # it was seen growing
     assert not [text for text in shown if "**" in text or "`" in text], [t for t in shown if "**" in t or "`" in t]
+
+
+def test_redoc_asks_nothing_of_another_site(desktop: Page, base_url: str) -> None:
+    """Item 9e: /redoc asked Redocly's CDN for a logo (blocked by the page's policy, an error in the console)."""
+    page = desktop
+    asked: list[str] = []
+    console: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: console.append(m.text) if m.type in {"error", "warning"} else None)
+    page.goto("/redoc")
+    expect(page.locator("h1").first).to_contain_text("A2A Delegation Chat")
+    expect(page.get_by_text("/api/sessions").first).to_be_attached()
+    page.wait_for_load_state("networkidle")
+    elsewhere = [url for url in asked if not url.startswith((f"{base_url}/", "data:", "blob:"))]
+    assert elsewhere == [], elsewhere
+    assert not [text for text in console if "Content Security Policy" in text or "redoc.ly" in text], console
+    assert page.locator("img[alt='redocly logo']").count() == 0
