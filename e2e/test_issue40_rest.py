@@ -112,3 +112,54 @@ def test_redoc_asks_nothing_of_another_site(desktop: Page, base_url: str) -> Non
     assert elsewhere == [], elsewhere
     assert not [text for text in console if "Content Security Policy" in text or "redoc.ly" in text], console
     assert page.locator("img[alt='redocly logo']").count() == 0
+
+
+_DOCS_THEME = """() => ({
+    dark: document.documentElement.classList.contains('dark-mode'),
+    background: getComputedStyle(document.documentElement).backgroundColor,
+    text: getComputedStyle(document.querySelector('.swagger-ui .info .title')).color,
+})"""
+
+
+def _docs_theme(page: Page) -> dict:
+    page.goto("/docs")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("A2A Delegation Chat")
+    return page.evaluate(_DOCS_THEME)
+
+
+_NEXT_THEME = {"auto": "dark", "dark": "light", "light": "auto"}  # the toggle's cycle (ui/frame.py)
+
+
+def _pick_theme(page: Page, mode: str) -> None:
+    """Click the header's theme toggle until it says `mode` (auto, dark, light); the server keeps it."""
+    open_chat(page, "/")
+    toggle = page.get_by_test_id("dark-mode-btn")
+    now = toggle.get_attribute("data-mode") or "auto"
+    while now != mode:
+        toggle.click()
+        now = _NEXT_THEME[now]
+        expect(toggle).to_have_attribute("data-mode", now)
+
+
+@pytest.mark.parametrize("system", ["light", "dark"])
+def test_swagger_follows_the_apps_theme(browser: Browser, base_url: str, system: str) -> None:
+    """Item 9f: /docs stayed light in dark mode; it follows the system, and the header's choice over it."""
+    context = browser.new_context(viewport=DESKTOP, base_url=base_url, color_scheme=system)  # type: ignore[arg-type]
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    try:
+        theme = _docs_theme(page)  # nothing chosen yet: the system's
+        assert theme["dark"] is (system == "dark"), theme
+        assert (theme["background"] == "rgb(28, 32, 34)") is (system == "dark"), theme
+
+        other = "light" if system == "dark" else "dark"
+        _pick_theme(page, other)
+        theme = _docs_theme(page)
+        assert theme["dark"] is (other == "dark"), theme
+        assert (theme["background"] == "rgb(28, 32, 34)") is (other == "dark"), theme
+        assert (theme["text"] != "rgb(59, 65, 81)") is (other == "dark"), theme  # Swagger's light title colour
+
+        _pick_theme(page, "auto")  # back to the system's
+        assert _docs_theme(page)["dark"] is (system == "dark")
+    finally:
+        context.close()

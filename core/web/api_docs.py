@@ -8,11 +8,17 @@ from Redocly's CDN whatever its options say: `/docs/redoc.js` serves the script
 without that image (issue 40), so the page asks nothing of another site. Nothing
 here needs a login: the schema only describes the routes, and each route checks
 its caller itself.
+
+Swagger UI takes the pages' theme (issue 40: it stayed light in dark mode): the
+app's choice when it gives one (`dark_mode`), else the system's, as the pages do;
+its stylesheet has a dark theme under `html.dark-mode`.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import fastapi_offline
@@ -36,18 +42,43 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
-def add_api_docs(app: FastAPI, *, title: str, description: str = "", version: str = "") -> None:
-    """Serve the OpenAPI schema and both documentation pages on `app`, with local assets only."""
+# Before Swagger UI draws: its dark theme when the reader's is dark (`mode`: true, false, or null to
+# follow the system, then also when the system changes).
+_THEME_JS = """<script>(() => {{
+  const mode = {mode};
+  const system = matchMedia("(prefers-color-scheme: dark)");
+  const apply = () => {{
+    const dark = mode === null ? system.matches : mode;
+    document.documentElement.classList.toggle("dark-mode", dark);
+    document.documentElement.style.colorScheme = dark ? "dark" : "light";
+  }};
+  apply();
+  if (mode === null) system.addEventListener("change", apply);
+}})();</script>"""
+
+
+def add_api_docs(
+    app: FastAPI,
+    *,
+    title: str,
+    description: str = "",
+    version: str = "",
+    dark_mode: Callable[[], bool | None] | None = None,
+) -> None:
+    """Serve the OpenAPI schema and both documentation pages on `app`, with local assets only.
+
+    `dark_mode` gives the reader's theme during a request (True dark, False light, None: the system's).
+    """
     app.title = title
     app.description = description
     if version:
         app.version = version
     app.openapi_url = OPENAPI_URL  # FastAPI's `openapi()` and Swagger's "download" link read it
     app.mount(ASSETS_URL, StaticFiles(directory=ASSETS_DIR), name="api-docs-assets")
-    app.include_router(_api_docs_router(title))
+    app.include_router(_api_docs_router(title, dark_mode or (lambda: None)))
 
 
-def _api_docs_router(title: str) -> APIRouter:
+def _api_docs_router(title: str, dark_mode: Callable[[], bool | None]) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get(OPENAPI_URL)
@@ -59,15 +90,16 @@ def _api_docs_router(title: str) -> APIRouter:
     async def read_swagger_ui(request: Request) -> HTMLResponse:
         """Swagger UI."""
         root = request.scope.get("root_path", "")
-        return _same_origin_only(
-            get_swagger_ui_html(
-                openapi_url=f"{root}{OPENAPI_URL}",
-                title=f"{title} - Swagger UI",
-                swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
-                swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
-                swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
-            )
+        page = get_swagger_ui_html(
+            openapi_url=f"{root}{OPENAPI_URL}",
+            title=f"{title} - Swagger UI",
+            swagger_js_url=f"{root}{ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
         )
+        theme = _THEME_JS.format(mode=json.dumps(dark_mode()))
+        html = bytes(page.body).decode("utf-8").replace("<head>", "<head>\n" + theme, 1)
+        return _same_origin_only(HTMLResponse(html, headers={"Cache-Control": "no-store"}))
 
     @router.get(REDOC_URL)
     async def read_redoc(request: Request) -> HTMLResponse:
