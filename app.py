@@ -64,11 +64,17 @@ def build(settings: Settings) -> Services:
     from core.web.start_gate import StartGateMiddleware
     from ui import register_pages
     from ui.asgi_middlewares import use_pure_asgi_middlewares
+    from ui.frame import stored_dark_mode
 
     services = Services.build(settings)
     services.prepare()
     app.state.services = services
-    add_api_docs(app, title=TITLE, description="The chat's REST API, the A2A endpoints and the broker.")
+    add_api_docs(
+        app,
+        title=TITLE,
+        description="The chat's REST API, the A2A endpoints and the broker.",
+        dark_mode=stored_dark_mode,  # /docs in the pages' theme
+    )
     public_origin = urlsplit(settings.base_url)
     app.add_middleware(
         RequestGuardMiddleware,

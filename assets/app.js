@@ -9,6 +9,8 @@
   let following = true;
   let observed = null;
   let observer = null;
+  let observedPanel = null;
+  let panelObserver = null;
 
   const scroller = () => document.scrollingElement || document.documentElement;
   const atBottom = () => {
@@ -69,10 +71,15 @@
       decorateCode(messages);
       scrollToEnd();
     }
+    // The side panel: a new one after the language switch (the page is built again) may arrive with
+    // its tasks' code blocks already in it, which no mutation will announce (issue 40): decorate them now.
     const panel = document.querySelector("[data-testid=agent-invoke-panel]");
-    if (panel && !panel.dataset.codeObserved) {
-      panel.dataset.codeObserved = "1";
-      new MutationObserver(() => decorateCode(panel)).observe(panel, { childList: true, subtree: true });
+    if (panel && panel !== observedPanel) {
+      if (panelObserver) panelObserver.disconnect();
+      observedPanel = panel;
+      panelObserver = new MutationObserver(() => decorateCode(panel));
+      panelObserver.observe(panel, { childList: true, subtree: true });
+      decorateCode(panel);
     }
     for (const el of document.querySelectorAll(".decorate-code")) decorateCode(el);
   };

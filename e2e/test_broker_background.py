@@ -10,6 +10,7 @@ after a reload.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -114,3 +115,28 @@ def test_a_background_task_reports_back_into_the_chat(page: Page, echo_agent_id:
     page.locator("[data-testid=inject-note][data-mode=auto]").click()
     expect(page.get_by_test_id("agent-invoke-panel")).to_be_visible()
     expect(page.locator(f'[data-testid=agent-invoke-tab][data-task-id="{task_id}"]')).to_have_count(1)
+
+
+def test_the_background_card_runs_until_its_task_ends(page: Page, echo_agent_id: str) -> None:
+    """Issue 40, item 9d: the card said "completed 0.0 s" (the dispatch's own time) while the agent worked."""
+    request = " ".join(unique("twenty words").split() + [f"w{i}" for i in range(18)])  # ≈ 3 s at 0.15 s a word
+    open_chat(page, "/?agent=general-assistant")
+    send(page, f"/background @{echo_agent_id} {request}")
+    card = page.get_by_test_id("tool-call")
+    expect(card).to_contain_text(f"Sent to {AGENT_NAME} in the background", timeout=TURN_TIMEOUT_MS)
+    tab = page.get_by_test_id("agent-invoke-tab")
+    expect(tab).to_have_attribute("data-state", "working", timeout=TURN_TIMEOUT_MS)
+    expect(card).to_have_attribute("data-state", "working")
+    expect(card.get_by_test_id("tool-call-status")).to_have_text("started; the result will follow")
+    expect(card.get_by_test_id("tool-call-duration")).to_have_text("")  # no "0.0 s" beside a running task
+
+    expect(tab).to_have_attribute("data-state", "completed", timeout=TURN_TIMEOUT_MS)
+    expect(card).to_have_attribute("data-state", "completed")
+    expect(card.get_by_test_id("tool-call-status")).to_have_text("completed")
+    wait_for_turn_end(page)
+
+    page.reload()  # saved: the task's own time
+    page.wait_for_function("() => window.socket && window.socket.connected")
+    took = page.get_by_test_id("tool-call").first.get_by_test_id("tool-call-duration")
+    expect(took).to_have_text(re.compile(r"^\d+\.\d s$"))
+    assert float(took.inner_text().split()[0]) >= 1.0, took.inner_text()

@@ -67,7 +67,7 @@ async def test_try_it_is_not_for_a_user_who_may_not_change_the_agent(user: User)
         editor.render()
         editor.inputs["apiBase"].value = "http://127.0.0.1:9/v1"
     await editor.try_it()
-    assert editor.try_output.text == "Error: Only admins may try an agent's model."
+    assert editor.try_status.text == "Error: Only admins may try an agent's model."
 
 
 @pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)

@@ -368,6 +368,19 @@ async def test_a_callee_past_its_timeout_is_stopped_and_the_task_fails(slow_serv
     assert saved[-1].status == "error" and 0 < len(saved[-1].content.split()) < 500
 
 
+async def test_a_timeout_says_once_that_the_callee_failed(services: Services) -> None:
+    """Issue 40: "…failed: Coding Assistant failed: Coding Assistant did not finish…" said it twice."""
+    chat = await chat_with(services)
+    events = await run_turn(services, chat, "/timeout 300 @coding-assistant /hang")
+    [output] = tool_outputs(events)
+    error = output["output"]["error"]
+    assert error.startswith("Coding Assistant did not finish within 0.3 s and was stopped."), error
+    assert error.count("Coding Assistant") == 1, error
+    reply = "".join(e.data["delta"] for e in events if e.type == "text-delta")
+    assert "did not finish within 0.3 s" in reply
+    assert reply.count("failed") == 1 and reply.count("Coding Assistant") == 1, reply
+
+
 async def test_stopping_the_caller_cancels_the_delegations_down_the_chain(slow_services: Services) -> None:
     services = slow_services
     chat = await chat_with(services)

@@ -21,6 +21,7 @@ from core.i18n import N_, _
 from ui.auth import current_user_id
 from ui.frame import build_frame
 from ui.language import page
+from ui.streaming import ChatMarkdown
 
 # Suggestions for the model field: the demo model first, then common LiteLLM provider prefixes.
 MODEL_SUGGESTIONS = [
@@ -348,7 +349,13 @@ class AgentEditor:
                     ui.button(_("Chat"), icon="chat", on_click=lambda: ui.navigate.to(f"/?agent={view.id}")).props(
                         "flat data-testid=agent-chat"
                     )
-            self.try_output = ui.label("").classes("whitespace-pre-wrap text-body2").props("data-testid=agent-try-out")
+            # The reply is Markdown, shown as the chat shows it (issue 40: it showed `**` and fences raw);
+            # `decorate-code` gives its code blocks the chat's language label and Copy (assets/app.js).
+            with ui.column().classes("w-full gap-1 decorate-code").props("data-testid=agent-try-out") as out:
+                self.try_output = out
+                self.try_status = ui.label("").classes("whitespace-pre-wrap text-body2")
+                self.try_reply = ChatMarkdown("").classes("w-full")
+                self.try_reply.set_visibility(False)
             if not self.may_edit:
                 ui.label(_("Only admins change agents.")).classes("text-caption text-grey-7")
 
@@ -457,8 +464,8 @@ class AgentEditor:
         await self.on_saved(None)
 
     async def try_it(self) -> None:
-        """Send one short prompt through the form's model and show the reply or the error."""
-        self.try_output.text = _("Asking the model…")
+        """Send one short prompt through the form's model and show the reply (as Markdown) or the error."""
+        self._show_try(_("Asking the model…"))
         self.inputs["apiKey"].error = None
         try:
             result = await self.services.agent_admin.try_model(
@@ -468,9 +475,17 @@ class AgentEditor:
                 multi_user=self.services.auth.multi_user,
             )
         except AgentRuleError as exc:
-            self.try_output.text = _("Error: {text}").format(text=exc.message)
+            self._show_try(_("Error: {text}").format(text=exc.message), failed=True)
             return
         if result.field in self.inputs:
             self.inputs[result.field].error = result.text
-        self.try_output.text = (_("Reply: {text}") if result.ok else _("Error: {text}")).format(text=result.text)
-        self.try_output.classes(replace="whitespace-pre-wrap text-body2 " + ("" if result.ok else "text-negative"))
+        if result.ok:
+            self._show_try(_("Reply:"), reply=result.text)
+        else:
+            self._show_try(_("Error: {text}").format(text=result.text), failed=True)
+
+    def _show_try(self, status: str, *, reply: str | None = None, failed: bool = False) -> None:
+        self.try_status.text = status
+        self.try_status.classes(replace="whitespace-pre-wrap text-body2 " + ("text-negative" if failed else ""))
+        self.try_reply.set_content(reply or "")
+        self.try_reply.set_visibility(reply is not None)

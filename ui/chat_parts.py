@@ -148,15 +148,17 @@ class ToolCallCard:
     def finish(self, output: Any, metadata: dict[str, Any], is_error: bool) -> None:
         """Show the call's outcome (a delegation's task state, once known, takes precedence)."""
         duration = metadata.get("durationMs")
-        if isinstance(duration, int | float):
+        # A background call's own duration is the dispatch's (0.0 s): not the task's, which runs on.
+        if isinstance(duration, int | float) and not (self.background and not is_error):
             self.took.set_text(_seconds(duration))
         if is_error:
             message = output.get("error") if isinstance(output, dict) else str(output)
             self.detail.set_text(str(message))
             self.detail.set_visibility(True)
         if self._state is None:
-            if self.background and not is_error:
+            if self.background and not is_error:  # running until its task ends (show_state)
                 self.status.set_text(_("started; the result will follow"))
+                self.card.props(f"data-state={state_word('working')}")
             elif self.is_delegation and not is_error:
                 self.show_state("completed")
             elif self.is_delegation:

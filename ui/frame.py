@@ -71,10 +71,11 @@ class Frame:
     dark: ui.dark_mode
 
 
-def _stored_dark_mode() -> bool | None:
+def stored_dark_mode() -> bool | None:
+    """The reader's theme (True dark, False light, None follows the system), for a page or a plain route."""
     try:
         value = app.storage.user.get(DARK_MODE_KEY)
-    except RuntimeError:  # no storage secret (some unit tests): follow the system
+    except (RuntimeError, AssertionError, KeyError):  # no storage secret (some unit tests), no session
         return None
     return value if isinstance(value, bool) else None
 
@@ -92,7 +93,7 @@ def page_frame(auth: AuthState, *, title: str, active: str) -> Iterator[Frame]:
 def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
     """`page_frame` as a plain call, for pages that lay out their content after it."""
     ui.page_title(title)
-    mode = _stored_dark_mode()
+    mode = stored_dark_mode()
     dark = ui.dark_mode(mode)
     drawer: ui.left_drawer  # made below the header; the menu button opens it
     with ui.header().classes("items-center justify-between bg-primary no-wrap q-px-sm app-header") as header:

@@ -279,7 +279,7 @@ class DelegationService:
         if state == COMPLETED:
             return ToolResult(True, data=text_out, metadata=metadata)
         partial = f" It had said: {text_out}" if text_out else ""
-        return ToolResult(False, error=f"{callee_name} failed: {error}{partial}", metadata=metadata)
+        return ToolResult(False, error=failure_text(callee_name, error) + partial, metadata=metadata)
 
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []
@@ -492,3 +492,17 @@ class TooManyDelegatedTasksError(DelegationRefusedError):
 
     code = TOO_MANY_RUNNING_TASKS
     retry_after_s = RUNNING_LIMIT_RETRY_AFTER_S
+
+
+def failure_text(callee_name: str, error: str | None) -> str:
+    """The tool's error for a failed task: who failed and why, the name said once.
+
+    A timeout's reason already names the callee ("Coding Assistant did not finish within 0.5 s…");
+    prefixing "Coding Assistant failed:" made the chat say it twice (issue 40).
+    """
+    reason = (error or "").strip()
+    if not reason:
+        return f"{callee_name} failed."
+    if reason.startswith(callee_name):
+        return reason
+    return f"{callee_name} failed: {reason}"
