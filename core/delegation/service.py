@@ -48,6 +48,12 @@ from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
+from core.delegation.errors import (
+    TOO_MANY_RUNNING_TASKS,
+    DelegationRefusedError,
+    TooManyDelegatedTasksError,
+    failure_text,
+)
 from core.delegation.registry import AgentRegistry
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
 from core.delegation.states import TIMED_OUT
@@ -64,7 +70,6 @@ from core.delegation.tasks import (
     task_stream_key,
 )
 from core.delegation.tool import InvokeLimits, parse_invoke_arguments
-from core.errors import AppError
 from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
@@ -75,8 +80,6 @@ from models import A2ATaskSession
 log = logging.getLogger(__name__)
 
 __all__ = ["DelegationRefusedError", "DelegationService", "TooManyDelegatedTasksError"]
-
-TOO_MANY_RUNNING_TASKS = "too_many_running_tasks"  # the refusal's code (a tool result's metadata `code`)
 
 
 class DelegationService:
@@ -479,30 +482,3 @@ class DelegationService:
     async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
         """One of the user's tasks with the callee's saved messages and its direct children."""
         return await self.records.task_detail(user_id, task_id)
-
-
-class DelegationRefusedError(AppError, ValueError):
-    """A delegation that was not started (unknown agent, bad input, limits); the message says why."""
-
-    code = "delegation_refused"
-
-
-class TooManyDelegatedTasksError(DelegationRefusedError):
-    """The user has as many delegated tasks running as one account may; try again in `retry_after_s`."""
-
-    code = TOO_MANY_RUNNING_TASKS
-    retry_after_s = RUNNING_LIMIT_RETRY_AFTER_S
-
-
-def failure_text(callee_name: str, error: str | None) -> str:
-    """The tool's error for a failed task: who failed and why, the name said once.
-
-    A timeout's reason already names the callee ("Coding Assistant did not finish within 0.5 s…");
-    prefixing "Coding Assistant failed:" made the chat say it twice (issue 40).
-    """
-    reason = (error or "").strip()
-    if not reason:
-        return f"{callee_name} failed."
-    if reason.startswith(callee_name):
-        return reason
-    return f"{callee_name} failed: {reason}"
