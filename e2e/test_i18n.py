@@ -6,6 +6,7 @@ header's switch changes the language in place and keeps it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -214,3 +215,74 @@ def test_the_switch_works_on_a_phone_and_the_page_fits(browser: Browser, base_ur
             assert widths[0] <= widths[1], f"{path}: the page is {widths[0]} px wide in a {widths[1]} px viewport"
     finally:
         page.context.close()
+
+
+# Words that stay as they are in Chinese: names of things (protocols, products, the seeded agents, units).
+_KEPT_WORDS = {
+    "A2A",
+    "API",
+    "Redis",
+    "JSON",
+    "URL",
+    "HTTP",
+    "WebSocket",
+    "JWT",
+    "ID",
+    "MB",
+    "KiB",
+    "ms",
+    "Coding",
+    "Assistant",
+    "General",
+    "Planner",
+    "Echo",
+    "Travel",
+    "local",
+    "demo",
+    "python",
+    "lorem",  # the request as the person wrote it (`/lorem 3`): their words, not the page's
+}
+
+
+# The text a person reads: text nodes in visible elements; icons (ligature names such as `menu`) and code left out.
+_VISIBLE_TEXT = """() => {
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    const parts = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const el = node.parentElement;
+        if (!el || el.closest('.q-icon, .material-icons, code, pre, kbd, script, style, [aria-hidden=true]')) continue;
+        if (!el.offsetParent && getComputedStyle(el).position !== 'fixed') continue;
+        parts.push(node.textContent);
+    }
+    return parts.join(' ');
+}"""
+
+
+def _english_words(page: Page) -> set[str]:
+    """Latin words of three letters or more in the page's visible text, less what is not prose.
+
+    Not prose: names that stay as they are (`_KEPT_WORDS`), and the pieces of a command or an address
+    written into a sentence: a token with `/`, `.`, `=`, `?` or `_` in it, a placeholder or an HTTP method
+    in capitals (`NAME`, `POST`), an identifier in camel case (`agentId`).
+    """
+    words = set()
+    for token in re.split(r"[\s（），、；：。()]+", page.evaluate(_VISIBLE_TEXT)):
+        if re.search(r"[/.=?_]", token) or token.isupper() or re.search(r"[a-z][A-Z]", token):
+            continue
+        words.update(re.findall(r"[A-Za-z][A-Za-z'-]{2,}", token))
+    return words - _KEPT_WORDS
+
+
+def test_the_broker_and_audit_pages_have_no_english_left_in_chinese(zh_page: Page) -> None:
+    """After a delegation, /audit and /broker in a Chinese browser: every visible word is Chinese (issue 40 item 5).
+
+    Names stay (agents, protocols, products); a state, reason or label built from parts is translated.
+    """
+    page = zh_page
+    open_chat(page, "/?agent=general-assistant")
+    send(page, "@coding-assistant /lorem 3")
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("完成", timeout=FIRST_TURN_MS)
+    for path in ("/audit", "/broker"):
+        open_chat(page, path)
+        page.wait_for_timeout(300)  # the page's first data
+        assert _english_words(page) == set(), path
