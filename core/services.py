@@ -46,6 +46,7 @@ from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import DuplicateReplicaError, RedisStreamHub
+from core.streaming.redis_replica import check_redis_settings
 from core.web.outbound_policy import AllowList
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,7 @@ class Services:
                     f"Refusing to start in cluster mode: Redis at "
                     f"{describe_redis(self.settings.redis.dsn)} is not reachable ({exc})."
                 ) from exc
+            check_redis_settings(self.settings.redis.dsn)  # a WARNING when persistence or eviction is unsafe
         try:
             self._prepare_serving()
         except BaseException:

@@ -27,6 +27,52 @@ from core.streaming.redis_scripts import HubKeys, now_ms
 log = logging.getLogger(__name__)
 
 
+# What a cluster's Redis must be set to (README, "Running as several replicas"), and what is lost otherwise.
+REQUIRED_REDIS_SETTINGS = {
+    "appendonly": (
+        "yes",
+        "without it a restart of Redis loses the running turns' and tasks' streams, the results still owed "
+        "to chats and the replicas' leases",
+    ),
+    "maxmemory-policy": (
+        "noeviction",
+        "any other policy lets Redis evict the running turns' and tasks' streams, the results still owed to "
+        "chats and the replicas' leases when its memory runs short",
+    ),
+}
+
+
+def check_redis_settings(url: str) -> list[str]:
+    """At a cluster's start (blocking): log a WARNING for each Redis setting that is not what a cluster needs.
+
+    Reads `appendonly` and `maxmemory-policy` with CONFIG GET; where CONFIG is disabled or refused (managed
+    Redis, ACLs) it logs that it could not check instead. Returns the warnings it logged.
+    """
+    import redis as redis_sync
+
+    client = redis_sync.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5, socket_timeout=5)
+    warnings = []
+    try:
+        for name, (required, why) in REQUIRED_REDIS_SETTINGS.items():
+            try:
+                found = client.config_get(name).get(name)
+            except RedisError as exc:  # CONFIG renamed or disabled, or refused by an ACL
+                found, problem = None, str(exc)
+            else:
+                problem = "it did not answer CONFIG GET"
+            if found is None:
+                log.info(
+                    "could not check Redis's %s (%s); a cluster needs %s %s: %s", name, problem, name, required, why
+                )
+            elif found.lower() != required:
+                message = f"Redis has {name} {found}; a cluster needs {name} {required}: {why}"
+                log.warning(message)
+                warnings.append(message)
+    finally:
+        client.close()
+    return warnings
+
+
 class DuplicateReplicaError(AppError, RuntimeError):
     """Another live replica already runs under this INSTANCE_ID."""
 
