@@ -6,6 +6,7 @@
     python app.py users passwd NAME    change a password
     python app.py users list           list accounts
     python app.py migrate              upgrade the database and exit (a one-shot step before replicas start)
+    python app.py backup DIR           copy the database (SQLite, online) and the key files into DIR
 
 Serving is `app.py`'s own (it wires the pages, which `core` does not know); every other command is here.
 """
@@ -45,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     users_actions.add_parser("passwd", help="change a password").add_argument("name")
     users_actions.add_parser("list", help="list accounts")
     commands.add_parser("migrate", help="upgrade the database schema and exit (run once before the replicas)")
+    backup = commands.add_parser("backup", help="copy the database and the key files into a folder, while the app runs")
+    backup.add_argument("folder", help="a new or empty folder (created private)")
     return parser.parse_args(argv)
 
 
@@ -54,7 +57,28 @@ def run_command(settings: Settings, args: argparse.Namespace) -> int:
         return users_command(settings, args)
     if args.command == "migrate":
         return migrate_command(settings)
+    if args.command == "backup":
+        return backup_command(settings, args.folder)
     raise ValueError(f"not a command: {args.command!r}")
+
+
+def backup_command(settings: Settings, folder: str) -> int:
+    """`backup DIR`: `core.backup.backup`, then what was written and what is left to the person."""
+    from pathlib import Path
+
+    from core.backup import BackupError, backup
+
+    try:
+        report = backup(settings, Path(folder))
+    except BackupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for name in report.written:
+        print(f"wrote {report.folder / name}")
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"to restore: stop the app, then copy the files of {report.folder} into DATA_DIR ({settings.data_dir}).")
+    return 0
 
 
 def migrate_command(settings: Settings) -> int:
