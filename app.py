@@ -16,10 +16,11 @@ core/cli.py, the process's tuning (logging, signals, heap, threads) in core/proc
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from core.cli import load_settings_or_exit, parse_args, run_command
@@ -103,7 +104,7 @@ def build(settings: Settings) -> Services:
     app.on_startup(lambda: use_pure_asgi_middlewares(app, sessionless_prefixes=("/api/", "/a2a/")))
     app.on_startup(services.start)
     app.on_startup(lambda: stop_gracefully_on_stop_signals(services.stopping))
-    app.on_startup(lambda: print_start_up_line(services, settings.base_url))
+    app.on_startup(lambda: print_start_up_line(services, settings.base_url, as_log=settings.log_format == "json"))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.0, warm_up))
     app.on_startup(lambda: asyncio.get_running_loop().call_later(1.5, warm_up_a2a))
     app.on_startup(lambda: start_soon(freeze_start_up_heap, 2.0))
@@ -144,6 +145,8 @@ def serve(settings: Settings) -> None:
         max_per_address=settings.max_connections_per_address,
         uncapped=settings.trusted_proxies,
     )
+    # LOG_FORMAT=json: uvicorn keeps no text handlers of its own; its lines go through the JSON one.
+    uvicorn_options: dict[str, Any] = {"log_config": None} if settings.log_format == "json" else {}
     ui.run(
         host=settings.host,
         port=settings.port,
@@ -166,16 +169,24 @@ def serve(settings: Settings) -> None:
         ws_ping_interval=settings.broker_heartbeat_interval / 1000,
         ws_ping_timeout=settings.broker_pong_timeout / 1000,
         ws_max_size=max(16 * 1024 * 1024, settings.broker_max_line_bytes * 4),
+        **uvicorn_options,
     )
 
 
-def print_start_up_line(services: Services, base_url: str) -> None:
-    """What the person who started the app reads first, in the language of their shell (`LANG`)."""
+def print_start_up_line(services: Services, base_url: str, *, as_log: bool = False) -> None:
+    """What the person who started the app reads first, in the language of their shell (`LANG`).
+
+    `as_log`: a log record instead (LOG_FORMAT=json, where every line of the output is one).
+    """
     from core.i18n import _, negotiate, use_language
 
     shell_language = os.environ.get("LC_ALL") or os.environ.get("LC_MESSAGES") or os.environ.get("LANG")
     with use_language(negotiate(shell_language)):
-        print(f"{TITLE}: {services.describe()}\n" + _("Open {url}").format(url=base_url), flush=True)
+        text = f"{TITLE}: {services.describe()}\n" + _("Open {url}").format(url=base_url)
+    if as_log:
+        logging.getLogger("app").info("%s", text.replace("\n", "; "))
+        return
+    print(text, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,10 +23,23 @@ log = logging.getLogger("app")
 DEBUG_NAMESPACES = {"a2a-broker": "core.broker", "a2a-chat": "core", "a2a-pipe": "core.pipe"}
 
 
-def configure_logging(debug: str | None) -> None:
-    """INFO everywhere; DEBUG for the comma-separated namespaces in `debug` (any other value: everything)."""
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.INFO)
+def configure_logging(debug: str | None, level: str = "INFO", log_format: str = "text") -> None:
+    """`level` everywhere; DEBUG for the comma-separated namespaces in `debug` (any other value: everything).
+
+    `log_format="json"`: one JSON object per line (`core.logcontext.JsonLogFormatter`), the server's own
+    lines included (`serve` leaves uvicorn's loggers to this handler then).
+    """
+    if log_format == "json":
+        from core.logcontext import JsonLogFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonLogFormatter())
+        logging.basicConfig(handlers=[handler], force=True)
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):  # what NiceGUI lets uvicorn say: warnings
+            logging.getLogger(name).setLevel(logging.WARNING)
+    else:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     install_client_fault_filter()
     install_debug_detail_filter()
@@ -45,7 +58,7 @@ def configure_process(settings: Settings) -> None:
     if settings.cluster and settings.redis.dsn:  # replicas share browser storage (docs/ARCHITECTURE.md, "Cluster")
         os.environ.setdefault("NICEGUI_REDIS_URL", settings.redis.dsn)
         os.environ.setdefault("NICEGUI_REDIS_KEY_PREFIX", f"{settings.redis.key_prefix}nicegui:")
-    configure_logging(settings.debug)
+    configure_logging(settings.debug, settings.log_level, settings.log_format)
 
 
 def prepare_to_serve() -> None:

@@ -229,10 +229,27 @@ class Settings(BaseSettings):
     )
 
     debug: str | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="The least severe log lines written (DEBUG adds the detail DEBUG=... names too)"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: one readable line each; json: one JSON object per line, for a log collector"
+    )
     loop_probe: bool = Field(
         False,
         description="Measure the longest event-loop block (benchmarks; logged on SIGUSR1, core/web/loop_probe.py)",
     )
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return (
+            value.strip().upper()
+            if value.strip().upper() in {"DEBUG", "INFO", "WARNING", "ERROR"}
+            else value.strip().lower()
+        )
 
     @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", "trusted_proxies", mode="before")
     @classmethod

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import logcontext
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
@@ -114,7 +115,8 @@ class AgentRunner:
         await self._emit(stream_key, ev.Start(f"msg_{secrets.token_hex(8)}"))
         try:
             async with asyncio.timeout(self.turn_timeout_s):
-                await self._loop(stream_key, run, tools, ctx, max_output_tokens)
+                with logcontext.bound(session_id=ctx.session_id, task_id=ctx.task_id):  # the run's log lines
+                    await self._loop(stream_key, run, tools, ctx, max_output_tokens)
         except asyncio.CancelledError:
             run.close_step(status="canceled")
             run.finish("canceled", status="canceled")
