@@ -91,3 +91,18 @@ def test_the_app_writes_only_json_lines_and_leaves_out_what_is_below_log_level(t
         assert any("Open http://127.0.0.1" in line["message"] for line in lines) == start_up_line, level
         if not start_up_line:
             assert all(line["level"] in {"WARNING", "ERROR", "CRITICAL"} for line in lines)
+
+
+async def test_a_redis_password_never_reaches_the_log(caplog) -> None:
+    from core.broker.inject import InjectPublisher
+    from core.web.logtext import without_password
+
+    assert without_password("redis://:s3cret@127.0.0.1:1/0") == "redis://***@127.0.0.1:1/0"
+    assert without_password("redis://user:s3cret@host/2") == "redis://***@host/2"
+    assert without_password("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    publisher = InjectPublisher("redis://:s3cret@127.0.0.1:1/0")  # nothing listens: it goes down at once
+    with caplog.at_level(logging.INFO, logger="core.broker.inject"):
+        await publisher.start()
+        await publisher.stop(drain_timeout_s=0)
+    assert "unreachable" in caplog.text and "127.0.0.1:1" in caplog.text
+    assert "s3cret" not in caplog.text

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from core.aio import cancel_and_wait
+from core.web.logtext import without_password
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,9 @@ class InjectPublisher:
             await cancel_and_wait(self._sender)
             self._sender = None
         if self.outbox_size:
-            log.warning("stopping with %d injects not sent to Redis at %s", self.outbox_size, self.redis_url)
+            log.warning(
+                "stopping with %d injects not sent to Redis at %s", self.outbox_size, without_password(self.redis_url)
+            )
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
@@ -228,7 +231,9 @@ class InjectPublisher:
     def _went_down(self, exc: BaseException) -> None:
         if self._up or self.down_since is None:
             log.warning(
-                "Redis at %s is unreachable (%s); injects wait in the outbox until it is back", self.redis_url, exc
+                "Redis at %s is unreachable (%s); injects wait in the outbox until it is back",
+                without_password(self.redis_url),
+                exc,
             )
             self.down_since = time.time()
         self._up = False
@@ -243,7 +248,11 @@ class InjectPublisher:
             return False
         if not self._up:
             if self.down_since is not None:
-                log.info("Redis at %s is back; sending %d waiting injects", self.redis_url, self.outbox_size)
+                log.info(
+                    "Redis at %s is back; sending %d waiting injects",
+                    without_password(self.redis_url),
+                    self.outbox_size,
+                )
             self._up, self.down_since, self.last_error = True, None, None
         return True
 

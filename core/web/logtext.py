@@ -24,6 +24,17 @@ def loggable(value: object, limit: int = DEFAULT_LIMIT) -> str:
     return f"{escaped}… (+{cut} characters)" if cut > 0 else escaped
 
 
+def without_password(url: str | None) -> str:
+    """A server URL as it may be logged: `redis://:secret@host:6379/0` → `redis://***@host:6379/0`."""
+    if not url:
+        return "none"
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if sep and "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 def _escape(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
