@@ -89,7 +89,9 @@ async def test_regenerate_of_a_delegating_turn_removes_its_steps_and_keeps_the_t
     assert {t.state for t in tasks} == {"completed"}
 
 
-async def test_regenerate_keeps_the_notes_of_background_tasks_and_resend_removes_them(services: Services) -> None:
+async def test_regenerate_keeps_the_notes_of_background_tasks_and_resend_keeps_their_positions(
+    services: Services,
+) -> None:
     user_id = services.auth.local_user_id
     chat = await new_chat(services)
     await run_turn(services, chat, "start something")
@@ -100,12 +102,17 @@ async def test_regenerate_keeps_the_notes_of_background_tasks_and_resend_removes
         ("system", "progress 1"),
         ("assistant", (await saved(services, chat))[2].content),
     ]
+    result = {"content": "[Travel] done", "inject_mode": "auto", "a2a_task_id": "t1", "inject_position": 2**31 - 1}
+    await services.chat.save_notes(chat, [result])
     question = (await saved(services, chat))[0]
     turn = await services.chat.resend(session_id=chat, user_id=user_id, message_id=question.id, text="start again")
     await follow(services, turn)
     after = await saved(services, chat)
     assert [(m.id, m.role, m.content) for m in after[:1]] == [(question.id, "user", "start again")]
-    assert [m.role for m in after] == ["user", "assistant"] and "start again" in after[1].content
+    # The note without a position goes with the rest; the task's result stays: it is the inbox's position.
+    assert [(m.role, m.content) for m in after[1:2]] == [("system", "[Travel] done")]
+    assert [m.role for m in after] == ["user", "system", "assistant"] and "start again" in after[2].content
+    assert await services.chat.save_notes(chat, [result]) == []  # so the result is not saved again
 
 
 async def test_resend_edits_only_the_last_message_of_the_user_with_the_checks_of_a_send(services: Services) -> None:

@@ -11,7 +11,8 @@ before anything is written, so a refused request changes nothing.
   (`a2a_tasks` and their hidden sessions: the audit trail), and so do the notes of background tasks
   saved after the message (system rows: the chat inbox's position in each task is read from them).
 - `edit_last_message` (edit and send again): the user's last message gets its new text, everything
-  after it is removed, notes included, and the turn answers it. Only that message may be edited.
+  after it is removed but the notes of background tasks that have a position (as in regenerate: the
+  chat inbox's position in each task), and the turn answers it. Only that message may be edited.
 """
 
 from __future__ import annotations

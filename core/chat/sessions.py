@@ -278,11 +278,15 @@ async def remove_messages_after(
     """Delete a session's messages after `sort_order` (only those of `role` when given), in `session`'s transaction.
 
     Used when a chat is rewound to its last user message (`core.chat.rewind`); the caller commits.
+    The notes of background tasks that have a position stay: they are the chat inbox's reading
+    position in each task (`add_notes`), and without them the broker would deliver a result again.
     Returns how many rows went.
     """
     await _lock_session(session, session_id)
     query = delete(AgentMessage).where(
-        col(AgentMessage.session_id) == session_id, col(AgentMessage.sort_order) > sort_order
+        col(AgentMessage.session_id) == session_id,
+        col(AgentMessage.sort_order) > sort_order,
+        col(AgentMessage.inject_position).is_(None),
     )
     if role is not None:
         query = query.where(col(AgentMessage.role) == role)
