@@ -54,7 +54,7 @@ def build(settings: Settings) -> Services:
     from core.a2a.routes import warm_up as warm_up_a2a
     from core.broker.routes import broker_router
     from core.chat.llm import warm_up
-    from core.routes import api_router
+    from core.routes import api_router, metrics_router
     from core.services import Services
     from core.web.api_docs import add_api_docs
     from core.web.body_cap import BodyCapMiddleware
@@ -92,6 +92,7 @@ def build(settings: Settings) -> Services:
     app.add_exception_handler(RequestValidationError, validation_error_response)
     install_error_handlers(app)  # API errors with a `code`, in the caller's Accept-Language
     app.include_router(api_router())
+    app.include_router(metrics_router())  # /metrics: Prometheus (METRICS_TOKEN)
     app.include_router(a2a_router())  # /a2a/agents/{id}: standard A2A for every agent (issue 6)
     app.include_router(a2a_api_router())  # /api/a2a: API keys, remote agents by card URL
     app.include_router(broker_router())  # /a2a: the seed-003 broker

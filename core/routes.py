@@ -4,6 +4,7 @@
     /api/agents                  core.delegation.agent_routes
     /api/sessions                core.chat.routes
     /api/agents/a2a/stream, /api/tasks   core.delegation.routes
+    /metrics                     `metrics_router` (Prometheus; METRICS_TOKEN)
 
 (OpenAPI at `/docs`.) The A2A routes (`core.a2a.routes`) and the broker's (`core.broker.routes`)
 are included by `app.py` on their own prefixes.
@@ -11,8 +12,14 @@ are included by `app.py` on their own prefixes.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import hmac
 
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from core import metrics
+from core.a2a.api_keys import bearer_token
+from core.auth.deps import AuthStateDep, SettingsDep
 from core.auth.routes import me_router
 from core.chat.routes import chat_router
 from core.delegation.agent_routes import agents_router
@@ -26,4 +33,37 @@ def api_router() -> APIRouter:
     router.include_router(agents_router())
     router.include_router(chat_router())
     router.include_router(tasks_router())
+    return router
+
+
+def metrics_router() -> APIRouter:
+    """`GET /metrics`: this process's Prometheus metrics (`core.metrics`; docs/ARCHITECTURE.md, "Metrics").
+
+    With `METRICS_TOKEN` set, only a scrape that sends it as a bearer token gets them (401 otherwise).
+    Without it they are open in single-user mode (the app listens on loopback by default) and off (404)
+    once there are accounts: a scraper must then be given the token.
+    """
+    router = APIRouter(tags=["operations"])
+
+    @router.get("/metrics", include_in_schema=False)
+    async def scrape(request: Request, settings: SettingsDep, auth: AuthStateDep) -> Response:
+        token = settings.metrics_token
+        if token:
+            given = bearer_token(request.headers.get("authorization"))
+            if given is None or not hmac.compare_digest(given.encode(), token.encode()):
+                return JSONResponse(
+                    {"detail": "Send METRICS_TOKEN as the bearer token: Authorization: Bearer <token>."},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        elif auth.multi_user:
+            return JSONResponse(
+                {
+                    "detail": "Metrics are off: there are accounts and METRICS_TOKEN is not set. Set it, then scrape "
+                    "with it as the bearer token."
+                },
+                status_code=404,
+            )
+        return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+
     return router

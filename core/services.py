@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 
+from core import metrics
 from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.auth import accounts
@@ -303,6 +304,15 @@ class Services:
 
     async def start(self) -> None:
         """Start periodic housekeeping (call on the serving loop)."""
+        broker = self.broker
+        metrics.set_sources(
+            metrics.Sources(
+                turns_running=self.chat.running_here,
+                streams_open=self.hub.live_streams,
+                broker_agents=lambda: len(broker.sockets.connections) if broker else 0,
+                broker_tasks_running=lambda: len(broker.relay.tasks) if broker else 0,
+            )
+        )
         if isinstance(self.hub, RedisStreamHub):
             await self.hub.start()
             self.background.spawn(self._reap_forever(self.hub), name="cluster reaper")
@@ -323,6 +333,7 @@ class Services:
 
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""
+        metrics.set_sources(None)
         await self.delegation.shutdown_external_tasks()
         if self.registry_events is not None:
             await self.registry_events.stop()

@@ -229,6 +229,9 @@ class Settings(BaseSettings):
     )
 
     debug: str | None = None
+    metrics_token: str | None = Field(
+        None, description="Bearer token GET /metrics needs (required once there are accounts; without it they are off)"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", description="The least severe log lines written (DEBUG adds the detail DEBUG=... names too)"
     )

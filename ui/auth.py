@@ -20,7 +20,18 @@ from ui.language import page
 
 # Paths that work without a browser login: NiceGUI's own assets and socket, the login page,
 # the API (it answers 401 itself), the A2A hub and the API docs.
-PUBLIC_PREFIXES = ("/_nicegui", "/login", "/api", "/a2a", "/docs", "/redoc", "/openapi.json", "/favicon", "/assets")
+PUBLIC_PREFIXES = (
+    "/_nicegui",
+    "/login",
+    "/api",
+    "/a2a",
+    "/docs",
+    "/redoc",
+    "/openapi.json",
+    "/favicon",
+    "/assets",
+    "/metrics",
+)
 
 
 def safe_local_path(target: str) -> str:

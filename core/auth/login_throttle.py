@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from core import metrics
 from core.errors import AppError
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class TooManyFailedLoginsError(AppError):
 
 
 def _refusal(retry_after_s: float) -> TooManyFailedLoginsError:
+    metrics.LOGINS_THROTTLED.inc()
     return TooManyFailedLoginsError(max(1, int(retry_after_s + 0.999)))
 
 

@@ -18,6 +18,7 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from core import metrics
 from core.broker import wire
 from core.broker.connection import TaskIdleError
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
@@ -161,6 +162,7 @@ class TaskRelay:
         self.tasks.pop(record.id, None)
         self.recent.append(record)
         self.tasks_finished[state] += 1
+        metrics.BROKER_TASKS.labels(state).inc()
         try:
             await self._inject(record, text, AUTO)
         except Exception:

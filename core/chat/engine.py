@@ -347,6 +347,10 @@ class ChatEngine:
             except Exception:  # a page's bug must not break the turn
                 log.exception("a watcher of session %s failed", change.session_id)
 
+    def running_here(self) -> int:
+        """How many turns this process runs now (the metrics' level)."""
+        return len(self._turns)
+
     def is_running(self, session_id: str) -> bool:
         """True from the moment a turn of that session is claimed until it ends (in a cluster: on any replica)."""
         if session_id in self._turns:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import logcontext
+from core import logcontext, metrics
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
@@ -113,6 +113,8 @@ class AgentRunner:
         (the CancelledError is re-raised after it is recorded), so the caller can save it.
         """
         await self._emit(stream_key, ev.Start(f"msg_{secrets.token_hex(8)}"))
+        kind = "delegated" if ctx.task_id else "chat"
+        metrics.TURNS_STARTED.labels(kind).inc()
         try:
             async with asyncio.timeout(self.turn_timeout_s):
                 with logcontext.bound(session_id=ctx.session_id, task_id=ctx.task_id):  # the run's log lines
@@ -134,6 +136,8 @@ class AgentRunner:
         except Exception:
             log.exception("the run of %s on %s failed", run.agent.slug, stream_key)
             await self._fail(stream_key, run, _("Something went wrong on the server while answering; try again."))
+        finally:
+            _count_end(kind, run)
         assert run.outcome is not None  # every way out of the loop above finishes the run
         return run.outcome
 
@@ -147,12 +151,23 @@ class AgentRunner:
     ) -> None:
         definitions = [t.definition() for t in tools.values()] or None
         options = self.model_options(run.agent, max_tokens)
+        started, first = time.monotonic(), True
         for step in range(self.max_steps):
             run.open_step()
             text_id = f"text-{step}"
             result: ModelResult | None = None
+            last: float | None = None
             async for event in self.llm.stream(run.agent.model, run.messages, tools=definitions, **options):
                 if isinstance(event, TextDelta):
+                    now = time.monotonic()
+                    if first:
+                        metrics.TIME_TO_FIRST_TOKEN.labels("delegated" if ctx.task_id else "chat").observe(
+                            now - started
+                        )
+                        first = False
+                    elif last is not None:
+                        metrics.INTER_TOKEN_DELAY.observe(now - last)
+                    last = now
                     run.step_text.append(event.text)
                     if run.on_text is not None:
                         run.on_text()
@@ -400,3 +415,13 @@ def _input_for_display(call: ToolCall) -> Any:
         return call.parsed_arguments()
     except ValueError:
         return call.arguments
+
+
+def _count_end(kind: str, run: AgentRun) -> None:
+    """The run's end and its tokens, in the metrics (`core.metrics`)."""
+    outcome = run.outcome.status if run.outcome is not None else "error"
+    metrics.TURNS_FINISHED.labels(kind, outcome).inc()
+    if run.input_tokens:
+        metrics.TOKENS.labels("in", run.agent.slug, run.agent.model).inc(run.input_tokens)
+    if run.output_tokens:
+        metrics.TOKENS.labels("out", run.agent.slug, run.agent.model).inc(run.output_tokens)

@@ -88,6 +88,9 @@ class TurnClaims:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._by_session
 
+    def __len__(self) -> int:
+        return len(self._by_session)
+
     def get(self, session_id: str) -> TurnClaim | None:
         """The session's claim in this process, if any."""
         return self._by_session.get(session_id)

@@ -41,6 +41,7 @@ from typing import Any
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from core import metrics
 from core.chat import agents as agents_store
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
@@ -350,6 +351,8 @@ class DelegationService:
 
         Runs once per task.
         """
+        callee = record.run.agent.slug if isinstance(record, LocalRun) else record.agent_id
+        metrics.DELEGATED_TASKS.labels(state, callee).inc()
         key = task_stream_key(task_id)
         try:
             await self.records.end_task(

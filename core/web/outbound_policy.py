@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from core import metrics
 from core.errors import AppError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -140,6 +141,7 @@ async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]
         OutboundError: not http(s), the host does not resolve, or one of its addresses is not allowed.
     """
     if url.scheme not in {"http", "https"}:
+        metrics.OUTBOUND_REFUSED.labels("not http or https").inc()
         raise OutboundError("not allowed: only http and https URLs are fetched")
     host = url.host
     if not host:
@@ -159,6 +161,7 @@ async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]
     for address in addresses:
         reason = refusal(address)
         if reason is not None and not allow.allows(host, address):
+            metrics.OUTBOUND_REFUSED.labels(reason).inc()
             raise OutboundError(f"not allowed: {reason}")
     return addresses
 
