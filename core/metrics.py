@@ -13,6 +13,7 @@ are the ones configured (never a person's text).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -67,6 +68,11 @@ OUTBOUND_REFUSED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+EVENT_LOOP_BLOCKS = Counter(
+    "a2a_chat_event_loop_blocks_total",
+    "Times the event loop was held for more than 20 ms (streams stall meanwhile)",
+    registry=REGISTRY,
+)
 LOGINS_THROTTLED = Counter(
     "a2a_chat_logins_throttled_total", "Login attempts refused for too many failures", registry=REGISTRY
 )
@@ -109,6 +115,24 @@ class _Levels(Collector):
 
 
 REGISTRY.register(_Levels())
+
+
+BLOCK_THRESHOLD_S = 0.020  # a hold longer than this is a block: a token at 50/s is due every 20 ms
+WATCH_INTERVAL_S = 0.1
+
+
+async def watch_event_loop(interval_s: float = WATCH_INTERVAL_S, threshold_s: float = BLOCK_THRESHOLD_S) -> None:
+    """Count the event loop's blocks: each wake-up later than `threshold_s` past its time is one.
+
+    Ten wake-ups a second cost nothing measurable; `LOOP_PROBE` (core/web/loop_probe.py) measures
+    finely for the benchmarks.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + interval_s
+        await asyncio.sleep(interval_s)
+        if loop.time() - due > threshold_s:
+            EVENT_LOOP_BLOCKS.inc()
 
 
 def exposition() -> bytes:

@@ -313,6 +313,7 @@ class Services:
                 broker_tasks_running=lambda: len(broker.relay.tasks) if broker else 0,
             )
         )
+        self.background.spawn(metrics.watch_event_loop(), name="event-loop blocks")
         if isinstance(self.hub, RedisStreamHub):
             await self.hub.start()
             self.background.spawn(self._reap_forever(self.hub), name="cluster reaper")

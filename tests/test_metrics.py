@@ -94,3 +94,19 @@ def test_the_token_is_asked_for_when_set_and_metrics_are_off_with_accounts_witho
             logged_in = http.get("/metrics", auth=("alice", "alice-password-1"), follow_redirects=False)
             assert logged_in.status_code == 404  # an account is not a scraper's token
         assert app.stop() == 0
+
+
+async def test_a_held_event_loop_is_counted_as_a_block() -> None:
+    import asyncio
+
+    from core import metrics
+
+    watcher = asyncio.get_running_loop().create_task(metrics.watch_event_loop(interval_s=0.02))
+    try:
+        await asyncio.sleep(0.05)
+        before = metrics.EVENT_LOOP_BLOCKS._value.get()
+        time.sleep(0.08)  # hold the loop as a blocking call would
+        await asyncio.sleep(0.05)
+        assert metrics.EVENT_LOOP_BLOCKS._value.get() >= before + 1
+    finally:
+        watcher.cancel()
