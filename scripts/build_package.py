@@ -10,8 +10,10 @@
   depends on pytest, Playwright and httpx only and starts the app through its console script.
 
 Each is staged as a small source tree of its own (a generated pyproject.toml, the files copied in), then built
-with `python -m build` (build isolation: setuptools comes from the package index). Names, version and
-dependencies come from the repository's pyproject.toml, so the two cannot drift from the development install.
+with `python -m build` (build isolation: setuptools comes from the package index). The app's is staged by the
+checkout's build backend (distribution/build_backend.py), so `python -m build` in a checkout builds the same.
+Names, version and dependencies come from the repository's pyproject.toml, so the two cannot drift from the
+development install.
 scripts/build-package runs this with a Python that has `build`.
 """
 
@@ -121,7 +123,7 @@ def stage_kit(project: dict[str, Any], into: Path) -> Path:
 
 
 def build(tree: Path, out: Path) -> None:
-    """`python -m build` of a staged tree: its sdist, then its wheel built from that sdist."""
+    """`python -m build` of a source tree: its sdist, then its wheel built from that sdist."""
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(tree)], check=True)
 
 
@@ -138,8 +140,9 @@ def main() -> int:
             print(tree)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    # The app: `python -m build` of the checkout, whose backend (distribution/build_backend.py) stages it.
+    build(ROOT, args.out.resolve())
     with tempfile.TemporaryDirectory(prefix="a2a-stage-") as tmp:
-        build(stage_app(project, Path(tmp)), args.out.resolve())
         build(stage_kit(project, Path(tmp)), args.out.resolve())
     version = project["version"]
     for name in (APP_PACKAGE, KIT_PACKAGE.replace("a2a_chat_testing", "a2a_delegation_chat_testing")):

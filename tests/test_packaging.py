@@ -106,3 +106,22 @@ def test_env_and_config_files_are_read_from_the_working_folder(tmp_path: Path, m
     assert settings_module.DEFAULT_ENV_FILE == Path(".env")
     # Without a config/server.json in the working folder, the one beside the code (checkout or package).
     assert settings_module.SHIPPED_CONFIG_FILE == ROOT / "config" / "server.json"
+
+
+def test_the_checkouts_build_backend_builds_the_package_and_installs_the_checkout_editable() -> None:
+    spec = importlib.util.spec_from_file_location("build_backend", ROOT / "distribution" / "build_backend.py")
+    assert spec is not None and spec.loader is not None
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    from setuptools import build_meta
+
+    assert backend.build_editable is build_meta.build_editable  # pip install -e .: the checkout as it is
+    before = Path.cwd()
+    with backend.staged_app() as tree:  # python -m build, pip install .: the staged package
+        assert Path.cwd() == tree
+        assert (tree / "a2a_delegation_chat" / "app.py").is_file()
+        assert (
+            tomllib.loads((tree / "pyproject.toml").read_text())["build-system"]["build-backend"]
+            == "setuptools.build_meta"
+        )
+    assert Path.cwd() == before and not tree.exists()
