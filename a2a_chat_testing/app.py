@@ -31,7 +31,7 @@ APP_SCRIPT = "a2a-delegation-chat"
 APP_MODULE = "a2a_delegation_chat"
 COMMAND_ENV = "A2A_CHAT_APP_COMMAND"
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 30.0
 
 # The child must not think it runs under pytest or NiceGUI's simulation, nor inherit where to listen,
 # a password, or the caller's data and config.
