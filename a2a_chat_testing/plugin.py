@@ -15,14 +15,15 @@ Options (on the command line, or in the ini file with `_` for `-`: `chat_app_sco
   `a2a_chat_testing.app.app_command`).
 
 With pytest-playwright installed, `chat_browser` is its `browser` (one Playwright per run: two would fail
-with "Playwright Sync API inside the asyncio loop"); `PLAYWRIGHT_CHROMIUM_EXECUTABLE` then points its Chromium
-at that executable. Loaded by pytest in every suite of the environment, so this module imports nothing heavy:
+with "Playwright Sync API inside the asyncio loop"); its Chromium is then `PLAYWRIGHT_CHROMIUM_EXECUTABLE` when
+set, else the system's where Playwright has no Chromium of its own (a2a_chat_testing/chromium.py).
+
+Loaded by pytest in every suite of the environment, so this module imports nothing heavy:
 the app starts only for a test that asks for `chat_app`, Playwright only for `chat_browser` and `chat_page`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -60,7 +61,7 @@ def option(config: pytest.Config, name: str) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declare the marker; check the scope; give pytest-playwright's Chromium the kit's executable when set."""
+    """Declare the marker; check the scope; give pytest-playwright the kit's Chromium where it has none."""
     config.addinivalue_line(
         "markers",
         f"{MARKER}(**env): settings of the app that `chat_app` starts for this "
@@ -69,7 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     scope = option(config, "scope")
     if scope is not None and scope not in SCOPES:
         raise pytest.UsageError(f"chat_app_scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    if config.pluginmanager.has_plugin(PYTEST_PLAYWRIGHT) and os.environ.get("PLAYWRIGHT_CHROMIUM_EXECUTABLE"):
+    if config.pluginmanager.has_plugin(PYTEST_PLAYWRIGHT):
         # Registered now, after every entry point: its fixture overrides pytest-playwright's and extends it.
         from a2a_chat_testing import chromium
 
