@@ -1,9 +1,18 @@
-"""`python -m app` as a real process for a test, and a small client of its REST API and streams."""
+"""The app as a real process for a test (its console script), and a small client of its REST API and streams.
+
+The app is started by a command, found in this order: the `command` argument (the plugin's
+`--chat-app-command` option), `$A2A_CHAT_APP_COMMAND`, the console script `a2a-delegation-chat` beside this
+Python or on `PATH` (the app installed in this environment, or with pipx), `python -m a2a_delegation_chat`.
+So a test environment may hold only the kit, with the app installed wherever.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,8 +27,11 @@ from typing import Any
 
 import httpx
 
+APP_SCRIPT = "a2a-delegation-chat"
+APP_MODULE = "a2a_delegation_chat"
+COMMAND_ENV = "A2A_CHAT_APP_COMMAND"
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 30.0
 
 # The child must not think it runs under pytest or NiceGUI's simulation, nor inherit where to listen,
 # a password, or the caller's data and config.
@@ -46,6 +58,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def app_command(command: str | list[str] | None = None) -> list[str]:
+    """How to start the app: `command` (a string is split as a shell would), else the first found of these.
+
+    `$A2A_CHAT_APP_COMMAND`, `a2a-delegation-chat` beside this Python or on `PATH`, `python -m a2a_delegation_chat`.
+
+    Raises:
+        ChatAppError: none of them is there (the app is not installed where the kit can find it).
+    """
+    command = command or os.environ.get(COMMAND_ENV) or None
+    if isinstance(command, str):
+        return shlex.split(command)
+    if command:
+        return list(command)
+    beside = Path(sys.executable).parent / APP_SCRIPT
+    if beside.is_file():
+        return [str(beside)]
+    on_path = shutil.which(APP_SCRIPT)
+    if on_path:
+        return [on_path]
+    if importlib.util.find_spec(APP_MODULE) is not None:
+        return [sys.executable, "-m", APP_MODULE]
+    raise ChatAppError(
+        f"the app is not installed where the testing kit can find it: install it in this environment "
+        f"(pip install a2a-delegation-chat) or anywhere on PATH (pipx install a2a-delegation-chat), or say how to "
+        f"start it with --chat-app-command, the ini option chat_app_command or ${COMMAND_ENV}"
+    )
 
 
 def child_env(data_dir: Path, port: int, settings: dict[str, str]) -> dict[str, str]:
@@ -76,17 +116,47 @@ class ChatApp:
     data_dir: Path
     log_path: Path
     users: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
     http: httpx.Client = field(init=False)
+    # Tasks of earlier tests of a shared app (`reset`): `tasks()` leaves them out.
+    hidden_tasks: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.http = self._client(next(iter(self.users), None))
 
     def as_user(self, name: str) -> ChatApp:
         """The same app, its REST client logged in as `name` (one of `users`)."""
-        other = ChatApp(self.process, self.base_url, self.data_dir, self.log_path, self.users)
+        other = ChatApp(
+            self.process, self.base_url, self.data_dir, self.log_path, self.users, self.command, self.hidden_tasks
+        )
         other.http.close()
         other.http = self._client(name)
         return other
+
+    @property
+    def port(self) -> int:
+        """The port the app listens on (127.0.0.1)."""
+        return int(self.base_url.rsplit(":", 1)[1])
+
+    def reset(self) -> None:
+        """Between two tests of a shared app: every user's chats deleted, earlier tasks left out of `tasks()`.
+
+        Deleting a chat stops its running turn and delegations first.
+
+        Agents, accounts and API keys are kept; a test that changes them wants an app of its own (function scope,
+        or settings of its own, which start another app).
+        """
+        for name in self.users or [None]:
+            client = self if name is None or name == next(iter(self.users)) else self.as_user(name)
+            for chat in client._json("GET", "/api/sessions"):
+                response = client.http.delete(f"/api/sessions/{chat['id']}")
+                if response.status_code not in {204, 404}:
+                    raise ChatAppError(
+                        f"could not delete the chat {chat['id']}: {response.status_code} {response.text}"
+                    )
+            self.hidden_tasks.update(task["id"] for task in client._json("GET", "/api/tasks"))
+            if client is not self:
+                client.http.close()
 
     def _client(self, name: str | None) -> httpx.Client:
         auth = (name, self.users[name]) if name is not None else None
@@ -131,8 +201,8 @@ class ChatApp:
         return self._json("GET", f"/api/sessions/{session_id}/messages")
 
     def tasks(self) -> list[dict[str, Any]]:
-        """The delegated tasks, newest first (what /audit lists)."""
-        return self._json("GET", "/api/tasks")
+        """The delegated tasks, newest first (what /audit lists), since the last `reset`."""
+        return [task for task in self._json("GET", "/api/tasks") if task["id"] not in self.hidden_tasks]
 
     def stream(self, session_id: str, timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
         """The events of the session's current turn (`{"id", "type", "data"}`), until it finishes."""
@@ -191,12 +261,15 @@ def start_chat_app(
     users: dict[str, str] | None = None,
     data_dir: Path | None = None,
     port: int | None = None,
+    command: str | list[str] | None = None,
 ) -> Iterator[ChatApp]:
-    """Run `python -m app` (the installed app) until the block ends; `settings` are environment variables.
+    """Run the app until the block ends; `settings` are environment variables.
 
-    `users` (name -> password) are created first (`python -m app users add`): the app then runs with
-    accounts, and its client logs in as the first of them.
+    `users` (name -> password) are created first (`a2a-delegation-chat users add`): the app then runs with
+    accounts, and its client logs in as the first of them. `port` (default: a free one) is where it listens on
+    127.0.0.1; `command` how to start it (`app_command`).
     """
+    argv = app_command(command)
     with tempfile.TemporaryDirectory(prefix="chat-app-") as tmp:
         data_dir = data_dir or Path(tmp) / "data"  # the app creates it, private (mode 0700)
         data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +277,7 @@ def start_chat_app(
         env = child_env(data_dir, port, settings or {})
         for name, password in (users or {}).items():
             added = subprocess.run(
-                [sys.executable, "-m", "app", "users", "add", name],
+                [*argv, "users", "add", name],
                 cwd=tmp,
                 env={**env, "APP_USER_PASSWORD": password},
                 capture_output=True,
@@ -216,14 +289,14 @@ def start_chat_app(
         log_path = Path(tmp) / "app.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "app"],
+                argv,
                 cwd=tmp,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path, dict(users or {}))
+        app = ChatApp(process, f"http://127.0.0.1:{port}", data_dir, log_path, dict(users or {}), argv)
         try:
             app.wait_until_serving()
             yield app

@@ -8,6 +8,10 @@
 A tab is found by its position, its task id or (a part of) its label. A state is the task's A2A
 state, as the tab carries it in `data-state` (`submitted`, `working`, `completed`, `failed`,
 `canceled`), whatever words and language the panel shows for it (`PanelTab.status`).
+
+Any number of tabs: every tab is read from the tab strip itself (its data attributes, its icon's
+`aria-label` for the status word), since only the selected tab's body is on the page; `text` and
+`error` show (click) the tab first when its body is not.
 """
 
 from __future__ import annotations
@@ -37,6 +41,24 @@ def chromium_launch_options() -> dict[str, Any]:
     if executable:
         options["executable_path"] = executable
     return options
+
+
+# Each tab as the tab strip has it: the badge in the body exists only for the selected tab, the icon for every one.
+_READ_TABS = """tabs => tabs.map(tab => {
+    const icon = tab.querySelector('[data-testid="agent-invoke-tab-icon"]');
+    const taskId = tab.getAttribute("data-task-id") || "";
+    const badge = document.querySelector(`[data-testid="agent-invoke-status"][data-task-id="${taskId}"]`);
+    const name = tab.querySelector('[data-testid="agent-invoke-tab-name"]');
+    const text = tab.querySelector('[data-testid="agent-invoke-tab-text"]');
+    return {
+        taskId,
+        label: [name, text].filter(e => e).map(e => e.innerText).join(" ") || tab.innerText,
+        state: tab.getAttribute("data-state"),
+        status: (badge && badge.textContent) || (icon && icon.getAttribute("aria-label")) || "",
+        parentTaskId: tab.getAttribute("data-parent-task-id"),
+        depth: tab.getAttribute("data-depth"),
+    };
+})"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,21 +97,19 @@ class Panel:
         return self.tabs()
 
     def tabs(self) -> list[PanelTab]:
-        """Every tab, in the panel's order."""
-        found = []
-        for tab in self._tabs().all():
-            task_id = tab.get_attribute("data-task-id") or ""
-            found.append(
-                PanelTab(
-                    task_id=task_id,
-                    label=" ".join(tab.inner_text().split()),
-                    state=tab.get_attribute("data-state") or "submitted",
-                    status=self._status(task_id).text_content().strip(),
-                    parent_task_id=tab.get_attribute("data-parent-task-id") or None,
-                    depth=int(tab.get_attribute("data-depth") or 0),
-                )
+        """Every tab, in the panel's order (read in one pass, so the list is one moment of the panel)."""
+        rows = self._tabs().evaluate_all(_READ_TABS)
+        return [
+            PanelTab(
+                task_id=row["taskId"],
+                label=" ".join(row["label"].split()),
+                state=row["state"] or "submitted",
+                status=" ".join(row["status"].split()),
+                parent_task_id=row["parentTaskId"] or None,
+                depth=int(row["depth"] or 0),
             )
-        return found
+            for row in rows
+        ]
 
     def tab(self, which: int | str | PanelTab = 0) -> PanelTab:
         """A tab by position, task id, or a part of its label."""
@@ -112,18 +132,26 @@ class Panel:
         return tab
 
     def text(self, which: int | str | PanelTab = 0) -> str:
-        """What the tab's agent has written so far."""
-        tab = self.tab(which)
-        return self.page.locator(f'[data-testid="agent-invoke-body"][data-task-id="{tab.task_id}"]').inner_text()
+        """What the tab's agent has written so far (the tab is shown first if another one is)."""
+        tab = self.show(which)
+        return self._body(tab.task_id).inner_text()
 
     def error(self, which: int | str | PanelTab = 0) -> str:
-        """The tab's error line (empty when there is none)."""
-        tab = self.tab(which)
-        panel = self.page.locator(".q-tab-panel").filter(
-            has=self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{tab.task_id}"]')
-        )
+        """The tab's error line, empty when there is none (the tab is shown first if another one is)."""
+        tab = self.show(which)
+        panel = self.page.locator(".q-tab-panel").filter(has=self._status(tab.task_id))
         error = panel.get_by_test_id("agent-invoke-error")
         return error.text_content().strip() if error.count() else ""
+
+    def show(self, which: int | str | PanelTab = 0) -> PanelTab:
+        """Make the tab's body the one on the page: click the tab unless it is already shown."""
+        from playwright.sync_api import expect
+
+        tab = self.tab(which)
+        if self._body(tab.task_id).count() == 0:
+            self._tab_of(tab.task_id).click()
+            expect(self._body(tab.task_id)).to_be_attached(timeout=self.timeout_ms)
+        return tab
 
     def wait_for_state(self, state: str, which: int | str | PanelTab = 0, timeout_ms: float | None = None) -> PanelTab:
         """Until the tab's task is in `state` (`completed`, `failed`, `canceled`, ...); returns the tab."""
@@ -146,6 +174,9 @@ class Panel:
 
     def _tab_of(self, task_id: str) -> Any:
         return self.page.locator(f'[data-testid="agent-invoke-tab"][data-task-id="{task_id}"]')
+
+    def _body(self, task_id: str) -> Any:
+        return self.page.locator(f'[data-testid="agent-invoke-body"][data-task-id="{task_id}"]')
 
     def _status(self, task_id: str) -> Any:
         return self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{task_id}"]')

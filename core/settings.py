@@ -6,8 +6,10 @@ the defaults here. Nested JSON objects (`redis`, `auth`) are reached from the
 environment with one underscore: `REDIS_HOST` sets `redis.host`, `REDIS_URL`
 sets `redis.url`, `AUTH_MODE` sets `auth.mode`.
 
-`CONFIG_FILE` and `ENV_FILE` choose other files (tests use them); a missing
-file is simply skipped.
+Both files are looked for in the working folder, where the app is started (as `DATA_DIR` is):
+`./.env`, and `./config/server.json` when there is one, else the default one that ships with the
+app (beside this package, in a checkout or in the installed package). `CONFIG_FILE` and `ENV_FILE`
+choose other files (tests use them); a missing file is simply skipped.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from core.secret_box import write_private_file
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG_FILE = PROJECT_ROOT / "config" / "server.json"
-DEFAULT_ENV_FILE = PROJECT_ROOT / ".env"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # a checkout, or the installed package's folder
+SHIPPED_CONFIG_FILE = PROJECT_ROOT / "config" / "server.json"
+_WORKING_CONFIG_FILE = Path.cwd() / "config" / "server.json"
+DEFAULT_CONFIG_FILE = _WORKING_CONFIG_FILE if _WORKING_CONFIG_FILE.is_file() else SHIPPED_CONFIG_FILE
+DEFAULT_ENV_FILE = Path(".env")  # in the working folder
 
 
 class RedisSettings(BaseModel):

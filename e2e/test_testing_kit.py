@@ -3,14 +3,19 @@
 It has no conftest, imports no module of the app and uses only the kit's fixtures (the `pytest11`
 plugin) and Playwright.
 
-The suite is the two examples of docs/TESTING.md (e2e/testing_kit/), copied into a temporary
+The suite is the examples of docs/TESTING.md (e2e/testing_kit/), copied into a temporary
 folder and run by pytest in a child process: a delegation that streams into the panel, a failure half
-way with its reason, a timeout, Stop during a callee that never ends, and the REST + SSE path.
+way with its reason, a timeout, Stop during a callee that never ends, three parallel delegations in three
+tabs, and the REST + SSE path. The pytest-playwright example skips where pytest-playwright (not a test
+extra) is missing; scripts/package-check runs it. A second run shares one app for the session, on a port
+of its own, started through `--chat-app-command`.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,24 +25,61 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
+from a2a_chat_testing import free_port
+
 EXAMPLES = Path(__file__).resolve().parent / "testing_kit"
 
 
-@pytest.mark.e2e
-def test_a_users_suite_outside_the_project_drives_the_panel_with_the_kit(tmp_path: Path) -> None:
+def run_users_suite(folder: Path, *options: str) -> str:
     for example in EXAMPLES.glob("example_*.py"):
-        shutil.copy(example, tmp_path / f"test_{example.name.removeprefix('example_')}")
+        shutil.copy(example, folder / f"test_{example.name.removeprefix('example_')}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "NICEGUI_"))}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *options, str(folder)],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert "5 passed" in result.stdout, result.stdout[-3000:]
+    return result.stdout
+
+
+def passed_all(out: str, tests: int) -> bool:
+    """Every test passed, but for the pytest-playwright example where pytest-playwright is not installed."""
+    if importlib.util.find_spec("pytest_playwright") is not None:
+        return f"{tests} passed" in out
+    skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    return f"{tests - 1} passed, 1 skipped" in out and len(skipped) == 1 and "test_pytest_playwright.py" in skipped[0]
+
+
+@pytest.mark.e2e
+def test_a_users_suite_outside_the_project_drives_the_panel_with_the_kit(tmp_path: Path) -> None:
+    out = run_users_suite(tmp_path)
+    assert passed_all(out, 7), out[-3000:]
+
+
+@pytest.mark.e2e
+def test_one_app_for_the_session_on_a_chosen_port_started_by_a_chosen_command(tmp_path: Path) -> None:
+    port = free_port()
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(EXAMPLES.parent.parent / 'app.py'))}"
+    # Two more tests write down which process served them, and where.
+    (tmp_path / "test_zz_shared.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('n', [1, 2])\n"
+        "def test_the_app(chat_app, n):\n"
+        "    assert chat_app.messages(chat_app.new_session()) == [] and chat_app.tasks() == []\n"
+        "    with open('served.txt', 'a') as f:\n"
+        "        f.write(f'{chat_app.process.pid} {chat_app.port}\\n')\n",
+        encoding="utf-8",
+    )
+    out = run_users_suite(
+        tmp_path, "--chat-app-scope=session", f"--chat-app-port={port}", f"--chat-app-command={command}"
+    )
+    assert passed_all(out, 9), out[-3000:]
+    served = set((tmp_path / "served.txt").read_text().splitlines())
+    assert len(served) == 1 and served.pop().endswith(f" {port}")  # one app, on that port
 
 
 def test_the_examples_in_docs_testing_are_the_ones_that_run() -> None:

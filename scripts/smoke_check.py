@@ -1,10 +1,12 @@
 """Start `python app.py` as a new user would and check that it serves a chat, then stops cleanly.
 
     python scripts/smoke_check.py --python .venv/bin/python [--data-dir DIR]
+    python scripts/smoke_check.py --command "/tmp/venv/bin/a2a-delegation-chat" --cwd /tmp/run   (the package)
 
 What it checks, in order (exit code 1 and the server's output on the first failure):
 
-1. the app prints where to open it (`Open http://127.0.0.1:PORT`) and `GET /` answers 200;
+1. the app prints where to open it (`Open http://127.0.0.1:PORT`), `GET /` answers 200 and its
+   stylesheet `/assets/app.css` and script `/assets/app.js` are served;
 2. one chat turn over the REST API: a new session with the default agent, a message, and its
    event stream read to the `finish` event, with text on the way;
 3. SIGTERM stops it with exit code 0 and no traceback in its output.
@@ -18,6 +20,7 @@ import argparse
 import http.client
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -95,6 +98,26 @@ def wait_for_first_page(base: str, process: subprocess.Popen) -> float:
     raise SmokeError(f"GET / did not answer 200 within {START_TIMEOUT_S:.0f} s (last: {last})")
 
 
+def check_assets(base: str) -> None:
+    """The first page links the app's stylesheet and script, and both are served (from the package, installed)."""
+    _, page = request(base, "GET", "/")
+    for path, kind in (("/assets/app.css", "text/css"), ("/assets/app.js", "javascript")):
+        if path not in str(page):
+            raise SmokeError(f"the first page does not link {path}")
+        req = urllib.request.Request(f"{base}{path}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as response:
+                status, content_type, size = (
+                    response.status,
+                    response.headers.get("content-type", ""),
+                    len(response.read()),
+                )
+        except urllib.error.HTTPError as exc:
+            raise SmokeError(f"GET {path} answered {exc.code}") from None
+        if status != 200 or kind not in content_type or size == 0:
+            raise SmokeError(f"GET {path} answered {status} {content_type!r} with {size} bytes")
+
+
 def run_chat_turn(base: str) -> tuple[float, int]:
     """A session, a message and its stream read to `finish`; returns the seconds and the text length."""
     started = time.monotonic()
@@ -152,15 +175,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--python", default=sys.executable, help="the interpreter of the environment to check")
     parser.add_argument("--data-dir", type=Path, help="DATA_DIR for the app (default: a temporary folder)")
+    parser.add_argument("--command", help="start the app with this command instead of `PYTHON app.py` (the package)")
+    parser.add_argument("--cwd", type=Path, default=ROOT, help="the working folder of the app (default: the checkout)")
     args = parser.parse_args()
+    command = shlex.split(args.command) if args.command else [args.python, "app.py"]
     if args.data_dir is None:
         with tempfile.TemporaryDirectory(prefix="a2a-smoke-") as tmp:
-            return check(args.python, Path(tmp) / "data")
-    return check(args.python, args.data_dir)
+            return check(command, Path(tmp) / "data", args.cwd)
+    return check(command, args.data_dir, args.cwd)
 
 
-def check(python: str, data_dir: Path) -> int:
-    """Start the app with `python` on `data_dir`, run the checks and stop it; 0 when all pass."""
+def check(command: list[str], data_dir: Path, cwd: Path = ROOT) -> int:
+    """Start the app with `command` in `cwd` on `data_dir`, run the checks and stop it; 0 when all pass."""
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -169,13 +195,14 @@ def check(python: str, data_dir: Path) -> int:
     log_path = data_dir / "smoke-app-output.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [python, "app.py"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         first_page_s = wait_for_first_page(base, process)
         output = log_path.read_text(errors="replace")
         if f"Open {base}" not in output:
             raise SmokeError(f"the app did not print where to open it (expected 'Open {base}')")
+        check_assets(base)
         turn_s, chars = run_chat_turn(base)
         stop_s = stop(process)
         output = log_path.read_text(errors="replace")
@@ -192,8 +219,8 @@ def check(python: str, data_dir: Path) -> int:
         )
         return 1
     print(
-        f"smoke: first page {first_page_s:.1f} s after start; a chat turn of {chars} characters in "
-        f"{turn_s:.1f} s; stopped by SIGTERM with exit code 0 in {stop_s:.1f} s"
+        f"smoke: first page {first_page_s:.1f} s after start, with its styles and script; a chat turn of {chars} "
+        f"characters in {turn_s:.1f} s; stopped by SIGTERM with exit code 0 in {stop_s:.1f} s"
     )
     return 0
 

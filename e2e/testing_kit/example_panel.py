@@ -1,8 +1,8 @@
 """An example a user can copy (docs/TESTING.md): the side panel, driven through the browser.
 
-It imports no module of the app: only Playwright and the fixtures of the testing kit, which the
-app's package installs as a pytest plugin. e2e/test_testing_kit.py runs it from a folder outside
-the project, with no conftest, as a user's suite would.
+It imports no module of the app: only Playwright and the fixtures of the testing kit (its own
+package, a pytest plugin). e2e/test_testing_kit.py runs it from a folder outside the project, with
+no conftest, as a user's suite would.
 """
 
 from playwright.sync_api import expect
