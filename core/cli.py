@@ -35,7 +35,10 @@ def load_settings_or_exit() -> Settings:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command and its arguments (`command` is None: serve)."""
-    parser = argparse.ArgumentParser(prog="python app.py", description="A2A delegation chat and hub.")
+    # The installed console script's own name in its usage line; `python app.py` from a checkout.
+    command = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    prog = command if command.startswith("a2a-delegation-chat") else "python app.py"
+    parser = argparse.ArgumentParser(prog=prog, description="A2A delegation chat and hub.")
     commands = parser.add_subparsers(dest="command")
     users = commands.add_parser("users", help="manage accounts")
     users_actions = users.add_subparsers(dest="action", required=True)
