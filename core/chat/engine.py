@@ -60,7 +60,7 @@ from core.chat.errors import (
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
-from core.chat.turns import SessionChange, TurnClaim, TurnClaims, TurnStarted, limit_message
+from core.chat.turns import SessionChange, SessionWatchers, TurnClaim, TurnClaims, TurnStarted, limit_message
 from core.db import RUNNING_WORK_LOCK_KEY, Database
 from core.i18n import _, current_language, format_number, set_language
 from core.streaming import events as ev
@@ -140,7 +140,7 @@ class ChatEngine:
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
         self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
-        self._watchers: dict[str, list[Callable[[SessionChange], None]]] = {}
+        self._watchers = SessionWatchers()
         # A cluster (docs/ARCHITECTURE.md, "Cluster"): the session's turn is also claimed in the shared hub (its
         # buffer opened before anything is saved), so a send on any replica sees it; a stop from any replica
         # reaches the replica that runs it.
@@ -329,23 +329,10 @@ class ChatEngine:
 
     def watch(self, session_id: str, listener: Callable[[SessionChange], None]) -> Callable[[], None]:
         """Call `listener` for each change of the session (turns started, notes saved); returns the unwatch."""
-        self._watchers.setdefault(session_id, []).append(listener)
-
-        def unwatch() -> None:
-            listeners = self._watchers.get(session_id, [])
-            if listener in listeners:
-                listeners.remove(listener)
-            if not listeners:
-                self._watchers.pop(session_id, None)
-
-        return unwatch
+        return self._watchers.add(session_id, listener)
 
     def _notify(self, change: SessionChange) -> None:
-        for listener in list(self._watchers.get(change.session_id, ())):
-            try:
-                listener(change)
-            except Exception:  # a page's bug must not break the turn
-                log.exception("a watcher of session %s failed", change.session_id)
+        self._watchers.notify(change)
 
     def running_here(self) -> int:
         """How many turns this process runs now (the metrics' level)."""

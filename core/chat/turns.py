@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,8 @@ from core.i18n import format_number, ngettext
 from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import StreamBusyError
 from models import AgentMessage
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SessionChange", "TurnClaim", "TurnClaims", "TurnStarted"]
 
@@ -154,3 +158,34 @@ def limit_message(limit: int) -> str:
         "Wait for one to finish, or stop one, then send again.",
         limit,
     ).format(limit=format_number(limit))
+
+
+class SessionWatchers:
+    """The pages watching each session (`ChatEngine.watch`), and telling them of a change."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, list[Callable[[SessionChange], None]]] = {}
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._by_session
+
+    def add(self, session_id: str, listener: Callable[[SessionChange], None]) -> Callable[[], None]:
+        """Call `listener` for each change of the session; returns the unwatch."""
+        self._by_session.setdefault(session_id, []).append(listener)
+
+        def unwatch() -> None:
+            listeners = self._by_session.get(session_id, [])
+            if listener in listeners:
+                listeners.remove(listener)
+            if not listeners:
+                self._by_session.pop(session_id, None)
+
+        return unwatch
+
+    def notify(self, change: SessionChange) -> None:
+        """Tell the session's watchers; one that fails is logged, the others are still told."""
+        for listener in list(self._by_session.get(change.session_id, ())):
+            try:
+                listener(change)
+            except Exception:  # a page's bug must not break the turn
+                log.exception("a watcher of session %s failed", change.session_id)
