@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from core.errors import AppError
 from core.secret_box import KEY_FILE, write_private_file
 from core.settings import Settings
 
@@ -33,8 +34,10 @@ STORAGE_SECRET_FILE = ".storage_secret"
 PAGES_PER_STEP = 1024  # the online backup copies this many pages, then lets the app's writers in again
 
 
-class BackupError(Exception):
+class BackupError(AppError, RuntimeError):
     """The backup could not be made; the message says why and what to do."""
+
+    code = "backup_failed"
 
 
 @dataclass

@@ -273,6 +273,9 @@ def _english_words(page: Page) -> set[str]:
     return words - _KEPT_WORDS
 
 
+TASK_DATA_FIELDS = ("input", "calleeAgentName", "calleeAgentId", "callerAgentId", "callerAgentName")
+
+
 def test_the_broker_and_audit_pages_have_no_english_left_in_chinese(zh_page: Page) -> None:
     """After a delegation, /audit and /broker in a Chinese browser: every visible word is Chinese (issue 40 item 5).
 
@@ -284,10 +287,12 @@ def test_the_broker_and_audit_pages_have_no_english_left_in_chinese(zh_page: Pag
     expect(page.get_by_test_id("agent-invoke-status")).to_have_text("完成", timeout=FIRST_TURN_MS)
     # What the pages show as data is in the data's own words: agents' names and ids, the requests people wrote.
     tasks = page.request.get("/api/tasks").json()
-    agents = page.request.get("/a2a/agents").json()["agents"]
+    broker_agents = page.request.get("/a2a/agents").json()["agents"]
+    local_agents = page.request.get("/api/agents").json()
     data = " ".join(
-        [t[k] or "" for t in tasks for k in ("input", "calleeAgentName", "calleeAgentId", "callerAgentId")]
-        + [f"{a.get('name', '')} {a.get('a2a_id', '')}" for a in agents]
+        [t[k] or "" for t in tasks for k in TASK_DATA_FIELDS]
+        + [f"{a.get('name', '')} {a.get('a2a_id', '')}" for a in broker_agents]
+        + [f"{a.get('name', '')} {a.get('id', '')}" for a in local_agents]
     )
     data_words = set(re.findall(r"[A-Za-z][A-Za-z'-]{2,}", data))
     for path in ("/audit", "/broker"):

@@ -37,6 +37,9 @@ class TaskOut(BaseModel):
     parent_task_id: str | None = Field(serialization_alias="parentTaskId")
     caller_session_id: str | None = Field(serialization_alias="callerSessionId")
     caller_agent_id: str | None = Field(serialization_alias="callerAgentId", description="registry id (slug)")
+    caller_agent_name: str | None = Field(
+        serialization_alias="callerAgentName", description="its name as shown (None: a remote A2A caller)"
+    )
     callee_agent_id: str = Field(serialization_alias="calleeAgentId", description="registry id (slug)")
     callee_agent_name: str = Field(serialization_alias="calleeAgentName")
     tool_call_id: str | None = Field(serialization_alias="toolCallId")
@@ -120,6 +123,7 @@ def _task_out(t: TaskView) -> dict[str, Any]:
         parent_task_id=t.parent_task_id,
         caller_session_id=t.caller_session_id,
         caller_agent_id=t.caller_agent_slug,
+        caller_agent_name=t.caller_agent_name,
         callee_agent_id=t.callee_agent_slug,
         callee_agent_name=t.callee_agent_name,
         tool_call_id=t.tool_call_id,
