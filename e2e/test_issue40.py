@@ -152,8 +152,13 @@ def test_keyboard_focus_shows_a_ring_of_3_to_1_on_send_and_the_header(desktop: P
     page = desktop
     open_chat(page, "/")
     if theme == "dark":
-        page.evaluate("() => Quasar.Dark.set(true)")
-        page.wait_for_function("() => document.body.classList.contains('body--dark')")
+        # Set again until it holds: the page's own dark-mode element applies its setting ("auto") when it
+        # mounts, which on a loaded machine can come after a first set.
+        page.wait_for_function(
+            "() => { if (!document.body.classList.contains('body--dark')) Quasar.Dark.set(true);"
+            " return document.body.classList.contains('body--dark'); }",
+            polling=200,
+        )
     page.get_by_test_id("msg-input").click()
     page.keyboard.press("Tab")
     focused = page.evaluate("document.activeElement.dataset.testid")
