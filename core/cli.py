@@ -86,8 +86,7 @@ def backup_command(settings: Settings, folder: str) -> int:
 
 def migrate_command(settings: Settings) -> int:
     """`migrate`: bring the schema to head (under PostgreSQL's migration lock, so replicas starting meanwhile wait)."""
-    from core.db import Database
-    from core.services import describe_database
+    from core.db import Database, describe_database
 
     try:
         Database(settings.database).migrate()

@@ -263,3 +263,12 @@ class Database:
     async def close(self) -> None:
         """Dispose of the engine's connections."""
         await self.engine.dispose()
+
+
+def describe_database(url: str) -> str:
+    """`SQLite /path/app.db` or `postgresql on host:port/name`: where the data is, never a password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"SQLite {Path(parsed.database).resolve()}" if parsed.database else "SQLite in memory"
+    where = f"{parsed.host or 'localhost'}{f':{parsed.port}' if parsed.port else ''}/{parsed.database or ''}"
+    return f"{parsed.get_backend_name()} on {where}"

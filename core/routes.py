@@ -1,6 +1,7 @@
 """The REST API for scripts and tests: one `/api` router made of the routers beside each package.
 
     /api/me                      core.auth.routes
+    /api/admin                   core.admin.routes (admins only)
     /api/agents                  core.delegation.agent_routes
     /api/sessions                core.chat.routes
     /api/agents/a2a/stream, /api/tasks   core.delegation.routes
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 
 from core import metrics
 from core.a2a.api_keys import bearer_token
+from core.admin.routes import admin_router
 from core.auth.deps import AuthStateDep, SettingsDep
 from core.auth.routes import me_router
 from core.chat.routes import chat_router
@@ -30,6 +32,7 @@ def api_router() -> APIRouter:
     """The `/api` routes (tag `chat`; the delegation routes add `delegation`)."""
     router = APIRouter(prefix="/api", tags=["chat"])
     router.include_router(me_router())
+    router.include_router(admin_router())
     router.include_router(agents_router())
     router.include_router(chat_router())
     router.include_router(tasks_router())

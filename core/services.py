@@ -12,16 +12,14 @@ import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis.exceptions import RedisError
-from sqlalchemy.engine import make_url
 
 from core import metrics
 from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
+from core.admin import AdminArea, ModelConnectionAdmin
 from core.auth import accounts
 from core.auth.deps import AuthState
 from core.auth.login_throttle import RedisLoginFailures
@@ -33,7 +31,7 @@ from core.chat.engine import ChatEngine
 from core.chat.llm import DEMO_PROVIDER, LLMGateway
 from core.chat.tools import ToolRegistry
 from core.chat.workspace import Workspace
-from core.db import MIGRATION_LOCK_KEY, REAPER_LOCK_KEY, Database
+from core.db import MIGRATION_LOCK_KEY, REAPER_LOCK_KEY, Database, describe_database
 from core.db_events import RegistryEvents
 from core.delegation.agent_admin import LOCAL_AGENT, AgentAdmin
 from core.delegation.registry import AgentRegistry
@@ -42,7 +40,7 @@ from core.delegation.tool import AgentInvokeTool
 from core.errors import AppError
 from core.i18n import _
 from core.secret_box import LazySecretBox, make_data_dir_private
-from core.settings import Settings
+from core.settings import Settings, describe_redis
 from core.streaming.backend import StreamHubBackend
 from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
@@ -90,6 +88,7 @@ class Services:
     registry_events: RegistryEvents | None = None  # cluster mode: registry changes to and from the other replicas
     logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
     agent_admin: AgentAdmin = None  # type: ignore[assignment]  # set in build: agents as people edit them
+    admin: AdminArea = None  # type: ignore[assignment]  # set in build: the admin area (accounts, model, health)
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
@@ -181,6 +180,8 @@ class Services:
             logins=logins,
             agent_admin=agent_admin,
         )
+        model_connection = ModelConnectionAdmin(db, settings, llm, agent_admin, secrets)
+        services.admin = AdminArea(db, settings, services.auth, chat, broker, model_connection)
         if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
             services.remote_agents.notify = agent_admin.notify = events.notify
@@ -298,9 +299,14 @@ class Services:
         async with self.db.session() as s:
             await agents_store.seed_agents(s, model=self.settings.default_model)
             if await accounts.has_accounts(s):
-                return AuthState(multi_user=True, local_user_id=None)
-            local = await accounts.ensure_local_user(s)
-            return AuthState(multi_user=False, local_user_id=local.id)
+                auth = AuthState(multi_user=True, local_user_id=None)
+            else:
+                local = await accounts.ensure_local_user(s)
+                auth = AuthState(multi_user=False, local_user_id=local.id)
+        if self.admin is not None:  # disabled accounts, admins, the model connection an admin saved
+            self.admin.auth = auth
+            await self.admin.load()
+        return auth
 
     async def start(self) -> None:
         """Start periodic housekeeping (call on the serving loop)."""
@@ -390,21 +396,3 @@ class Services:
             evicted = self.hub.sweep()
             if evicted:
                 log.debug("evicted %d finished stream buffers", evicted)
-
-
-def describe_database(url: str) -> str:
-    """`SQLite /path/app.db` or `postgresql on host:port/name`: where the data is, never a password."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return f"SQLite {Path(parsed.database).resolve()}" if parsed.database else "SQLite in memory"
-    where = f"{parsed.host or 'localhost'}{f':{parsed.port}' if parsed.port else ''}/{parsed.database or ''}"
-    return f"{parsed.get_backend_name()} on {where}"
-
-
-def describe_redis(dsn: str | None) -> str:
-    """`none`, or `host:port/db` of the Redis URL (never its password)."""
-    if not dsn:
-        return "none"
-    parsed = urlsplit(dsn)
-    db = parsed.path.lstrip("/") or "0"
-    return f"{parsed.hostname or 'localhost'}:{parsed.port or 6379}/{db}"

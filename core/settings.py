@@ -371,3 +371,12 @@ def load_settings(**overrides: Any) -> Settings:
     """Build settings from the environment, `.env` (or `$ENV_FILE`) and the JSON config file."""
     env_file = os.environ.get("ENV_FILE") or DEFAULT_ENV_FILE
     return Settings(_env_file=env_file, **overrides)
+
+
+def describe_redis(dsn: str | None) -> str:
+    """`none`, or `host:port/db` of the Redis URL (never its password)."""
+    if not dsn:
+        return "none"
+    parsed = urlsplit(dsn)
+    db = parsed.path.lstrip("/") or "0"
+    return f"{parsed.hostname or 'localhost'}:{parsed.port or 6379}/{db}"

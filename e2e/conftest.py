@@ -98,7 +98,7 @@ def _wait_until_ready(base_url: str, process: subprocess.Popen, log_path: Path) 
             )
         try:
             response = httpx.get(f"{base_url}/api/me", timeout=2.0)
-            if response.status_code == 200:
+            if response.status_code in (200, 401):  # 401: ready, with accounts (a login is asked for)
                 return
             last_error = f"HTTP {response.status_code}"
         except httpx.HTTPError as exc:

@@ -76,6 +76,8 @@ class User(SQLModel, table=True):
     # Admins create, change and delete agents (the first account is one; `app.py users promote`).
     is_admin: bool = Field(default=False, sa_column=Column(Boolean, nullable=False, server_default=false()))
     created_at: datetime = _ts(default_factory=utcnow)
+    # Set by an admin (migration 0011): the account can no longer log in, and its open logins end.
+    disabled_at: datetime | None = _ts(nullable=True, default=None)
 
 
 class Agent(SQLModel, table=True):
@@ -326,3 +328,19 @@ __all__ = [
     "new_task_id",
     "utcnow",
 ]
+
+
+class ModelConnection(SQLModel, table=True):
+    """The global model connection an admin set in the admin area (migration 0011); one row, id 1.
+
+    Each field left empty falls back to the environment's (`DEFAULT_MODEL`, `LLM_API_BASE`, `LLM_API_KEY`).
+    """
+
+    __tablename__ = "model_connection"
+
+    id: int | None = Field(default=None, primary_key=True)
+    default_model: str | None = Field(default=None, sa_type=String(255))
+    api_base: str | None = Field(default=None, sa_type=String(1000))
+    api_key: str | None = Field(default=None, sa_type=Text)  # sealed by core/secret_box.py, never shown
+    updated_at: datetime = _ts(default_factory=utcnow)
+    updated_by: int | None = Field(default=None, sa_type=Integer)

@@ -22,8 +22,9 @@ import pytest
 from core.auth import accounts
 from core.chat import sessions as sessions_store
 from core.chat.demo_model import plan_reply
-from core.db import Database
-from core.services import Services, StartupRefusedError, describe_database, describe_redis
+from core.db import Database, describe_database
+from core.services import Services, StartupRefusedError
+from core.settings import describe_redis
 from tests.conftest import make_settings
 from tests.utils.app_process import ROOT, app_process, child_env, free_port
 from tests.utils.sync import run_sync

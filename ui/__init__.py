@@ -7,6 +7,7 @@ from core.services import Services
 
 def register_pages(services: Services) -> None:
     """Register every page (called from `app.py` each time it runs, as the User fixture needs)."""
+    from ui.admin_page import register_admin_page
     from ui.agents_page import register_agents_page
     from ui.api_keys_page import register_api_keys_page
     from ui.audit_page import register_audit_pages
@@ -37,3 +38,4 @@ def register_pages(services: Services) -> None:
     register_remote_agents_page(remote_agents=services.remote_agents, auth=auth)  # issue 6: by card URL
     register_broker_pages(broker=services.broker, auth=auth)  # issue 5: the seed-003 broker, live
     register_agents_page(admin=services.agent_admin, auth=auth)  # issue 15: agents made and changed in the app
+    register_admin_page(area=services.admin, auth=auth)  # issue 39: accounts, model connection, health

@@ -53,7 +53,7 @@ def current_user_id(auth: AuthState) -> int | None:
     if not auth.multi_user:
         return auth.local_user_id
     value = app.storage.user.get(USER_ID_KEY)
-    return value if isinstance(value, int) else None
+    return value if isinstance(value, int) and value not in auth.disabled_ids else None
 
 
 def install_login_middleware(auth: AuthState) -> None:
@@ -67,7 +67,11 @@ def install_login_middleware(auth: AuthState) -> None:
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
             path = scope.get("path", "")
             if scope["type"] == "http" and auth.multi_user and not path.startswith(PUBLIC_PREFIXES):
-                if not isinstance(app.storage.user.get(USER_ID_KEY), int):
+                user_id = app.storage.user.get(USER_ID_KEY)
+                if isinstance(user_id, int) and user_id in auth.disabled_ids:  # an admin disabled the account
+                    app.storage.user.pop(USER_ID_KEY, None)
+                    user_id = None
+                if not isinstance(user_id, int):
                     query = scope.get("query_string", b"").decode("latin-1")
                     target = path + (f"?{query}" if query else "")
                     response = RedirectResponse(f"/login?redirect_to={quote(target, safe='')}")

@@ -23,6 +23,7 @@ from nicegui import app, ui
 
 from core.auth.deps import AuthState
 from core.i18n import N_, _
+from ui.auth import current_user_id
 from ui.language import language_switch
 
 E = TypeVar("E", bound=ui.element)  # testid gives back the element as it came (an input stays an input)
@@ -44,6 +45,7 @@ class NavItem:
     path: str
     icon: str
     key: str
+    admins_only: bool = False
 
 
 NAV_ITEMS: list[NavItem] = [
@@ -53,6 +55,7 @@ NAV_ITEMS: list[NavItem] = [
     NavItem(N_("A2A broker"), "/broker", "hub", "broker"),
     NavItem(N_("Remote agents"), "/remote-agents", "travel_explore", "remote-agents"),
     NavItem(N_("API keys"), "/api-keys", "key", "api-keys"),
+    NavItem(N_("Admin"), "/admin", "admin_panel_settings", "admin", admins_only=True),
 ]
 
 
@@ -69,6 +72,13 @@ class Frame:
     drawer: ui.left_drawer
     actions: ui.row
     dark: ui.dark_mode
+
+
+def _page_user_id(auth: AuthState) -> int | None:
+    try:
+        return current_user_id(auth)
+    except (RuntimeError, AssertionError, KeyError):  # no storage secret (some unit tests), no session
+        return None
 
 
 def stored_dark_mode() -> bool | None:
@@ -146,7 +156,10 @@ def build_frame(auth: AuthState, *, title: str, active: str) -> Frame:
         testid(drawer, "app-drawer")
         with ui.column().classes("w-full gap-0").props("role=navigation aria-label='" + _("Pages") + "'") as nav:
             testid(nav, "app-nav")
+            admin = auth.is_admin(_page_user_id(auth))
             for item in NAV_ITEMS:
+                if item.admins_only and not admin:
+                    continue
                 is_active = item.path == active
                 with ui.row().classes(
                     "w-full items-center no-wrap gap-3 q-px-sm q-py-xs rounded-borders nav-row"

@@ -27,6 +27,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from core.auth.login_throttle import LoginFailures, RedisLoginFailures
 from core.auth.login_throttle import TooManyFailedLoginsError as TooManyFailedLoginsError  # callers catch it from here
 from core.errors import AppError
+from core.i18n import _
 from models import User
 
 LOCAL_USERNAME = "local"
@@ -65,14 +66,15 @@ async def create_user(session: AsyncSession, *, username: str, password: str, ad
         AccountError: the name is malformed or taken, or the password is too short.
     """
     if not USERNAME_PATTERN.fullmatch(username):
-        raise AccountError("a username is 1-64 letters, digits, '.', '_' or '-'")
+        raise AccountError(_("a username is 1-64 letters, digits, '.', '_' or '-'"))
     if username == LOCAL_USERNAME:
-        raise AccountError(f"{LOCAL_USERNAME!r} is reserved for single-user mode; pick another name")
+        reserved = _("{name!r} is reserved for single-user mode; pick another name")
+        raise AccountError(reserved.format(name=LOCAL_USERNAME))
     if len(password) < MIN_PASSWORD_LENGTH:
-        raise AccountError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+        raise AccountError(_("a password needs at least {count} characters").format(count=MIN_PASSWORD_LENGTH))
     existing = await session.exec(select(User).where(User.username == username))
     if existing.first() is not None:
-        raise AccountError(f"the user {username!r} already exists")
+        raise AccountError(_("the user {name!r} already exists").format(name=username))
     first = not await has_accounts(session)
     user = User(username=username, password_hash=hash_password(password), is_admin=admin or first)
     session.add(user)
@@ -88,10 +90,10 @@ async def set_password(session: AsyncSession, *, username: str, password: str) -
         AccountError: no such user, or the password is too short.
     """
     if len(password) < MIN_PASSWORD_LENGTH:
-        raise AccountError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+        raise AccountError(_("a password needs at least {count} characters").format(count=MIN_PASSWORD_LENGTH))
     user = (await session.exec(select(User).where(User.username == username))).first()
     if user is None or user.password_hash is None:
-        raise AccountError(f"there is no user {username!r}")
+        raise AccountError(_("there is no user {name!r}").format(name=username))
     user.password_hash = hash_password(password)
     session.add(user)
     await session.commit()
@@ -106,7 +108,7 @@ async def promote(session: AsyncSession, *, username: str) -> User:
     """
     user = (await session.exec(select(User).where(User.username == username))).first()
     if user is None or user.password_hash is None:
-        raise AccountError(f"there is no user {username!r}")
+        raise AccountError(_("there is no user {name!r}").format(name=username))
     user.is_admin = True
     session.add(user)
     await session.commit()
@@ -125,7 +127,12 @@ async def authenticate(session: AsyncSession, *, username: str, password: str) -
     """
     user = (await session.exec(select(User).where(User.username == username))).first()
     ok = _verify_or_waste_time(password, user.password_hash if user is not None else None)
-    return user if ok and user is not None else None
+    return user if ok and user is not None and is_enabled(user) else None
+
+
+def is_enabled(user: User) -> bool:
+    """False once an admin disabled the account (the admin area): it logs in no more, its logins end."""
+    return user.disabled_at is None
 
 
 def _verify_or_waste_time(password: str, password_hash: str | None) -> bool:
@@ -208,7 +215,12 @@ class PasswordLogin:
         if cached is not None and cached.expires_at > now:
             async with self._read() as s:
                 user = await s.get(User, cached.user_id)
-            if user is not None and user.username == username and user.password_hash == cached.password_hash:
+            if (
+                user is not None
+                and user.username == username
+                and user.password_hash == cached.password_hash
+                and is_enabled(user)
+            ):
                 return user
             self._verified.pop(token, None)
         check = self._checking.get(token)
@@ -227,6 +239,8 @@ class PasswordLogin:
         # Outside the database session: this takes ~0.1 s of CPU.
         ok = await asyncio.to_thread(_verify_or_waste_time, password, stored_hash)
         if not ok or user is None or user.id is None or stored_hash is None:  # (a stored row has its id)
+            return None
+        if not is_enabled(user):  # the same answer as a wrong password: a disabled account is not told apart
             return None
         await self.failures.succeeded(attempt)
         self._verified[token] = _Verified(user.id, stored_hash, self._clock() + self.cache_ttl_s)

@@ -12,7 +12,7 @@ of them read the one composition `app.py` sets on `app.state.services`, by attri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, status
@@ -39,6 +39,16 @@ class AuthState:
 
     multi_user: bool
     local_user_id: int | None
+    # Kept by the admin area (loaded at start, changed with each admin action of this process): the pages
+    # read them on every request without a database trip. The API reads the account itself.
+    disabled_ids: set[int] = field(default_factory=set)
+    admin_ids: set[int] = field(default_factory=set)
+
+    def is_admin(self, user_id: int | None) -> bool:
+        """Whether the page's user may open the admin area (`local` in single-user mode)."""
+        if not self.multi_user:
+            return user_id is not None and user_id == self.local_user_id
+        return user_id is not None and user_id in self.admin_ids and user_id not in self.disabled_ids
 
 
 def get_services(connection: HTTPConnection) -> Any:
@@ -105,7 +115,7 @@ async def get_current_user(
         user_id = _browser_user_id(request)
         if user_id is not None:
             user = await accounts.get_user(s, user_id)
-            if user is not None:
+            if user is not None and accounts.is_enabled(user):
                 return user
     if credentials is not None:
         try:
@@ -164,3 +174,17 @@ async def get_admin_user(user: CurrentUser, auth: AuthStateDep) -> User:
 
 
 AdminUser = Annotated[User, Depends(get_admin_user)]
+
+
+async def get_area_admin(user: CurrentUser, auth: AuthStateDep) -> User:
+    """The user making the request if they may use the admin area (an admin, or `local`), else 403."""
+    if not accounts.may_change_agents(user, multi_user=auth.multi_user):
+        raise ApiError(
+            status.HTTP_403_FORBIDDEN,
+            "admin_required",
+            detail=_("The admin area is for admins; an admin can make you one (python app.py users promote NAME)."),
+        )
+    return user
+
+
+AreaAdmin = Annotated[User, Depends(get_area_admin)]

@@ -23,7 +23,7 @@ from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from models import A2ATaskSession, AgentMessage, AgentSession, utcnow
+from models import A2ATaskSession, Agent, AgentMessage, AgentSession, utcnow
 
 TITLE_LENGTH = 60
 
@@ -351,6 +351,25 @@ async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
         .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.user_id) == user_id)
     )
     return (await session.exec(query)).one()
+
+
+async def running_turns(session: AsyncSession) -> list[dict[str, Any]]:
+    """Every running turn, on any replica (its draft), oldest first: the admin area's list.
+
+    Each: `sessionId`, `userId`, `title`, `agentId` (the agent's id, its slug) and `startedAt` (the draft's time).
+    Turns of delegated tasks (the callee's side) are listed too: their session is the task's.
+    """
+    query = (
+        select(AgentSession, col(Agent.slug), col(AgentMessage.created_at))
+        .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
+        .join(Agent, col(Agent.id) == col(AgentSession.agent_id))
+        .where(col(AgentMessage.status) == _STREAMING_LITERAL)
+        .order_by(col(AgentMessage.id))
+    )
+    return [
+        {"sessionId": row.id, "userId": row.user_id, "title": row.title, "agentId": slug, "startedAt": at.isoformat()}
+        for row, slug, at in (await session.exec(query)).all()
+    ]
 
 
 async def sessions_answering_with(session: AsyncSession, *, agent_id: int) -> list[str]:
