@@ -171,6 +171,8 @@ class AgentMessage(SQLModel, table=True):
     model_id: str | None = Field(default=None, sa_type=String(255))
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # The model call's price at LiteLLM's list prices, US dollars (migration 0012); None: no price known.
+    cost_usd: float | None = Field(default=None, sa_type=Float)
     sort_order: int = 0
     tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     tool_results: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
@@ -240,6 +242,7 @@ class A2ATaskSession(SQLModel, table=True):
     # Totals of the callee's run, for the audit view.
     input_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
     output_tokens: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
+    cost_usd: float | None = Field(default=None, sa_type=Float)  # the callee's run's price (migration 0012)
     created_at: datetime = _ts(default_factory=utcnow)
     updated_at: datetime = _ts(default_factory=utcnow)
     finished_at: datetime | None = _ts(nullable=True, default=None)

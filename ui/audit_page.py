@@ -1,18 +1,22 @@
 """The audit view (seed 000 §3.1.3): delegated tasks, which the session list never shows.
 
-`/audit` lists the user's tasks (caller, callee, state, duration, tokens);
-`/audit/{task_id}` shows one task read-only: what was asked, the callee's
-answer, and its own nested delegations.
+`/audit` lists the user's tasks (caller, callee, state, duration, tokens, cost);
+`/audit/{task_id}` shows one task read-only: the waterfall of its whole
+delegation chain (each hop's agent, start, duration, state, tokens and cost,
+nested as the tasks nest: what a trace viewer shows), what was asked, the
+callee's answer, and its own nested delegations.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from nicegui import ui
 
 from core.auth.deps import AuthState
 from core.delegation import TaskView, short_task_text, state_label, state_word
 from core.delegation.service import DelegationService
-from core.i18n import N_, _, format_datetime, format_number, ngettext
+from core.i18n import N_, _, format_datetime, format_number, format_usd, ngettext
 from ui.agent_invoke_panel import STATUS_COLORS
 from ui.auth import current_user_id
 from ui.frame import page_frame
@@ -85,6 +89,8 @@ async def _audit_task(delegation: DelegationService, auth: AuthState, task_id: s
                     input=format_number(task.input_tokens), output=format_number(task.output_tokens)
                 )
             )
+            if task.cost_usd is not None:
+                ui.label(_("Cost {cost}").format(cost=format_usd(task.cost_usd))).props("data-testid=audit-cost")
             ui.label(_("Depth {depth}").format(depth=task.recursion_depth))
         if task.parent_task_id:
             ui.link(_("Parent task"), f"/audit/{task.parent_task_id}").props("data-testid=audit-parent")
@@ -92,6 +98,7 @@ async def _audit_task(delegation: DelegationService, auth: AuthState, task_id: s
             ui.link(_("Open the calling chat"), f"/chat/{task.caller_session_id}")
         if task.error:
             ui.label(task.error).classes("text-negative")
+        _waterfall(await delegation.task_chain(current_user_id(auth) or 0, task_id), task.id)
         for message in detail.messages:
             who = _("Request") if message.role == "user" else task.callee_agent_name
             with (
@@ -109,7 +116,16 @@ async def _audit_task(delegation: DelegationService, auth: AuthState, task_id: s
                     _state_badge(child)
 
 
-COLUMNS = (N_("Started"), N_("Caller"), N_("Callee"), N_("Request"), N_("State"), N_("Duration"), N_("Tokens in/out"))
+COLUMNS = (
+    N_("Started"),
+    N_("Caller"),
+    N_("Callee"),
+    N_("Request"),
+    N_("State"),
+    N_("Duration"),
+    N_("Tokens in/out"),
+    N_("Cost"),
+)
 
 
 def _task_row(task: TaskView) -> None:
@@ -128,7 +144,8 @@ def _task_row(task: TaskView) -> None:
         with ui.element("td").props("data-label='" + _("State") + "'"):
             _state_badge(task)
         tokens = f"{format_number(task.input_tokens)} / {format_number(task.output_tokens)}"
-        for title, text in zip(COLUMNS[5:], (_duration(task), tokens), strict=True):
+        cost = format_usd(task.cost_usd) if task.cost_usd is not None else "—"
+        for title, text in zip(COLUMNS[5:], (_duration(task), tokens, cost), strict=True):
             with ui.element("td").props(f"data-label='{_(title)}'"):
                 ui.label(text)
 
@@ -144,3 +161,51 @@ def _duration(task: TaskView) -> str:
     if task.duration_ms is None:
         return _("running")
     return _("{seconds} s").format(seconds=format_number(task.duration_ms / 1000, decimals=1))
+
+
+def _waterfall(chain: list[TaskView], current: str) -> None:
+    """The delegation chain as a trace viewer draws it: one row a hop, nested, each bar at its time."""
+    if len(chain) < 2:
+        return
+    start = chain[0].created_at
+    now = datetime.now(UTC)
+    span_s = max(((t.finished_at or now) - start).total_seconds() for t in chain) or 0.001
+    ui.label(_("Delegation chain")).classes("text-h6 q-mt-md")
+    with ui.column().classes("w-full gap-1 waterfall").props("data-testid=audit-waterfall"):
+        for task in chain:
+            word = state_word(task.state)
+            offset_s = (task.created_at - start).total_seconds()
+            length_s = ((task.finished_at or now) - task.created_at).total_seconds()
+            with (
+                ui.element("div")
+                .classes("waterfall-row" + (" waterfall-row--current" if task.id == current else ""))
+                .props(
+                    f"data-testid=audit-waterfall-row data-task-id={task.id} "
+                    f"data-depth={task.recursion_depth} data-state={word}"
+                )
+            ):
+                with (
+                    ui.row()
+                    .classes("waterfall-name no-wrap items-center gap-1 min-w-0")
+                    .style(f"padding-left: {(task.recursion_depth - 1) * 14}px")
+                ):
+                    ui.link(task.callee_agent_name, f"/audit/{task.id}").classes("ellipsis")
+                    _state_badge(task)
+                width = min(max(length_s / span_s * 100, 1.0), 100.0)  # a hop too short to see still shows
+                left = min(offset_s / span_s * 100, 100.0 - width)
+                with ui.element("div").classes("waterfall-track"):
+                    ui.element("div").classes(f"waterfall-bar bg-{STATUS_COLORS.get(word, 'grey-7')}").style(
+                        f"left: {left:.2f}%; width: {width:.2f}%"
+                    )
+                figures = [
+                    _("+{seconds} s").format(seconds=format_number(offset_s, decimals=1)),
+                    _duration(task),
+                    _("{input} / {output} tokens").format(
+                        input=format_number(task.input_tokens), output=format_number(task.output_tokens)
+                    ),
+                ]
+                if task.cost_usd is not None:
+                    figures.append(format_usd(task.cost_usd))
+                ui.label(" · ".join(figures)).classes("waterfall-figures text-caption text-grey-7").props(
+                    "data-testid=audit-waterfall-figures"
+                )

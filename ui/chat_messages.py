@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from nicegui import ui
 
 from core.delegation import TaskView
-from core.i18n import _
+from core.i18n import _, format_number, format_usd
 from core.streaming import events as ev
 from core.streaming.hub import StreamEvent
 from models import AgentMessage
@@ -128,7 +128,8 @@ class ChatMessages:
                     ).mark("turn-interrupted")
                 elif message.status == "error" and message.error:
                     ui.label(message.error).classes("text-negative text-caption").props("data-testid=turn-error")
-                self._answer_menu(answer, lambda: message.content)
+                usage = (message.input_tokens, message.output_tokens, message.cost_usd)
+                self._answer_menu(answer, lambda: message.content, usage)
             self._shown.append(answer)
 
     def _render_note(self, message: AgentMessage) -> None:
@@ -253,12 +254,13 @@ class ChatMessages:
                     ui.notify(text, color="negative")
             case ev.Finish(finish_reason=reason):
                 self.flush()
+                usage = (typed.input_tokens, typed.output_tokens, typed.cost_usd)
                 self._bubble.props("aria-busy=false")
                 if reason == "canceled":
                     with self._bubble:
                         ui.label(_("Stopped.")).classes("text-grey-7 text-caption")
                 views = list(self._views.values())
-                self._answer_menu(self._bubble, lambda: "\n\n".join(v.text for v in views if v.text))
+                self._answer_menu(self._bubble, lambda: "\n\n".join(v.text for v in views if v.text), usage)
 
     # -- the controls on the messages ------------------------------------------------------
 
@@ -288,8 +290,8 @@ class ChatMessages:
                 "user-edit-btn",
             )
 
-    def _answer_menu(self, answer: ui.element, text: Callable[[], str]) -> None:
-        """An answer's ⋮ menu: copy it; regenerate when it is the last answer and nothing runs."""
+    def _answer_menu(self, answer: ui.element, text: Callable[[], str], usage: Usage) -> None:
+        """An answer's ⋮ menu: copy it; regenerate when it is the last answer and nothing runs; its usage."""
         self._last_answer = answer
         with answer, ui.row().classes("w-full justify-end"):
             button = testid(
@@ -299,9 +301,9 @@ class ChatMessages:
                 "answer-menu-btn",
             )
         # The menu is made as it opens: whether this is still the last answer is known then.
-        button.on("click", lambda: self._open_answer_menu(button, answer, text))
+        button.on("click", lambda: self._open_answer_menu(button, answer, text, usage))
 
-    def _open_answer_menu(self, button: ui.button, answer: ui.element, text: Callable[[], str]) -> None:
+    def _open_answer_menu(self, button: ui.button, answer: ui.element, text: Callable[[], str], usage: Usage) -> None:
         for child in list(button.default_slot.children):
             if isinstance(child, ui.menu):
                 child.delete()
@@ -309,8 +311,25 @@ class ChatMessages:
             ui.menu_item(_("Copy"), lambda: self._copy(text())).props("data-testid=answer-copy")
             if answer is self._last_answer and not self.actions.running():
                 ui.menu_item(_("Regenerate"), self.actions.regenerate).props("data-testid=answer-regenerate")
+            line = usage_line(*usage)
+            if line:  # folded here: read when wanted, not beside every answer
+                ui.separator()
+                ui.label(line).classes("q-px-md q-py-sm text-caption text-grey-7").props("data-testid=answer-usage")
         menu.open()
 
     def _copy(self, text: str) -> None:
         ui.clipboard.write(text)
         ui.notify(_("Copied."), position="bottom")
+
+
+Usage = tuple[int | None, int | None, float | None]  # an answer's input and output tokens, and its price
+
+
+def usage_line(input_tokens: int | None, output_tokens: int | None, cost_usd: float | None) -> str:
+    """An answer's usage, `Tokens 60 in / 11 out · $0.00001650` (empty when nothing was counted)."""
+    if not input_tokens and not output_tokens:
+        return ""
+    line = _("Tokens {input} in / {output} out").format(
+        input=format_number(input_tokens or 0), output=format_number(output_tokens or 0)
+    )
+    return line if cost_usd is None else f"{line} · {format_usd(cost_usd)}"

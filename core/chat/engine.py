@@ -473,7 +473,7 @@ class ChatEngine:
             await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))
         finally:
             finish = (
-                ev.Finish(outcome.finish_reason, outcome.input_tokens, outcome.output_tokens)
+                ev.Finish(outcome.finish_reason, outcome.input_tokens, outcome.output_tokens, outcome.cost_usd)
                 if outcome
                 else ev.Finish("error")
             )

@@ -19,6 +19,7 @@ policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import re
@@ -275,7 +276,7 @@ class LLMGateway:
             raise
         except Exception as exc:  # litellm raises many types; the UI sees one
             raise _as_llm_error(litellm, exc, model, streamed=streamed) from exc
-        yield assembly.result()
+        yield priced(litellm, assembly.result())
 
 
 async def provider_of(model: str) -> str | None:
@@ -300,6 +301,40 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
         "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
         "server"
     )
+
+
+#: Each model's (input, output) price per token from LiteLLM's price list, or None: looked up once per model.
+_PRICES: dict[str, tuple[float, float] | None] = {}
+
+
+def priced(litellm: Any, result: ModelResult) -> ModelResult:
+    """`result` with the call's cost: its tokens at LiteLLM's list prices for the model, when the list has them.
+
+    One lookup per model per process (`litellm.model_cost`, the local copy: LITELLM_LOCAL_MODEL_COST_MAP),
+    then two multiplications a call; the demo model and models the list lacks have no cost (None). Tiered,
+    cached-token and per-request prices are left out: this is the list price of the tokens counted.
+    """
+    if result.model not in _PRICES:
+        _PRICES[result.model] = _price_of(litellm, result.model)
+    prices = _PRICES[result.model]
+    if prices is None:
+        return result
+    usage = result.usage
+    cost = usage.input_tokens * prices[0] + usage.output_tokens * prices[1]
+    return dataclasses.replace(result, usage=dataclasses.replace(usage, cost_usd=cost))
+
+
+def _price_of(litellm: Any, model: str) -> tuple[float, float] | None:
+    if model.startswith(f"{DEMO_PROVIDER}/"):
+        return None
+    table = getattr(litellm, "model_cost", None) or {}
+    entry = table.get(model) or (table.get(model.split("/", 1)[1]) if "/" in model else None)
+    if not isinstance(entry, dict):
+        return None
+    price_in, price_out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+    if not isinstance(price_in, int | float) or not isinstance(price_out, int | float):
+        return None
+    return float(price_in), float(price_out)
 
 
 def _knows_model(litellm: Any, model: str) -> bool:

@@ -53,10 +53,11 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one model call."""
+    """Token counts of one model call, and its price where LiteLLM's price list has the model (US dollars)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,9 @@ class MessageOut(BaseModel):
     model_id: str | None = Field(serialization_alias="modelId")
     input_tokens: int | None = Field(serialization_alias="inputTokens")
     output_tokens: int | None = Field(serialization_alias="outputTokens")
+    cost_usd: float | None = Field(
+        None, serialization_alias="costUsd", description="US dollars at LiteLLM's list prices; null: no price known"
+    )
     tool_calls: list[dict[str, Any]] | None = Field(serialization_alias="toolCalls")
     tool_results: list[dict[str, Any]] | None = Field(serialization_alias="toolResults")
     source: str
@@ -277,6 +280,7 @@ def message_out(m: AgentMessage) -> MessageOut:
         model_id=m.model_id,
         input_tokens=m.input_tokens,
         output_tokens=m.output_tokens,
+        cost_usd=m.cost_usd,
         tool_calls=m.tool_calls,
         tool_results=m.tool_results,
         source=m.source,

@@ -47,6 +47,7 @@ class TurnOutcome:
     input_tokens: int = 0
     output_tokens: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
+    cost_usd: float | None = None  # None: no model call of the run had a price
 
 
 class AgentRunner:
@@ -293,6 +294,8 @@ class AgentRun:
     output_tokens: int = 0
     step_input_tokens: int = 0
     step_output_tokens: int = 0
+    cost_usd: float | None = None
+    step_cost_usd: float | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
     outcome: TurnOutcome | None = None
     on_text: Callable[[], None] | None = None
@@ -308,6 +311,7 @@ class AgentRun:
         """A model call begins: its text, calls, results and usage start empty."""
         self.step_text, self.step_calls, self.step_results = [], [], None
         self.step_input_tokens = self.step_output_tokens = 0
+        self.step_cost_usd = None
         self.step_open = True
 
     def add_usage(self, result: ModelResult) -> None:
@@ -315,6 +319,9 @@ class AgentRun:
         self.step_input_tokens, self.step_output_tokens = result.usage.input_tokens, result.usage.output_tokens
         self.input_tokens += result.usage.input_tokens
         self.output_tokens += result.usage.output_tokens
+        self.step_cost_usd = result.usage.cost_usd
+        if result.usage.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + result.usage.cost_usd
 
     def close_step(self, *, text: str | None = None, status: str = "complete", error: str | None = None) -> None:
         """End the open step as an assistant row (calls stopped mid-way get an error result each)."""
@@ -344,6 +351,7 @@ class AgentRun:
                 "model_id": self.agent.model,
                 "input_tokens": self.step_input_tokens or None,
                 "output_tokens": self.step_output_tokens or None,
+                "cost_usd": self.step_cost_usd,
                 "tool_calls": calls,
                 "tool_results": results,
                 "status": status,
@@ -363,6 +371,7 @@ class AgentRun:
             input_tokens=self.input_tokens,
             output_tokens=self.output_tokens,
             rows=self.rows,
+            cost_usd=self.cost_usd,
         )
 
 

@@ -49,6 +49,9 @@ class TaskOut(BaseModel):
     recursion_depth: int = Field(serialization_alias="recursionDepth")
     input_tokens: int = Field(serialization_alias="inputTokens")
     output_tokens: int = Field(serialization_alias="outputTokens")
+    cost_usd: float | None = Field(
+        None, serialization_alias="costUsd", description="US dollars at LiteLLM's list prices; null: no price known"
+    )
     duration_ms: int | None = Field(serialization_alias="durationMs")
     created_at: datetime = Field(serialization_alias="createdAt")
     finished_at: datetime | None = Field(serialization_alias="finishedAt")
@@ -133,6 +136,7 @@ def _task_out(t: TaskView) -> dict[str, Any]:
         recursion_depth=t.recursion_depth,
         input_tokens=t.input_tokens,
         output_tokens=t.output_tokens,
+        cost_usd=t.cost_usd,
         duration_ms=t.duration_ms,
         created_at=t.created_at,
         finished_at=t.finished_at,

@@ -57,6 +57,11 @@ class LocalRun:
             return estimate_tokens(self.text())
         return self.run.output_tokens
 
+    @property
+    def cost_usd(self) -> float | None:
+        """The run's price at LiteLLM's list prices (None: its model has none)."""
+        return self.run.cost_usd
+
     def result(self) -> tuple[str, str | None]:
         """(the task's end state, its error) from how the run ended."""
         outcome = self.run.outcome
@@ -98,6 +103,7 @@ class RemoteRun:
     status: str = "complete"
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = None  # a remote agent's price is its own
 
     def result(self) -> tuple[str, str | None]:
         """(the task's end state, its error) from what the remote agent reported."""

@@ -277,7 +277,7 @@ class DelegationService:
             "recursionDepth": depth,
             "state": state,
             "durationMs": int((time.monotonic() - started) * 1000),
-            "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
+            "usage": ev.usage_payload(record.input_tokens, record.output_tokens, record.cost_usd),
         }
         text_out = record.text()
         if state == COMPLETED:
@@ -363,6 +363,7 @@ class DelegationService:
                 rows=record.rows(),
                 input_tokens=record.input_tokens,
                 output_tokens=record.output_tokens,
+                cost_usd=record.cost_usd,
             )
             if state == CANCELED:
                 await ev.publish(self.hub, key, ev.Error(error or ""))
@@ -371,7 +372,7 @@ class DelegationService:
             log.exception("could not record the end of task %s", task_id)
         finally:
             duration_ms = int((time.monotonic() - started) * 1000)
-            done = ev.TaskDone(state, error, duration_ms, record.input_tokens, record.output_tokens)
+            done = ev.TaskDone(state, error, duration_ms, record.input_tokens, record.output_tokens, record.cost_usd)
             await ev.publish(self.hub, key, done)
             await self.hub.finish(key, error=error if state != COMPLETED else None)
 
@@ -485,3 +486,7 @@ class DelegationService:
     async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
         """One of the user's tasks with the callee's saved messages and its direct children."""
         return await self.records.task_detail(user_id, task_id)
+
+    async def task_chain(self, user_id: int, task_id: str) -> list[TaskView]:
+        """The whole delegation chain of one of the user's tasks, root first (the audit's waterfall)."""
+        return await self.records.task_chain(user_id, task_id)

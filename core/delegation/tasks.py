@@ -90,6 +90,7 @@ class TaskView:
     created_at: datetime
     finished_at: datetime | None
     live: bool = False  # its buffer is still in the hub (running, or finished recently)
+    cost_usd: float | None = None  # the callee's run's price, where its model has one
 
     @property
     def duration_ms(self) -> int | None:
@@ -224,6 +225,7 @@ class TaskRecords:
         rows: list[dict[str, Any]],
         input_tokens: int,
         output_tokens: int,
+        cost_usd: float | None = None,
     ) -> None:
         """Save the callee's answer into the task's hidden session `session_id`, its totals and its terminal state.
 
@@ -233,7 +235,9 @@ class TaskRecords:
             if rows:
                 await sessions_store.append_messages(s, session_id=session_id, messages=rows)
             await s.exec(
-                _state_update(task_id, state, error).values(input_tokens=input_tokens, output_tokens=output_tokens)
+                _state_update(task_id, state, error).values(
+                    input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd
+                )
             )
             await s.commit()
 
@@ -313,6 +317,44 @@ class TaskRecords:
             children = list((await s.exec(query)).all())
         return TaskDetail(self._view(row, names), messages, [self._view(c, names) for c in children])
 
+    async def task_chain(self, user_id: int, task_id: str) -> list[TaskView]:
+        """The whole delegation chain `task_id` belongs to (its root and every task under it), for its owner.
+
+        Root first, then depth first in start order (each task right after its parent): the audit's
+        waterfall. Empty when the task is not the user's. A chain is at most `maxRecursionDepth` (≤ 20)
+        levels: one query a level.
+        """
+        async with self.db.session() as s:
+            row = await s.get(A2ATaskSession, task_id)
+            if row is None or row.caller_user_id != user_id:
+                return []
+            for _level in range(agents_store.AGENT_INVOKE_MAXIMA["maxRecursionDepth"] + 1):
+                if row.parent_task_id is None:
+                    break
+                parent = await s.get(A2ATaskSession, row.parent_task_id)
+                if parent is None or parent.caller_user_id != user_id:
+                    break
+                row = parent
+            tasks, level = [row], [row.id]
+            while level:
+                query = select(A2ATaskSession).where(col(A2ATaskSession.parent_task_id).in_(level))
+                children = list((await s.exec(query)).all())
+                tasks.extend(children)
+                level = [c.id for c in children]
+            names = await _agent_names(s)
+        kids: dict[str | None, list[A2ATaskSession]] = {}
+        for task in tasks[1:]:
+            kids.setdefault(task.parent_task_id, []).append(task)
+        ordered: list[A2ATaskSession] = []
+
+        def visit(task: A2ATaskSession) -> None:
+            ordered.append(task)
+            for child in sorted(kids.get(task.id, []), key=lambda t: (t.created_at, t.id)):
+                visit(child)
+
+        visit(tasks[0])
+        return [self._view(t, names) for t in ordered]
+
     def _view(self, row: A2ATaskSession, names: dict[int, tuple[str, str]]) -> TaskView:
         caller = names.get(row.caller_agent_id or -1)
         callee = names.get(row.callee_agent_id or -1)
@@ -338,6 +380,7 @@ class TaskRecords:
             created_at=row.created_at,
             finished_at=row.finished_at,
             live=self.hub.get(task_stream_key(row.id)) is not None,
+            cost_usd=row.cost_usd,
         )
 
 

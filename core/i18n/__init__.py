@@ -39,6 +39,7 @@ __all__ = [
     "current_timezone",
     "format_datetime",
     "format_number",
+    "format_usd",
     "gettext",
     "html_lang",
     "negotiate",
@@ -227,6 +228,16 @@ def format_number(value: float | int, *, decimals: int | None = None) -> str:
         pattern = "#,##0." + "0" * decimals if decimals else "#,##0"
         return format_decimal(value, format=pattern, locale=current_language())
     return format_decimal(value, locale=current_language())
+
+
+def format_usd(amount: float) -> str:
+    """A price in US dollars, to a tenth of a cent, or to four significant digits below a cent (`$0.00001650`)."""
+    if amount == 0 or amount >= 0.01:
+        return "$" + format_number(amount, decimals=3)
+    digits = 3
+    while amount * 10**digits < 1000 and digits < 12:
+        digits += 1
+    return "$" + format_number(amount, decimals=digits)
 
 
 def format_datetime(moment: datetime | None, *, format: str = "medium") -> str:  # noqa: A002 (Babel's name)

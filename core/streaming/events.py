@@ -181,18 +181,19 @@ class Error:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """A turn's last event: `finish` {finishReason, usage: {inputTokens, outputTokens}}."""
+    """A turn's last event: `finish` {finishReason, usage: {inputTokens, outputTokens[, costUsd]}}."""
 
     kind: ClassVar[str] = "finish"
     finish_reason: str
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = None  # in `usage` only when the model has a price
 
     def payload(self) -> dict[str, Any]:
         """The event's fields as the wire names them."""
         return {
             "finishReason": self.finish_reason,
-            "usage": {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens},
+            "usage": usage_payload(self.input_tokens, self.output_tokens, self.cost_usd),
         }
 
 
@@ -224,6 +225,7 @@ class TaskDone:
     duration_ms: int
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = None
 
     def payload(self) -> dict[str, Any]:
         """The event's fields as the wire names them."""
@@ -231,8 +233,16 @@ class TaskDone:
             "state": self.state,
             "error": self.error,
             "durationMs": self.duration_ms,
-            "usage": {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens},
+            "usage": usage_payload(self.input_tokens, self.output_tokens, self.cost_usd),
         }
+
+
+def usage_payload(input_tokens: int, output_tokens: int, cost_usd: float | None) -> dict[str, Any]:
+    """`usage` on the wire: the tokens, and `costUsd` when the model has a price (LiteLLM's list prices)."""
+    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+    if cost_usd is not None:
+        usage["costUsd"] = cost_usd
+    return usage
 
 
 Event = Start | TextDelta | ToolInput | ToolOutput | TaskStarted | Error | Finish | TaskState | TaskDone
@@ -335,11 +345,16 @@ def _int(data: Mapping[str, Any], name: str) -> int:
     return value
 
 
-def _usage(data: Mapping[str, Any]) -> tuple[int, int]:
+def _usage(data: Mapping[str, Any]) -> tuple[int, int, float | None]:
     usage = data.get("usage") or {}
     if not isinstance(usage, Mapping):
         raise TypeError(f"'usage' must be an object, got {type(usage).__name__}")
-    return int(usage.get("inputTokens") or 0), int(usage.get("outputTokens") or 0)
+    cost = usage.get("costUsd")
+    return (
+        int(usage.get("inputTokens") or 0),
+        int(usage.get("outputTokens") or 0),
+        float(cost) if isinstance(cost, int | float) else None,
+    )
 
 
 def _start(d: Mapping[str, Any]) -> Event:
