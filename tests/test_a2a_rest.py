@@ -318,3 +318,24 @@ def test_odd_input_never_gets_a_5xx(app: TwoUsers) -> None:
         for path in ODD_GETS:
             response = http.get(f"{url}/{path}")
             assert response.status_code < 500, (path, response.text)
+
+
+def test_a_raw_stream_is_the_apps_sse_with_one_stream_response_per_event(app: TwoUsers) -> None:
+    """`POST …/message:stream`: the SSE core's headers; each `data:` a StreamResponse, without a JSON-RPC envelope."""
+    body = {"message": {"role": "ROLE_USER", "messageId": "m-raw-rest", "parts": [{"text": "/lorem 20"}]}}
+    headers = {"Authorization": f"Bearer {app.alice}", "A2A-Version": "1.0"}
+    with httpx.stream("POST", f"{rest_url(app)}/message:stream", json=body, headers=headers, timeout=20) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert (response.headers["cache-control"], response.headers["x-accel-buffering"]) == ("no-cache", "no")
+        raw = b"".join(response.iter_bytes())
+    frames = [f for f in raw.decode().replace("\r\n", "\n").split("\n\n") if f.strip() and not f.startswith(":")]
+    payloads = [
+        json.loads("".join(line[5:].strip() for line in f.splitlines() if line.startswith("data:"))) for f in frames
+    ]
+    assert [next(iter(p)) for p in payloads[:1] + payloads[-2:]] == ["task", "artifactUpdate", "statusUpdate"]
+    texts = [
+        p["statusUpdate"]["status"].get("message", {}).get("parts", [{}])[0].get("text", "") for p in payloads[1:-2]
+    ]
+    assert "".join(texts) == lorem(20)
+    assert payloads[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
