@@ -58,7 +58,6 @@ def a2a_router() -> APIRouter:
         """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
         return await server.rpc_response(agent_id, request)
 
-    @router.api_route("/a2a/agents/{agent_id}/rest/{rest_path:path}", methods=["GET", "POST", "DELETE"])
     async def call_agent_rest(agent_id: AgentId, rest_path: str, request: Request, server: A2AServerDep) -> Response:
         """A2A HTTP+JSON (v1.0 with `A2A-Version: 1.0`; v0.3 below `/v1`); needs `Authorization: Bearer <key>`.
 
@@ -70,6 +69,14 @@ def a2a_router() -> APIRouter:
         """
         return await server.rest_response(agent_id, request)
 
+    for method in ("GET", "POST", "DELETE"):  # one route each: each its own OpenAPI operation
+        router.add_api_route(
+            "/a2a/agents/{agent_id}/rest/{rest_path:path}",
+            call_agent_rest,
+            methods=[method],
+            name=f"call_agent_rest_{method.lower()}",
+            response_model=None,
+        )
     return router
 
 
