@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from e2e.conftest import REPO_ROOT
 from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
@@ -101,3 +101,37 @@ def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_u
     expect(page.get_by_test_id("audit-task")).to_contain_text("General Assistant → Echo Agent")
     expect(page.get_by_test_id("audit-message")).to_have_count(2)
     expect(page.get_by_test_id("audit-message").last).to_contain_text(expected)
+
+
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.mark.parametrize("size", list(VIEWPORTS))
+def test_progress_notes_stay_on_their_own_lines_above_the_answer(
+    browser: Browser, base_url: str, echo_card_url: str, size: str
+) -> None:
+    """Issue 36 item 5: `/chunks`' notes ("starting…", "chunk i/N") and its answer in chunks never run together."""
+    agent_id = f"notes-{unique('x').split()[1]}-{size}"
+    created = httpx.post(
+        f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id}, timeout=30
+    )
+    assert created.status_code == 201, created.text
+    context = browser.new_context(viewport=VIEWPORTS[size], base_url=base_url)
+    page = context.new_page()
+    try:
+        open_chat(page, "/?agent=general-assistant")
+        send(page, f"@{agent_id} /chunks far away words")
+        tab = page.get_by_test_id("agent-invoke-tab")
+        expect(tab).to_have_count(1, timeout=10_000)
+        task_id = tab.get_attribute("data-task-id")
+        expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=TURN_TIMEOUT_MS)
+        body = page.locator(f'[data-testid=agent-invoke-body][data-task-id="{task_id}"]')
+        expect(body.locator("p")).to_have_text(["starting…", "chunk 1/3", "chunk 2/3", "chunk 3/3", "far away words"])
+        expect(body).to_be_in_viewport()
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, innerWidth]")
+        assert widths[0] <= widths[1], f"the page is {widths[0]} px wide in a {widths[1]} px viewport"
+        wait_for_turn_end(page)
+        reply = page.get_by_test_id("assistant-message").last.locator("blockquote")
+        expect(reply).to_have_text("far away words")  # the answer alone
+    finally:
+        context.close()

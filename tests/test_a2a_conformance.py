@@ -278,7 +278,12 @@ async def test_the_card_is_strict_v1_or_v03_as_asked_and_both_stock_resolvers_re
     card03 = AgentCardV03.model_validate(unasked.json())
     assert (card03.url, card03.protocol_version) == (agent, "0.3")
     card10 = parse_agent_card(unasked.json())
-    assert [(i.url, i.protocol_version) for i in card10.supported_interfaces] == [(agent, "1.0"), (agent, "0.3")]
+    assert [(i.url, i.protocol_version) for i in card10.supported_interfaces] == [
+        (agent, "1.0"),
+        (agent, "0.3"),
+        (f"{agent}/rest", "1.0"),
+        (f"{agent}/rest", "0.3"),
+    ]
     assert card10.security_requirements and card10.security_schemes["apiKey"].http_auth_security_scheme.scheme
     etags = {httpx.get(card_url, timeout=10, headers=h).headers["etag"] for h in ({}, {"A2A-Version": "0.3"})}
     assert len(etags | {response.headers["etag"]}) == 3  # three documents, three validators
@@ -287,7 +292,8 @@ async def test_the_card_is_strict_v1_or_v03_as_asked_and_both_stock_resolvers_re
     assert root.status_code == 200
     root_card = Parse(root.text, AgentCard(), ignore_unknown_fields=False)
     assert root_card.name == "General Assistant"
-    assert [i.url for i in root_card.supported_interfaces] == [app.agent_url("general-assistant")] * 2
+    general = app.agent_url("general-assistant")
+    assert [i.url for i in root_card.supported_interfaces] == [general, general, f"{general}/rest", f"{general}/rest"]
     async with sdk_client(app.url, app.alice) as (client, card):  # a generic client given the server's root
         assert card.name == "General Assistant"
         events = [e async for e in client.send_message(user_message("/lorem 2"))]

@@ -68,6 +68,8 @@ async def test_card_is_public_and_advertises_v1_and_v03_on_one_absolute_url(app:
         assert {(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces} == {
             ("JSONRPC", "1.0", app.agent_url("coding-assistant")),
             ("JSONRPC", "0.3", app.agent_url("coding-assistant")),
+            ("HTTP+JSON", "1.0", app.agent_url("coding-assistant") + "/rest"),
+            ("HTTP+JSON", "0.3", app.agent_url("coding-assistant") + "/rest"),
         }
         assert card.capabilities.streaming and card.capabilities.extended_agent_card
         scheme = card.security_schemes["apiKey"].http_auth_security_scheme

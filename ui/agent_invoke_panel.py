@@ -40,6 +40,7 @@ from core.delegation import (
     state_word,
     task_stream_key,
 )
+from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
 from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription, StreamHubBackend
@@ -85,6 +86,9 @@ class TaskTab:
     reason: str | None = None  # why it failed, when that has its own words (states.py: timeout, connection lost)
     follower: asyncio.Task[None] | None = None
     views: dict[str, StreamingMarkdown] = field(default_factory=dict)
+    # A remote task's text pieces `(text part id, text)` once it sent a status message's text (`notes.layout`).
+    pieces: list[tuple[str, str]] | None = None
+    answered: bool = False  # whether one of those pieces is an artifact's text (then the status ones are notes)
 
 
 class AgentInvokePanel:
@@ -351,9 +355,9 @@ class AgentInvokePanel:
         except ev.EventFormatError:
             return  # a kind the panel does not show (or a malformed event): the saved task tells the end
         match typed:
-            case ev.TextDelta(delta=delta):
+            case ev.TextDelta(id=part, delta=delta):
                 first = not entry.body.text
-                entry.body.append(delta)
+                self._add_text(entry, part, delta)
                 if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
                     self._set_state(entry, entry.state)
             case ev.ToolInput():  # the callee delegating in turn: its child's request
@@ -366,6 +370,32 @@ class AgentInvokePanel:
                 self._show_error(entry, text or _("The delegated agent failed."))
             case ev.TaskStarted():  # the callee delegated in turn: a child tab
                 await self.task_started(typed)
+
+    def _add_text(self, entry: TaskTab, part: str, delta: str) -> None:
+        """Show more text; a remote agent's progress notes go on their own lines once its answer comes.
+
+        Appended as it comes, except where a status message's text turns out to be a note
+        (`core/delegation/notes.py`): then the text is laid out again and drawn anew.
+        """
+        if entry.pieces is None:
+            if part != STATUS_TEXT_ID:
+                entry.body.append(delta)
+                return
+            entry.pieces = [(ANSWER_TEXT_ID, entry.body.text)] if entry.body.text else []
+        entry.pieces.append((part, delta))
+        if (part == STATUS_TEXT_ID) != entry.answered:  # more of the same: still appended
+            entry.body.append(delta)
+            return
+        entry.answered = True
+        text = layout(entry.pieces)
+        if text.startswith(entry.body.text):
+            entry.body.append(text[len(entry.body.text) :])
+            return
+        slot = entry.body.container.parent_slot  # the body's column (data-testid=agent-invoke-body)
+        assert slot is not None, "the body was drawn in its column"
+        entry.body.container.delete()
+        with slot.parent:
+            entry.body = StreamingMarkdown(text)
 
     async def _load_saved(self, entry: TaskTab) -> None:
         detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)

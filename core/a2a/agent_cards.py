@@ -20,6 +20,8 @@ CONTEXT_RULE = (
     "(the agent sees the earlier exchanges); an unknown contextId is refused (-32602), never replaced."
 )
 PROVIDER = "A2A Delegation Chat"
+#: Where an agent's HTTP+JSON endpoint is, below its JSON-RPC URL (`/a2a/agents/{id}/rest/message:send`, …).
+REST_PATH = "/rest"
 
 
 def _app_version() -> str:
@@ -42,6 +44,10 @@ class AgentCards:
         """The absolute URL of an agent's JSON-RPC endpoint."""
         return f"{self.settings.base_url}/a2a/agents/{agent_id}"
 
+    def rest_url(self, agent_id: str) -> str:
+        """The absolute URL of an agent's HTTP+JSON endpoint (the SDK's REST paths go below it)."""
+        return self.rpc_url(agent_id) + REST_PATH
+
     async def exists(self, agent_id: str) -> bool:
         """Whether `spec` would find the agent: one indexed read (every JSON-RPC call asks), no card built."""
         if self.registry.remote(agent_id) is not None:
@@ -60,6 +66,7 @@ class AgentCards:
             )
         common: dict[str, Any] = {
             "rpc_url": self.rpc_url(agent_id),
+            "rest_url": self.rest_url(agent_id),
             "version": self.version,
             "provider": PROVIDER,
             "provider_url": self.settings.base_url,

@@ -31,6 +31,10 @@ class A2AEndpoints(Protocol):
         """One JSON-RPC call to the agent."""
         ...
 
+    async def rest_response(self, agent_id: str, request: Request) -> Response:
+        """One HTTP+JSON call to the agent."""
+        ...
+
 
 def get_api_keys(request: Request) -> ApiKeys:
     """Users' API keys for A2A callers."""

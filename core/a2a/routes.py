@@ -3,6 +3,7 @@
     GET    /a2a/agents/{id}/.well-known/agent-card.json   the agent's card (public)
     GET    /.well-known/agent-card.json                    the default agent's card (public)
     POST   /a2a/agents/{id}                                A2A JSON-RPC, v1.0 and v0.3 (API key required)
+    *      /a2a/agents/{id}/rest/{path}                    A2A HTTP+JSON, v1.0 and v0.3 (API key required)
     GET    /api/a2a/keys            POST /api/a2a/keys            DELETE /api/a2a/keys/{key_id}
     GET    /api/a2a/remote-agents   POST /api/a2a/remote-agents   DELETE /api/a2a/remote-agents/{id}
 
@@ -57,6 +58,25 @@ def a2a_router() -> APIRouter:
         """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
         return await server.rpc_response(agent_id, request)
 
+    async def call_agent_rest(agent_id: AgentId, rest_path: str, request: Request, server: A2AServerDep) -> Response:
+        """A2A HTTP+JSON (v1.0 with `A2A-Version: 1.0`; v0.3 below `/v1`); needs `Authorization: Bearer <key>`.
+
+        The paths are the SDK's: `POST message:send`, `POST message:stream` (SSE), `GET tasks`,
+        `GET tasks/{taskId}`, `POST tasks/{taskId}:cancel`, `GET|POST tasks/{taskId}:subscribe` (SSE),
+        `GET extendedAgentCard`, the push configs below `tasks/{taskId}/pushNotificationConfigs`; and v0.3's
+        `v1/message:send`, `v1/message:stream`, `v1/tasks/{taskId}`, … Errors: `{"error": {code, status,
+        message, details}}` with the HTTP status of the A2A spec's mapping.
+        """
+        return await server.rest_response(agent_id, request)
+
+    for method in ("GET", "POST", "DELETE"):  # one route each: each its own OpenAPI operation
+        router.add_api_route(
+            "/a2a/agents/{agent_id}/rest/{rest_path:path}",
+            call_agent_rest,
+            methods=[method],
+            name=f"call_agent_rest_{method.lower()}",
+            response_model=None,
+        )
     return router
 
 

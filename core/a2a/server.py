@@ -1,6 +1,6 @@
-"""Standard A2A for every agent in the registry: cards and JSON-RPC at `/a2a/agents/{id}`.
+"""Standard A2A for every agent in the registry: cards, JSON-RPC and HTTP+JSON at `/a2a/agents/{id}`.
 
-Here, about 410 lines: `A2AServer` (the endpoint) and `AgentRequestHandler` (the SDK's request
+Here, about 440 lines: `A2AServer` (the endpoint) and `AgentRequestHandler` (the SDK's request
 handler over our delegations), which change together when the SDK does. The other a2a-sdk server
 interfaces of this endpoint are beside it: the cards (`core/a2a/agent_cards.py`) and the task store
 over `a2a_task_sessions` (`core/a2a/task_store.py`); the wire is the package `core/a2a/protocol/`.
@@ -8,6 +8,13 @@ over `a2a_task_sessions` (`core/a2a/task_store.py`); the wire is the package `co
     GET  /a2a/agents/{id}/.well-known/agent-card.json   public card (v1.0; v0.3 with `A2A-Version: 0.3`)
     GET  /.well-known/agent-card.json                    the same for the default agent (`DEFAULT_AGENT`)
     POST /a2a/agents/{id}                                JSON-RPC: v1.0 (A2A-Version: 1.0) and v0.3
+    GET|POST|DELETE /a2a/agents/{id}/rest/…              HTTP+JSON: the SDK's REST routes, v1.0 (`/message:send`,
+                                                         `/tasks/{taskId}`, …) and v0.3 (`/v1/message:send`, …)
+
+Both bindings go through the same key check, body cap and request handler (`AgentRequestHandler`);
+HTTP+JSON answers errors with the HTTP status of the spec's mapping (unknown task 404, not cancelable
+400, bad JSON 400, no key 401, too many running tasks 429 with `Retry-After`) and its
+`{"error": {code, status, message, details}}` body (`core/a2a/protocol/rest.py`).
 
 Local agents (database) and remote ones (`AgentRegistry`) are looked up by id
 on every request, so an agent added at run time is served at once.
@@ -24,7 +31,7 @@ buffer and turns its events into A2A events:
     state {completed}         → artifact `result` with the full saved answer, then status COMPLETED
     state {failed|canceled}   → status FAILED / CANCELED with the error as its message
 
-Who may call: every JSON-RPC request needs an API key (`core/a2a/api_keys.py`, also
+Who may call: every JSON-RPC and HTTP+JSON request needs an API key (`core/a2a/api_keys.py`, also
 in single-user mode); without one the answer is HTTP 401. A key sees only its
 user's tasks; another user's task id is answered as unknown (-32001), so ids
 cannot be probed. Only tasks started over A2A can be canceled over A2A; a
@@ -52,7 +59,7 @@ from starlette.types import Message
 
 from core.a2a import api_keys
 from core.a2a import protocol as wire
-from core.a2a.agent_cards import AgentCards
+from core.a2a.agent_cards import REST_PATH, AgentCards
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
@@ -69,6 +76,7 @@ from models import A2ATaskSession
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+_ASK_FOR_KEY = {"WWW-Authenticate": 'Bearer realm="a2a"'}
 #: At most this many text deltas that were ready together go out as one status update.
 MAX_DELTAS_PER_UPDATE = 256
 # What a message with a contextId this caller does not have gets (-32602), also said on every card.
@@ -98,6 +106,7 @@ class A2AServer:
             cards=self.cards,
         )
         self.dispatcher = wire.create_dispatcher(self.handler)
+        self.rest = wire.RestEndpoint(self.handler, "/a2a/agents/{agent_id}" + REST_PATH)
 
     async def card_response(self, agent_id: str, request: Request) -> Response:
         """The agent's public card (no key needed), with a weak ETag.
@@ -124,14 +133,7 @@ class A2AServer:
         """Check the key and the body, then hand the request to the dispatcher."""
         user_id = await self._authenticate(request)
         if user_id is None:
-            return JSONResponse(
-                wire.invalid_request_body(
-                    "Unauthorized: send an API key of this app as 'Authorization: Bearer <key>' "
-                    f"(create one at {self.settings.base_url}/api-keys)."
-                ),
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="a2a"'},
-            )
+            return JSONResponse(wire.invalid_request_body(self._unauthorized()), status_code=401, headers=_ASK_FOR_KEY)
         if not await self.cards.exists(agent_id):
             return JSONResponse(
                 wire.invalid_request_body(f"There is no agent {agent_id!r} on this server."), status_code=404
@@ -146,6 +148,35 @@ class A2AServer:
             return JSONResponse(refusal)
         request.state.a2a_user_id = user_id
         return wire.coalesce_sse(await self.dispatcher.handle_requests(_with_body(request, body)))
+
+    async def rest_response(self, agent_id: str, request: Request) -> Response:
+        """HTTP+JSON below `/a2a/agents/{id}/rest`: the same checks as JSON-RPC, then the SDK's REST routes."""
+        user_id = await self._authenticate(request)
+        if user_id is None:
+            return wire.rest_error(401, "UNAUTHENTICATED", "UNAUTHENTICATED", self._unauthorized(), _ASK_FOR_KEY)
+        if not await self.cards.exists(agent_id):
+            return wire.rest_error(
+                404, "NOT_FOUND", "AGENT_NOT_FOUND", f"There is no agent {agent_id!r} on this server."
+            )
+        body = await _read_body(request, MAX_BODY_BYTES)
+        if body is None:
+            return wire.rest_error(
+                413,
+                "INVALID_ARGUMENT",
+                "PAYLOAD_TOO_LARGE",
+                f"Payload too large: the request body is over {MAX_BODY_BYTES:,} bytes.",
+            )
+        refusal = wire.check_rest_body(body)
+        if refusal is not None:
+            return refusal
+        request.state.a2a_user_id = user_id
+        return await self.rest.respond(_with_body(request, body))
+
+    def _unauthorized(self) -> str:
+        return (
+            "Unauthorized: send an API key of this app as 'Authorization: Bearer <key>' "
+            f"(create one at {self.settings.base_url}/api-keys)."
+        )
 
     async def _authenticate(self, request: Request) -> int | None:
         token = api_keys.bearer_token(request.headers.get("authorization"))

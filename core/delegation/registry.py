@@ -33,6 +33,8 @@ class RemoteEvent:
         error: why it failed, when it failed.
         answer: on the final event, the agent's answer as an A2A client reads it (its artifacts, else its
             final status message): the task's result. None: the text shown is the answer.
+        status_text: `text` is a status message's (the answer streamed, or a progress note: which, is known
+            when an artifact comes; `core/delegation/notes.py` lays them out).
     """
 
     text: str = ""
@@ -40,6 +42,7 @@ class RemoteEvent:
     final: bool = False
     error: str | None = None
     answer: str | None = None
+    status_text: bool = False
 
 
 class RemoteAgent(Protocol):

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
+from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
 from core.delegation.registry import RemoteAgent, RemoteAgentError
 from core.delegation.states import CONNECTION_LOST
 from core.delegation.tasks import CANCELED, COMPLETED, FAILED, TERMINAL_STATES, task_stream_key
@@ -96,7 +97,7 @@ class RemoteRun:
 
     agent_id: str
     fields: dict[str, Any]
-    chunks: list[str] = field(default_factory=list)
+    chunks: list[tuple[str, str]] = field(default_factory=list)  # (text part id, text): `notes.layout`
     answer: str | None = None  # the agent's answer, when it said which (else: what it streamed)
     state: str | None = None
     error: str | None = None
@@ -134,8 +135,8 @@ class RemoteRun:
         ]
 
     def text(self) -> str:
-        """The remote agent's answer: what it gave as its result, else everything it streamed."""
-        return self.answer if self.answer is not None else "".join(self.chunks)
+        """The remote agent's answer: what it gave as its result, else all it streamed (notes on their own lines)."""
+        return self.answer if self.answer is not None else layout(self.chunks)
 
     async def relay(self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str) -> None:
         """Ask `remote` for `text` and relay its events into the task buffer `key` until it reports a terminal state.
@@ -146,8 +147,9 @@ class RemoteRun:
         try:
             async for event in remote.stream(text, task_id=task_id):
                 if event.text:
-                    self.chunks.append(event.text)
-                    await ev.publish(hub, key, ev.TextDelta("text-0", event.text))
+                    part = STATUS_TEXT_ID if event.status_text else ANSWER_TEXT_ID
+                    self.chunks.append((part, event.text))
+                    await ev.publish(hub, key, ev.TextDelta(part, event.text))
                 if event.answer is not None:  # the result, not the progress notes around it
                     self.answer = event.answer
                 if event.error:
@@ -228,8 +230,8 @@ class BackgroundTask:
         """A piece of the agent's answer."""
         if self.ended or not text:
             return
-        self.record.chunks.append(text)
-        await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.TextDelta("text-0", text))
+        self.record.chunks.append((ANSWER_TEXT_ID, text))
+        await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.TextDelta(ANSWER_TEXT_ID, text))
 
     async def on_end(self, state: str, text: str) -> None:
         """The work is over: `state` as the broker names it, `text` its closing words."""

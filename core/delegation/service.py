@@ -282,8 +282,12 @@ class DelegationService:
         text_out = record.text()
         if state == COMPLETED:
             return ToolResult(True, data=text_out, metadata=metadata)
-        partial = f" It had said: {text_out}" if text_out else ""
-        return ToolResult(False, error=failure_text(callee_name, error) + partial, metadata=metadata)
+        failure = failure_text(callee_name, error)
+        if text_out:  # what it had said as a block of its own, never run into the reason
+            failure += (
+                "" if failure.endswith((".", "!", "?", "…", "。", "！", "？")) else "."
+            ) + f" It had said:\n\n{text_out}"
+        return ToolResult(False, error=failure, metadata=metadata)
 
     def _remote_ids(self) -> list[str]:
         return [a.id for a in self.registry.remote_agents()] if self.registry is not None else []

@@ -11,6 +11,7 @@ the SDK's own routes, handler and in-memory task store. What it answers:
 - `/chunks <words>`: a status note `starting…`, then the words as chunks of one
   artifact (appended), each after a note `chunk i/N`, then completed: the answer
   is the artifact alone, the notes are progress;
+- `/halfway <words>`: as `/chunks`, but it fails after the first chunk and one more note (`giving up`);
 - `/summed <words>`: the words as an artifact, then completed with a final message
   `Here is the answer.` (many agents end so): the answer is the artifact alone;
 - anything else: `Echo: <text>` word by word in status updates, then the
@@ -59,10 +60,14 @@ class EchoExecutor(AgentExecutor):
                 new_text_message("the echo agent was told to fail", context_id=task.context_id, task_id=task.id)
             )
             return
-        if text.startswith("/chunks "):
+        if text.startswith(("/chunks ", "/halfway ")):
             words = text.split()[1:]
             await self._say(updater, task, "starting…")
             for i, word in enumerate(words, 1):
+                if i == 2 and text.startswith("/halfway "):
+                    await self._say(updater, task, "giving up")
+                    await updater.failed(new_text_message("out of words", context_id=task.context_id, task_id=task.id))
+                    return
                 await self._say(updater, task, f"chunk {i}/{len(words)}")
                 await updater.add_artifact(
                     [Part(text=word if i == 1 else f" {word}")],

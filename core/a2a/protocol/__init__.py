@@ -10,6 +10,7 @@ tested in one place. Its modules follow the SDK's own split:
     text_updates  the per-token event as plain values and its JSON written by hand (divergence 4)
     errors        the app's own JSON-RPC error, -32029 (divergence 5), and the SDK's errors we raise
     jsonrpc       the JSON-RPC endpoint (server side): the dispatcher and the checks before it
+    rest          the HTTP+JSON endpoint (server side): the SDK's REST routes below one route per agent
     v03_compat    what the app adds to the SDK's v0.3 compat layer (version refusals, -32602)
     sse           a streamed answer written in bursts (divergence 3)
     remote        remote agents (client side): cards, the client, their stream read
@@ -93,8 +94,9 @@ from core.a2a.protocol.remote import (
     open_client,
     text_message_request,
 )
+from core.a2a.protocol.rest import RestEndpoint, check_rest_body, rest_error
 from core.a2a.protocol.sse import coalesce_sse
-from core.a2a.protocol.states import our_state, state_name
+from core.a2a.protocol.states import HTTP_JSON, JSONRPC, our_state, state_name
 from core.a2a.protocol.tasks import (
     IncomingMessage,
     ListQuery,
@@ -111,6 +113,8 @@ from core.a2a.protocol.text_updates import PLAIN_TEXT_UPDATES, TextUpdate
 
 __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
+    "HTTP_JSON",
+    "JSONRPC",
     "PLAIN_TEXT_UPDATES",
     "TOO_MANY_RUNNING_TASKS_CODE",
     "VERSION_HEADER",
@@ -129,6 +133,7 @@ __all__ = [
     "PushNotificationNotSupportedError",
     "RemoteStreamReader",
     "RequestHandler",
+    "RestEndpoint",
     "ServerCallContext",
     "SkillSpec",
     "Task",
@@ -149,6 +154,7 @@ __all__ = [
     "card_summary",
     "card_to_storage",
     "check_card",
+    "check_rest_body",
     "check_rpc_body",
     "coalesce_sse",
     "create_dispatcher",
@@ -162,6 +168,7 @@ __all__ = [
     "read_history_length",
     "read_list_request",
     "read_send_request",
+    "rest_error",
     "state_name",
     "text_message_request",
     "to_task",

@@ -27,7 +27,7 @@ from a2a.utils.constants import (
 )
 from google.protobuf.json_format import MessageToDict
 
-from core.a2a.protocol.states import INPUT_MODES, SECURITY_SCHEME, TEXT_MODES
+from core.a2a.protocol.states import HTTP_JSON, INPUT_MODES, JSONRPC, SECURITY_SCHEME, TEXT_MODES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +48,8 @@ class CardSpec:
         name: the agent's display name.
         description: what it does.
         rpc_url: the absolute URL of its JSON-RPC endpoint (both protocol versions).
+        rest_url: the absolute URL of its HTTP+JSON endpoint (both protocol versions; v0.3's paths start
+            with `/v1`); none: JSON-RPC only.
         version: the agent's version string.
         provider: who runs it, and `provider_url` where.
         skills: its skills; at least one (the card requires them).
@@ -59,6 +61,7 @@ class CardSpec:
     description: str
     rpc_url: str
     version: str
+    rest_url: str = ""
     provider: str
     provider_url: str
     skills: tuple[SkillSpec, ...]
@@ -67,17 +70,26 @@ class CardSpec:
 
 
 def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
-    """The agent card: v1.0 and v0.3 JSON-RPC interfaces on one URL, bearer-key security, text in and out."""
+    """The agent card: v1.0 and v0.3 JSON-RPC interfaces on one URL (and HTTP+JSON on another), bearer-key security.
+
+    JSON-RPC comes first: a client that takes the server's preference (the SDK's default) keeps using it.
+    """
     skills = [*spec.skills, *(spec.extra_skills if extended else ())]
+    interfaces = [
+        AgentInterface(url=spec.rpc_url, protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION_1_0),
+        AgentInterface(url=spec.rpc_url, protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION_0_3),
+    ]
+    if spec.rest_url:
+        interfaces += [
+            AgentInterface(url=spec.rest_url, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION_1_0),
+            AgentInterface(url=spec.rest_url, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION_0_3),
+        ]
     return AgentCard(
         name=spec.name,
         description="\n\n".join(t for t in (spec.description or spec.name, spec.notes) if t),
         version=spec.version,
         provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
-        supported_interfaces=[
-            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
-            AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
@@ -127,6 +139,9 @@ def card_json(card: AgentCard, *, version: str | None = None) -> dict[str, Any]:
     if asked and not asked.startswith("0."):
         return v1_0
     v0_3: dict[str, Any] = to_compat_agent_card(card).model_dump(mode="json", by_alias=True, exclude_none=True)
+    if "additionalInterfaces" in v0_3:  # v0.3 §5.5: it should list the main url and transport too
+        main = {"url": v0_3["url"], "transport": v0_3["preferredTransport"]}
+        v0_3["additionalInterfaces"] = [main, *(i for i in v0_3["additionalInterfaces"] if i != main)]
     if asked:
         return v0_3
     return {**v0_3, "supportedInterfaces": v1_0["supportedInterfaces"]}

@@ -48,10 +48,13 @@ class TooManyRunningTasksError(AppError, A2AError):
     message = "Too many running tasks"
 
 
-def _register_app_error(error: type[A2AError], code: int, reason: str) -> None:
+def _register_app_error(error: type[A2AError], code: int, reason: str, http: tuple[int, str]) -> None:
     _sdk_errors.JSON_RPC_ERROR_CODE_MAP[error] = code
     _sdk_errors.A2A_ERROR_REASONS[error] = reason
+    _sdk_errors.A2A_ERROR_MAPPING[error] = _sdk_errors.ErrorMapping(http[0], http[1], reason)  # HTTP+JSON's answer
     _sdk_response_helpers.EXCEPTION_MAP[error] = JSONRPCError
 
 
-_register_app_error(TooManyRunningTasksError, TOO_MANY_RUNNING_TASKS_CODE, "TOO_MANY_RUNNING_TASKS")
+_register_app_error(
+    TooManyRunningTasksError, TOO_MANY_RUNNING_TASKS_CODE, "TOO_MANY_RUNNING_TASKS", (429, "RESOURCE_EXHAUSTED")
+)

@@ -182,11 +182,13 @@ class RemoteStreamReader:
     """Turns one remote task's stream (the SDK's `StreamResponse`s) into `RemoteEvent`s.
 
     Agents stream in two styles: text in `working` status messages (ours, and
-    many SDK agents), or the answer as artifacts (whole or in appended chunks).
-    Both are shown as they come (the side panel). An artifact that only repeats
-    the text already streamed as status messages (what this app's own server
-    sends at the end) is not shown again; any other artifact is, after a blank
-    line when status text came first.
+    many SDK agents), or the answer as artifacts (whole or in appended chunks)
+    with progress notes in status messages. Both are shown as they come (the side
+    panel), a status message's text marked so (`RemoteEvent.status_text`): once an
+    artifact is shown, those are notes, each laid out on its own line
+    (`core/delegation/notes.py`). An artifact that only repeats the text already
+    streamed as status messages (what this app's own server sends at the end) is
+    not shown again; a second artifact starts after a blank line.
 
     The task's result is its answer as an A2A client reads it (`RemoteEvent.answer`
     on the final event): its artifacts, else its final status message (or, for a
@@ -242,7 +244,7 @@ class RemoteStreamReader:
         if status.state in PROTO_TERMINAL:
             if state == "completed":
                 end = RemoteEvent(state="completed", final=True, answer=self._answer(text))
-                return [RemoteEvent(text=text), end] if text else [end]
+                return [RemoteEvent(text=text, status_text=True), end] if text else [end]
             if state == "rejected":
                 return [
                     RemoteEvent(
@@ -257,7 +259,7 @@ class RemoteStreamReader:
             return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=self._answer(text))]
         if text:
             self._status_text.append(text)
-        return [RemoteEvent(text=text, state=state)]
+        return [RemoteEvent(text=text, state=state, status_text=bool(text))]
 
     def _read_artifact(self, artifact: Artifact, *, append: bool) -> list[RemoteEvent]:
         text = _text_of(artifact.parts)
@@ -268,7 +270,7 @@ class RemoteStreamReader:
         streamed = "".join(self._status_text)
         if not append and streamed and text.strip() == streamed.strip():
             return []  # the full text of what was streamed already
-        if seen is None and streamed and not streamed.endswith("\n"):
+        if seen is None and len(self._artifact_text) > 1:  # the next artifact: as in the answer (`_answer`)
             text = "\n\n" + text
         return [RemoteEvent(text=text)]
 

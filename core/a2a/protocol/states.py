@@ -10,8 +10,11 @@ from a2a.types import (
     Task,
     TaskState,
 )
+from a2a.utils.constants import TransportProtocol
 
 SECURITY_SCHEME = "apiKey"
+JSONRPC = TransportProtocol.JSONRPC.value  # the bindings' names on a card (`AgentInterface.protocol_binding`)
+HTTP_JSON = TransportProtocol.HTTP_JSON.value
 TEXT_MODES = ("text/plain", "text/markdown")
 JSON_MODE = "application/json"  # data parts: read as JSON (their text goes to the agent), never written
 INPUT_MODES = (*TEXT_MODES, JSON_MODE)
