@@ -78,7 +78,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
             AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0),
             AgentInterface(url=spec.rpc_url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_0_3),
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(
