@@ -181,6 +181,7 @@ class Services:
             logins=logins,
             agent_admin=agent_admin,
         )
+        services.remote_agents.push.records = delegation.records  # ends tasks resumed after a restart (issue 36)
         if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
             services.remote_agents.notify = agent_admin.notify = events.notify

@@ -18,7 +18,9 @@ from typing import Any
 
 from a2a.server.tasks.push_notification_sender import PushNotificationEvent
 from a2a.types import (
+    AgentCard,
     AuthenticationInfo,
+    GetTaskRequest,
     ListTaskPushNotificationConfigsResponse,
     SendMessageRequest,
     StreamResponse,
@@ -211,3 +213,18 @@ def notification_task_id(response: StreamResponse) -> str:
     if kind == "artifact_update":
         return str(response.artifact_update.task_id)
     return ""
+
+
+def offers_push(card: AgentCard) -> bool:
+    """Whether a remote agent's card says it sends push notifications."""
+    return bool(card.capabilities.push_notifications)
+
+
+def get_task_request(task_id: str) -> GetTaskRequest:
+    """A `GetTask` request (the end of a task that ends by push, read back)."""
+    return GetTaskRequest(id=task_id)
+
+
+def task_response(task: Task) -> StreamResponse:
+    """A Task read with GetTask, as the stream response a reader takes."""
+    return StreamResponse(task=task)
