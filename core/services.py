@@ -337,6 +337,8 @@ class Services:
         """Stop turns (saving what they have), housekeeping and the database."""
         metrics.set_sources(None)
         await self.delegation.shutdown_external_tasks()
+        if self.a2a_server is not None:  # push notifications still being sent to A2A callers (issue 36)
+            await self.a2a_server.notifier.aclose()
         if self.registry_events is not None:
             await self.registry_events.stop()
         await self.remote_agents.close()

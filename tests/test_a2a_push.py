@@ -211,3 +211,26 @@ def test_the_caps_on_configs_and_notifications_per_task_hold(tmp_path: Path) -> 
             time.sleep(0.1)
         time.sleep(0.5)
         assert len(receiver.got) == 3  # two configs × (working, completed) would be 4
+
+
+def test_a_v03_client_sets_the_config_inside_message_send(tmp_path: Path) -> None:
+    with push_receiver() as receiver, two_users(tmp_path, outbound_allow_hosts=LOCAL) as app:
+        message = {
+            "kind": "message",
+            "messageId": "m-v03",
+            "role": "user",
+            "parts": [{"kind": "text", "text": "/lorem 4"}],
+        }
+        push = {"url": receiver.url, "token": "v03-token"}
+        answer = call(
+            app,
+            app.alice,
+            "message/send",
+            {"message": message, "configuration": {"pushNotificationConfig": push}},
+            version=None,
+        )
+        assert answer["result"]["status"]["state"] == "completed", answer
+        receiver.wait_for("TASK_STATE_COMPLETED")
+        assert {h.get("x-a2a-notification-token") for h, _ in receiver.got} == {"v03-token"}
+        v03 = call(app, app.alice, "tasks/pushNotificationConfig/list", {"id": answer["result"]["id"]}, version=None)
+        assert [c["pushNotificationConfig"]["url"] for c in v03["result"]] == [receiver.url]
