@@ -182,6 +182,7 @@ class Services:
         )
         model_connection = ModelConnectionAdmin(db, settings, llm, agent_admin, secrets)
         services.admin = AdminArea(db, settings, services.auth, chat, broker, model_connection)
+        services.remote_agents.push.records = delegation.records  # ends tasks resumed after a restart (issue 36)
         if broker.cluster is not None:  # docs/ARCHITECTURE.md, "Cluster: the broker across replicas"
             events = services.registry_events = RegistryEvents(db, broker.cluster.replica_id, enabled=True)
             services.remote_agents.notify = agent_admin.notify = events.notify
@@ -342,6 +343,8 @@ class Services:
         """Stop turns (saving what they have), housekeeping and the database."""
         metrics.set_sources(None)
         await self.delegation.shutdown_external_tasks()
+        if self.a2a_server is not None:  # push notifications still being sent to A2A callers (issue 36)
+            await self.a2a_server.notifier.aclose()
         if self.registry_events is not None:
             await self.registry_events.stop()
         await self.remote_agents.close()

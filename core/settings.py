@@ -232,6 +232,28 @@ class Settings(BaseSettings):
         "(a cloud metadata address never)",
     )
 
+    # Push notifications (docs/ARCHITECTURE.md, "Push notifications"): served to A2A callers, used with remote agents.
+    a2a_push_max_configs_per_task: int = Field(
+        5, ge=1, le=100, description="Push notification configs one caller may set on one task; one more is refused"
+    )
+    a2a_push_max_deliveries_per_task: int = Field(
+        50, ge=1, le=10_000, description="Notifications sent for one task, all its configs together; then no more"
+    )
+    a2a_push_attempts: int = Field(
+        4, ge=1, le=10, description="Tries of one notification (the first and its retries) while the receiver fails"
+    )
+    a2a_push_first_retry_s: float = Field(
+        0.5, ge=0.0, le=60.0, description="Wait before the first retry of a notification; doubled before each next one"
+    )
+    a2a_remote_push: bool = Field(
+        False,
+        description="Remote A2A agents whose card offers push notifications end long tasks by push to this app "
+        "instead of a held stream",
+    )
+    a2a_remote_push_poll_s: float = Field(
+        30.0, ge=0.1, le=3600.0, description="While a remote task ends by push: how often it is also read (GetTask)"
+    )
+
     debug: str | None = None
     metrics_token: str | None = Field(
         None, description="Bearer token GET /metrics needs (required once there are accounts; without it they are off)"

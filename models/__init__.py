@@ -284,6 +284,60 @@ class RemoteA2AAgent(SQLModel, table=True):
     updated_at: datetime = _ts(default_factory=utcnow)
 
 
+# -- A2A push notifications (issue 36) --------------------------------------------------------
+
+
+class A2APushConfig(SQLModel, table=True):
+    """Where an A2A caller wants a task's updates pushed (`CreateTaskPushNotificationConfig`), its own only.
+
+    `token` and `auth_credentials` are sealed (`core/secret_box.py`): they go back to the caller's receiver.
+    `deliveries` counts the notifications sent to this config (a task's total is capped).
+    """
+
+    __tablename__ = "a2a_push_configs"
+    __table_args__ = (
+        UniqueConstraint("task_id", "user_id", "config_id", name="uq_a2a_push_configs_task_user_config"),
+        Index("idx_a2a_push_configs_task", "task_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str = Field(
+        sa_column=Column(String(64), ForeignKey("a2a_task_sessions.id", ondelete="CASCADE"), nullable=False)
+    )
+    user_id: int = Field(sa_column=Column(Integer, ForeignKey("users.id", ondelete="CASCADE"), nullable=False))
+    config_id: str = Field(sa_type=String(128))
+    url: str = Field(sa_type=Text)
+    token: str | None = Field(default=None, sa_type=Text)
+    auth_scheme: str | None = Field(default=None, sa_type=String(64))
+    auth_credentials: str | None = Field(default=None, sa_type=Text)
+    deliveries: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class RemotePushWait(SQLModel, table=True):
+    """A delegated task to a remote A2A agent that ends by push to `/a2a/push/{id}` (`A2A_REMOTE_PUSH`).
+
+    Only the SHA-256 of the token the remote agent must send back is kept. `state` is `waiting` until the
+    remote task's end arrives (by push, or read with `GetTask`), then its end state; `answer` is its result.
+    """
+
+    __tablename__ = "a2a_remote_push_waits"
+    __table_args__ = (Index("idx_a2a_remote_push_waits_state", "state"),)
+
+    id: str = Field(sa_column=Column(String(64), primary_key=True))
+    task_id: str = Field(
+        sa_column=Column(String(64), ForeignKey("a2a_task_sessions.id", ondelete="CASCADE"), nullable=False)
+    )
+    remote_agent_id: str = Field(sa_type=String(64))
+    remote_task_id: str | None = Field(default=None, sa_type=String(255))
+    token_hash: str = Field(sa_type=String(64))
+    state: str = Field(default="waiting", sa_type=String(24))
+    answer: str | None = Field(default=None, sa_type=Text)
+    error: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime = _ts(default_factory=utcnow)
+    finished_at: datetime | None = _ts(nullable=True, default=None)
+
+
 # -- The broker's durable return path (issue 12) ---------------------------------------------
 
 
@@ -318,6 +372,7 @@ class BrokerTaskRecord(SQLModel, table=True):
 
 
 __all__ = [
+    "A2APushConfig",
     "A2ATaskSession",
     "Agent",
     "AgentMessage",
@@ -325,7 +380,9 @@ __all__ = [
     "AgentTool",
     "ApiKey",
     "BrokerTaskRecord",
+    "ModelConnection",
     "RemoteA2AAgent",
+    "RemotePushWait",
     "User",
     "new_session_id",
     "new_task_id",

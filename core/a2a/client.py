@@ -29,6 +29,7 @@ import httpx
 
 from core.a2a import outbound
 from core.a2a import protocol as wire
+from core.a2a.remote_push import RemotePushWaits, Wait
 from core.delegation.registry import RemoteAgentError, RemoteEvent
 from core.web.outbound_policy import AllowList
 
@@ -59,9 +60,17 @@ class HttpRemoteAgent:
     kind = "http"
 
     def __init__(
-        self, *, agent_id: str, card: Any, card_url: str, allow: AllowList, bearer_token: str | None = None
+        self,
+        *,
+        agent_id: str,
+        card: Any,
+        card_url: str,
+        allow: AllowList,
+        bearer_token: str | None = None,
+        push: RemotePushWaits | None = None,
     ) -> None:
         self.id = agent_id
+        self.push = push  # long tasks end by push when on and the card offers it (`core/a2a/remote_push.py`)
         self.name = card.name
         self.description = card.description
         self.card_url = card_url
@@ -110,6 +119,10 @@ class HttpRemoteAgent:
         Raises:
             RemoteAgentError: the remote agent could not be reached or answered with an error.
         """
+        if self.push is not None and self.push.enabled and wire.offers_push(self._card):
+            async for event in self._stream_by_push(self.push, text, task_id=task_id, context_id=context_id):
+                yield event
+            return
         client = wire.open_client(self._card, self._http)
         reader = wire.RemoteStreamReader(self.name)
         request = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
@@ -130,6 +143,112 @@ class HttpRemoteAgent:
             raise RemoteAgentError(_describe(exc)) from exc
         finally:
             await client.close()  # the transport leaves our shared httpx client open
+
+    async def _stream_by_push(
+        self, waits: RemotePushWaits, text: str, *, task_id: str, context_id: str | None
+    ) -> AsyncIterator[RemoteEvent]:
+        """The same task, asked to answer at once and to push its updates: no stream is held while it runs.
+
+        Progress comes with the pushes; the end is read with GetTask when a push says the task ended (or
+        every `A2A_REMOTE_PUSH_POLL_S` in case a push is lost). The wait is a row, so a restart resumes it.
+        """
+        wait = await waits.open(task_id=task_id, remote_agent_id=self.id)
+        client = wire.open_client(self._card, self._http, streaming=False)
+        reader = wire.RemoteStreamReader(self.name)
+        request = wire.ask_for_push(
+            wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id),
+            url=wait.url,
+            token=wait.token,
+            config_id=wait.id,
+        )
+        try:
+            async for response in client.send_message(request):
+                self._mark(True)
+                events = reader.read(response)
+                if await self._finish_wait(waits, wait, events, reader.remote_task_id):
+                    for event in events:
+                        yield event
+                    return
+                for event in events:
+                    yield event
+            if not reader.remote_task_id:
+                raise RemoteAgentError(f"{self.name} answered without a task to follow.")
+            await waits.named(wait.id, reader.remote_task_id)
+            while True:
+                events = await self._next_push(client, reader, wait, waits.poll_s)
+                ended = await self._finish_wait(waits, wait, events, reader.remote_task_id)
+                for event in events:
+                    yield event
+                if ended:
+                    return
+        except asyncio.CancelledError:
+            if not waits.closing:  # stopped by its caller (a restart leaves it waiting for the next start)
+                if reader.remote_task_id:
+                    await asyncio.shield(self._cancel_remote(client, reader.remote_task_id))
+                await asyncio.shield(waits.finish(wait.id, "canceled"))
+            raise
+        except Exception as exc:
+            if not wire.is_client_error(exc) and not isinstance(exc, RemoteAgentError):
+                raise
+            if waits.closing:
+                raise
+            if _unreachable(exc):
+                self._mark(False)
+            await waits.finish(wait.id, "failed", error=_describe(exc))
+            raise exc if isinstance(exc, RemoteAgentError) else RemoteAgentError(_describe(exc)) from exc
+        finally:
+            waits.release(wait.id)
+            await client.close()
+
+    @staticmethod
+    async def _finish_wait(
+        waits: RemotePushWaits, wait: Wait, events: list[RemoteEvent], remote_task_id: str | None
+    ) -> bool:
+        """Save the end on the wait when `events` hold it (before they are yielded: the reader stops at the end)."""
+        final = next((e for e in events if e.final), None)
+        if final is None:
+            return False
+        if remote_task_id:
+            await waits.named(wait.id, remote_task_id)
+        await waits.finish(wait.id, final.state or "completed", answer=final.answer, error=final.error)
+        return True
+
+    async def _next_push(
+        self, client: Any, reader: wire.RemoteStreamReader, wait: Wait, poll_s: float
+    ) -> list[RemoteEvent]:
+        """The progress a push brought, or the task's end read with GetTask (after a push of its end, or a while)."""
+        try:
+            async with asyncio.timeout(poll_s):
+                pushed = await wait.updates.get()
+        except TimeoutError:
+            pushed = None
+        if pushed is not None:
+            events = reader.read(pushed)
+            if not any(e.final for e in events):
+                return events
+        assert reader.remote_task_id
+        task = await client.get_task(wire.get_task_request(reader.remote_task_id))
+        self._mark(True)
+        events = reader.read(wire.task_response(task))
+        return events if any(e.final for e in events) else []
+
+    async def read_end(self, remote_task_id: str, wait: Wait) -> tuple[str, str | None, str | None] | None:
+        """After a restart: the remote task's end (state, answer, error) read with GetTask, or None while it runs."""
+        client = wire.open_client(self._card, self._http, streaming=False)
+        try:
+            task = await client.get_task(wire.get_task_request(remote_task_id))
+        except Exception as exc:
+            if not wire.is_client_error(exc):
+                raise
+            log.info("could not read task %s of remote agent %s: %s", remote_task_id, self.id, _describe(exc))
+            return None
+        finally:
+            await client.close()
+        events = wire.RemoteStreamReader(self.name).read(wire.task_response(task))
+        final = next((e for e in events if e.final), None)
+        if final is None:
+            return None
+        return final.state or "completed", final.answer, final.error
 
     async def _cancel_remote(self, client: Any, remote_task_id: str) -> None:
         try:

@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from core.a2a import outbound
+from core.a2a.remote_push import RemotePushWaits
 from core.chat.agents import SLUG_PATTERN
 from core.db import Database
 from core.delegation.registry import AgentRegistry, IdTakenError
@@ -100,6 +101,8 @@ class RemoteAgentDirectory:
         self.registry = registry
         self.settings = settings
         self._secrets = secrets
+        #: Remote tasks that end by push to this app (`A2A_REMOTE_PUSH`), and the webhook's work.
+        self.push = RemotePushWaits(db, settings)
         # Cluster mode: tells the other replicas a registration came or went (`core.db_events`, "remote-agent").
         self.notify: Callable[[str, str, str], Awaitable[None]] | None = None
 
@@ -144,7 +147,7 @@ class RemoteAgentDirectory:
                 "'-' or '_', starting with a letter or digit."
             )
         agent = client.HttpRemoteAgent(
-            agent_id=agent_id, card=card, card_url=card_url, allow=allow, bearer_token=bearer_token
+            agent_id=agent_id, card=card, card_url=card_url, allow=allow, bearer_token=bearer_token, push=self.push
         )
         try:
             await self.registry.claim(agent)
@@ -278,6 +281,9 @@ class RemoteAgentDirectory:
         joined = 0
         for row in rows:
             joined += await self._restore_row(row, client, allow)
+        waiting = await self.push.resume(self.registry)  # tasks that end by push, cut off by the last stop
+        if waiting:
+            log.info("%d delegated tasks wait for their remote agents' push again", waiting)
         return joined
 
     async def _restore_row(self, row: RemoteA2AAgent, client: ModuleType, allow: AllowList) -> bool:
@@ -300,7 +306,7 @@ class RemoteAgentDirectory:
                 row.id,
             )
         agent = client.HttpRemoteAgent(
-            agent_id=row.id, card=card, card_url=row.card_url, allow=allow, bearer_token=token
+            agent_id=row.id, card=card, card_url=row.card_url, allow=allow, bearer_token=token, push=self.push
         )
         try:
             await self.registry.claim(agent)
@@ -311,7 +317,8 @@ class RemoteAgentDirectory:
         return True
 
     async def close(self) -> None:
-        """Release every HTTP agent from the registry and close its connections."""
+        """Release every HTTP agent from the registry and close its connections (tasks waiting for a push stay so)."""
+        await self.push.close()
         for agent in self.registry.remote_agents():
             if getattr(agent, "kind", None) == "http":
                 await self._drop(agent.id, agent)

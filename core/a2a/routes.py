@@ -4,6 +4,7 @@
     GET    /.well-known/agent-card.json                    the default agent's card (public)
     POST   /a2a/agents/{id}                                A2A JSON-RPC, v1.0 and v0.3 (API key required)
     *      /a2a/agents/{id}/rest/{path}                    A2A HTTP+JSON, v1.0 and v0.3 (API key required)
+    POST   /a2a/push/{id}                                  a remote agent's push notification (its token required)
     GET    /api/a2a/keys            POST /api/a2a/keys            DELETE /api/a2a/keys/{key_id}
     GET    /api/a2a/remote-agents   POST /api/a2a/remote-agents   DELETE /api/a2a/remote-agents/{id}
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # imported at run time only on first use (a2a_server): it loa
     pass
 
 AgentId = Annotated[str, Path(max_length=64, description="The agent's registry id")]
+WaitId = Annotated[str, Path(max_length=64, description="The id of the task's webhook (from the push config)")]
 KeyId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The key's id (from GET /api/a2a/keys)")]
 
 
@@ -77,6 +79,23 @@ def a2a_router() -> APIRouter:
             name=f"call_agent_rest_{method.lower()}",
             response_model=None,
         )
+
+    @router.post("/a2a/push/{wait_id}", status_code=204, response_model=None)
+    async def receive_push_notification(wait_id: WaitId, request: Request, remote_agents: RemoteAgentsDep) -> Response:
+        """A remote agent's push notification of a task this app waits for (`A2A_REMOTE_PUSH`).
+
+        Needs the token the app gave with the task, in `X-A2A-Notification-Token`; without it, and for an
+        unknown id, the answer is the same 404.
+        """
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ApiError(400, "invalid_json", detail=_("The notification is not valid JSON.")) from None
+        token = request.headers.get("x-a2a-notification-token")
+        if not await remote_agents.push.receive(wait_id, token, body):
+            raise ApiError(404, "not_found", detail=_("There is no such push notification address."))
+        return Response(status_code=204)
+
     return router
 
 

@@ -60,17 +60,22 @@ from starlette.types import Message
 from core.a2a import api_keys
 from core.a2a import protocol as wire
 from core.a2a.agent_cards import REST_PATH, AgentCards
+from core.a2a.push import PushNotifier
+from core.a2a.push_methods import PushMethods
+from core.a2a.push_store import PushConfigStore
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
+from core.secret_box import LazySecretBox
 from core.settings import Settings
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
 from core.streaming.redis_hub import refresh
 from core.web.input_limits import read_capped
+from core.web.outbound_policy import AllowList
 from models import A2ATaskSession
 
 log = logging.getLogger(__name__)
@@ -99,11 +104,28 @@ class A2AServer:
         self.settings: Settings = services.settings
         self.cards = AgentCards(services.db, services.registry, services.settings)
         self.store = TaskSessionStore(services.db)
+        settings = services.settings
+        box = LazySecretBox(settings.data_dir, settings.secret_key)  # push tokens, sealed at rest
+        push_store = PushConfigStore(
+            services.db, seal=box.seal, unseal=box.open, max_per_task=settings.a2a_push_max_configs_per_task
+        )
+        self.notifier = PushNotifier(
+            db=services.db,
+            store=push_store,
+            tasks=self.store,
+            hub=services.hub,
+            allow=AllowList.parse(settings.outbound_allow_hosts),
+            max_deliveries=settings.a2a_push_max_deliveries_per_task,
+            attempts=settings.a2a_push_attempts,
+            retry_base_s=settings.a2a_push_first_retry_s,
+        )
         self.handler = AgentRequestHandler(
             delegation=services.delegation,
             hub=services.hub,
             store=self.store,
             cards=self.cards,
+            push_store=push_store,
+            notifier=self.notifier,
         )
         self.dispatcher = wire.create_dispatcher(self.handler)
         self.rest = wire.RestEndpoint(self.handler, "/a2a/agents/{agent_id}" + REST_PATH)
@@ -208,7 +230,7 @@ def _with_body(request: Request, body: bytes) -> Request:
 # -- the request handler -------------------------------------------------------------------
 
 
-class AgentRequestHandler(wire.RequestHandler):
+class AgentRequestHandler(PushMethods, wire.RequestHandler):
     """The SDK's `RequestHandler` over our delegations; the agent is `context.state['agent_id']`.
 
     Implemented here rather than with the SDK's `DefaultRequestHandler` + an executor:
@@ -220,12 +242,21 @@ class AgentRequestHandler(wire.RequestHandler):
     """
 
     def __init__(
-        self, *, delegation: DelegationService, hub: StreamHubBackend, store: TaskSessionStore, cards: AgentCards
+        self,
+        *,
+        delegation: DelegationService,
+        hub: StreamHubBackend,
+        store: TaskSessionStore,
+        cards: AgentCards,
+        push_store: PushConfigStore,
+        notifier: PushNotifier,
     ) -> None:
         self.delegation = delegation
         self.hub = hub
         self.store = store
         self.cards = cards
+        self.push_store = push_store
+        self.notifier = notifier
 
     # -- sending ----------------------------------------------------------------
 
@@ -233,7 +264,9 @@ class AgentRequestHandler(wire.RequestHandler):
         """Start a task; answer with it when it ends (or at once with `returnImmediately`)."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
+        push = await self.send_config(params)
         task = await self._start(agent_id, user_id, incoming)
+        await self.start_pushing(push, task.id, user_id)
         if incoming.return_immediately:
             return wire.to_task(row_snapshot(task, ""), history_length=incoming.history_length)
         await self.delegation.wait_external_task(task.id)
@@ -245,7 +278,9 @@ class AgentRequestHandler(wire.RequestHandler):
         """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
+        push = await self.send_config(params)
         snap = row_snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
+        await self.start_pushing(push, snap.id, user_id)
         yield wire.to_task(snap, history_length=incoming.history_length)
         async for event in self._follow(snap, context):
             yield event
@@ -425,25 +460,6 @@ class AgentRequestHandler(wire.RequestHandler):
         if spec is None:
             raise wire.InvalidParamsError(message=f"There is no agent {agent_id!r}.")
         return wire.build_card(spec, extended=True)
-
-    async def on_create_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> Any:
-        """Not offered (the card says `pushNotifications: false`)."""
-        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
-
-    async def on_get_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> Any:
-        """Not offered."""
-        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
-
-    async def on_list_task_push_notification_configs(self, params: Any, context: wire.ServerCallContext) -> Any:
-        """Not offered."""
-        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
-
-    async def on_delete_task_push_notification_config(self, params: Any, context: wire.ServerCallContext) -> None:
-        """Not offered."""
-        raise wire.PushNotificationNotSupportedError(message=_NO_PUSH)
-
-
-_NO_PUSH = "Push notifications are not offered; follow a task with SubscribeToTask or poll it with GetTask."
 
 
 def _caller(context: wire.ServerCallContext) -> tuple[str, int]:

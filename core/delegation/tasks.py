@@ -33,7 +33,7 @@ from core.streaming.backend import StreamHubBackend
 from core.streaming.hub import StreamEvent
 from core.streaming.sse import Shape
 from core.streaming.sse_stream import iso_now
-from models import A2ATaskSession, Agent, AgentMessage, utcnow
+from models import A2ATaskSession, Agent, AgentMessage, RemotePushWait, utcnow
 
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
@@ -254,11 +254,22 @@ class TaskRecords:
         return row if row is not None and row.caller_user_id == user_id else None
 
     async def fail_interrupted(self) -> int:
-        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
+        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed.
+
+        Not those whose remote agent ends them by push (a waiting `a2a_remote_push_waits` row): they go on
+        (`core/a2a/remote_push.py`).
+        """
         reason = "The server stopped while this task was running."
+        waiting = select(RemotePushWait.task_id).where(RemotePushWait.state == "waiting")
         async with self.db.session() as s:
             rows = list(
-                (await s.exec(select(A2ATaskSession).where(col(A2ATaskSession.state).in_([SUBMITTED, WORKING])))).all()
+                (
+                    await s.exec(
+                        select(A2ATaskSession).where(
+                            col(A2ATaskSession.state).in_([SUBMITTED, WORKING]), col(A2ATaskSession.id).not_in(waiting)
+                        )
+                    )
+                ).all()
             )
             now = utcnow()
             for row in rows:

@@ -18,7 +18,9 @@ the SDK's own routes, handler and in-memory task store. What it answers:
   whole sentence as the artifact, then completed.
 
 `--delay-ms` pauses between updates (to cancel or subscribe mid-stream);
-`--v03-only` puts only a v0.3 interface on the card, as a pre-1.0 agent would.
+`--v03-only` puts only a v0.3 interface on the card, as a pre-1.0 agent would;
+`--push` offers push notifications (`pushNotifications: true`), sent by the SDK's own
+`BasePushNotificationSender` from its `InMemoryPushNotificationConfigStore`.
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ import argparse
 import asyncio
 import re
 
+import httpx
 import uvicorn
 from a2a.helpers import get_message_text, new_task_from_user_message, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
 from starlette.applications import Starlette
 
@@ -106,7 +114,9 @@ class EchoExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def build_app(port: int, *, name: str = "Echo Agent", v03_only: bool = False, delay_ms: int = 0) -> Starlette:
+def build_app(
+    port: int, *, name: str = "Echo Agent", v03_only: bool = False, delay_ms: int = 0, push: bool = False
+) -> Starlette:
     """The agent's Starlette app: card and JSON-RPC routes from the SDK's factories."""
     url = f"http://127.0.0.1:{port}/"
     versions = ["0.3"] if v03_only else ["1.0", "0.3"]
@@ -117,13 +127,18 @@ def build_app(port: int, *, name: str = "Echo Agent", v03_only: bool = False, de
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version=v) for v in versions
         ],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="Echo", description="Repeats the request", tags=["test"])],
     )
+    configs = InMemoryPushNotificationConfigStore() if push else None
     handler = DefaultRequestHandler(
-        agent_executor=EchoExecutor(delay_ms / 1000), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=EchoExecutor(delay_ms / 1000),
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+        push_config_store=configs,
+        push_sender=BasePushNotificationSender(httpx.AsyncClient(timeout=10), configs) if configs else None,
     )
     routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)]
     return Starlette(routes=routes)
@@ -136,8 +151,9 @@ def main() -> None:
     parser.add_argument("--name", default="Echo Agent")
     parser.add_argument("--v03-only", action="store_true")
     parser.add_argument("--delay-ms", type=int, default=0)
+    parser.add_argument("--push", action="store_true")
     args = parser.parse_args()
-    app = build_app(args.port, name=args.name, v03_only=args.v03_only, delay_ms=args.delay_ms)
+    app = build_app(args.port, name=args.name, v03_only=args.v03_only, delay_ms=args.delay_ms, push=args.push)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -14,6 +14,7 @@ tested in one place. Its modules follow the SDK's own split:
     v03_compat    what the app adds to the SDK's v0.3 compat layer (version refusals, -32602)
     sse           a streamed answer written in bursts (divergence 3)
     remote        remote agents (client side): cards, the client, their stream read
+    push          push notifications: configs (server side), asking for them and reading them (client side)
 
 This file re-exports the public names: callers write `from core.a2a import protocol as wire`.
 
@@ -79,6 +80,14 @@ from core.a2a.protocol.errors import (
     UnsupportedOperationError,
 )
 from core.a2a.protocol.jsonrpc import CallContextBuilder, check_rpc_body, create_dispatcher, invalid_request_body
+from core.a2a.protocol.push import (
+    NOTIFICATION_TOKEN_HEADER,
+    ask_for_push,
+    get_task_request,
+    offers_push,
+    read_notification,
+    task_response,
+)
 from core.a2a.protocol.remote import (
     CardError,
     RemoteStreamReader,
@@ -115,6 +124,7 @@ __all__ = [
     "AGENT_CARD_WELL_KNOWN_PATH",
     "HTTP_JSON",
     "JSONRPC",
+    "NOTIFICATION_TOKEN_HEADER",
     "PLAIN_TEXT_UPDATES",
     "TOO_MANY_RUNNING_TASKS_CODE",
     "VERSION_HEADER",
@@ -145,6 +155,7 @@ __all__ = [
     "TextUpdate",
     "TooManyRunningTasksError",
     "UnsupportedOperationError",
+    "ask_for_push",
     "build_card",
     "cancel_request",
     "card_from_fetched",
@@ -160,16 +171,20 @@ __all__ = [
     "create_dispatcher",
     "cursor_time",
     "endpoint_url",
+    "get_task_request",
     "invalid_request_body",
     "is_client_error",
     "list_page_token",
+    "offers_push",
     "open_client",
     "our_state",
     "read_history_length",
     "read_list_request",
+    "read_notification",
     "read_send_request",
     "rest_error",
     "state_name",
+    "task_response",
     "text_message_request",
     "to_task",
 ]

@@ -90,7 +90,7 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
         version=spec.version,
         provider=AgentProvider(organization=spec.provider, url=spec.provider_url),
         supported_interfaces=interfaces,
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False, extended_agent_card=True),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
                 http_auth_security_scheme=HTTPAuthSecurityScheme(

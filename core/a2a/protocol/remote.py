@@ -157,12 +157,12 @@ def card_summary(card: AgentCard) -> dict[str, Any]:
     }
 
 
-def open_client(card: AgentCard, http: httpx.AsyncClient) -> Client:
+def open_client(card: AgentCard, http: httpx.AsyncClient, *, streaming: bool = True) -> Client:
     """A client for the card's best interface (v1.0 first, else v0.3 through the SDK's compat transport).
 
-    The client uses `http` and does not close it.
+    The client uses `http` and does not close it; `streaming=False` sends `SendMessage`, not the streaming call.
     """
-    return ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
+    return ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
 
 
 def text_message_request(text: str, *, message_id: str, context_id: str | None = None) -> SendMessageRequest:
