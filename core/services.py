@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from core import metrics
+from core import metrics, tracing
 from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.admin import AdminArea, ModelConnectionAdmin
@@ -46,7 +47,7 @@ from core.streaming.background import BackgroundTasks
 from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import DuplicateReplicaError, RedisStreamHub
 from core.streaming.redis_replica import check_redis_settings
-from core.web.outbound_policy import AllowList
+from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class Services:
     logins: accounts.PasswordLogin = None  # type: ignore[assignment]  # set in __post_init__
     agent_admin: AgentAdmin = None  # type: ignore[assignment]  # set in build: agents as people edit them
     admin: AdminArea = None  # type: ignore[assignment]  # set in build: the admin area (accounts, model, health)
+    end_traces: Callable[[], None] | None = None  # flushes the spans (set by `start` when traces are on)
 
     def __post_init__(self) -> None:
         if self.remote_agents is None:
@@ -311,6 +313,7 @@ class Services:
 
     async def start(self) -> None:
         """Start periodic housekeeping (call on the serving loop)."""
+        await self._start_traces()
         broker = self.broker
         metrics.set_sources(
             metrics.Sources(
@@ -339,6 +342,19 @@ class Services:
         if self.broker is not None:
             self.broker.stopping()
 
+    async def _start_traces(self) -> None:
+        """Traces on when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the operator's: any address but a metadata one)."""
+        endpoint = self.settings.otel_exporter_otlp_endpoint
+        if not endpoint or self.end_traces is not None:
+            return
+        refusal = await url_refusal(tracing.traces_url(endpoint), OPERATOR_CONFIGURED)
+        if refusal is not None:
+            log.error("traces are off: OTEL_EXPORTER_OTLP_ENDPOINT %s is not allowed (%s)", endpoint, refusal)
+            return
+        self.end_traces = tracing.configure(
+            endpoint, service_name=self.settings.otel_service_name, instance_id=self.settings.instance_id
+        )
+
     async def stop(self) -> None:
         """Stop turns (saving what they have), housekeeping and the database."""
         metrics.set_sources(None)
@@ -358,6 +374,9 @@ class Services:
             await self.hub.stop()
         await self.logins.close()
         await self.db.close()
+        if self.end_traces is not None:  # the last spans, sent (the exporter blocks: off the loop)
+            await asyncio.to_thread(self.end_traces)
+            self.end_traces = None
 
     async def _reap_forever(self, hub: RedisStreamHub) -> None:
         """A cluster's reaper (one replica at a time): end the turns and tasks whose replica's lease expired.

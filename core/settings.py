@@ -255,6 +255,12 @@ class Settings(BaseSettings):
     )
 
     debug: str | None = None
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector for traces (spans go to <it>/v1/traces); unset: no traces. "
+        "Your own configuration: any address but a cloud metadata one",
+    )
+    otel_service_name: str = Field("a2a-delegation-chat", description="service.name of this process's spans")
     metrics_token: str | None = Field(
         None, description="Bearer token GET /metrics needs (required once there are accounts; without it they are off)"
     )

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.chat.llm import litellm_module, priced
+from core.chat.llm import litellm_module
 from core.chat.llm_stream import ModelResult, Usage
+from core.chat.prices import priced
 from core.services import Services
 from tests.conftest import make_settings
 from tests.test_api import build_api_app, stream_events

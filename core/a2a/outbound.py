@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from core import tracing
 from core.errors import AppError
 from core.web import input_limits
 from core.web.outbound_policy import (  # noqa: F401  (the policy's names, as this module's users know them)
@@ -190,9 +191,24 @@ def guarded_client(
     token_origin: Any = None,
     timeout: httpx.Timeout | float = FETCH_TIMEOUT_S,
 ) -> httpx.AsyncClient:
-    """An httpx client that goes only where the policy allows, follows no redirect, sends the token to its origin."""
+    """An httpx client that goes only where the policy allows, follows no redirect, sends the token to its origin.
+
+    Each request carries the current trace's `traceparent` (core/tracing.py): a remote agent that
+    propagates it joins the delegation chain's trace.
+    """
     transport = GuardedTransport(allow, bearer_token=bearer_token, token_origin=token_origin)
-    return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
+    return httpx.AsyncClient(
+        transport=transport,
+        timeout=timeout,
+        follow_redirects=False,
+        trust_env=False,
+        event_hooks={"request": [with_trace]},
+    )
+
+
+async def with_trace(request: httpx.Request) -> None:
+    """Httpx's request hook: the current trace's `traceparent` on the way out (none without a trace)."""
+    tracing.inject(request.headers)
 
 
 async def fetch_card_json(

@@ -19,12 +19,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Path, Request, Response
 from pydantic import BaseModel, Field
 
+from core import tracing
 from core.a2a import api_keys
 from core.a2a.deps import A2AServerDep, ApiKeysDep, RemoteAgentsDep
 from core.a2a.remote_agents import RegistrationError
@@ -58,7 +61,8 @@ def a2a_router() -> APIRouter:
     @router.post("/a2a/agents/{agent_id}", response_model=None)
     async def call_agent(agent_id: AgentId, request: Request, server: A2AServerDep) -> Response:
         """A2A JSON-RPC 2.0 (v1.0 with `A2A-Version: 1.0`; v0.3 methods too); needs `Authorization: Bearer <key>`."""
-        return await server.rpc_response(agent_id, request)
+        with served(agent_id, request):  # the task it starts runs in the caller's trace
+            return await server.rpc_response(agent_id, request)
 
     async def call_agent_rest(agent_id: AgentId, rest_path: str, request: Request, server: A2AServerDep) -> Response:
         """A2A HTTP+JSON (v1.0 with `A2A-Version: 1.0`; v0.3 below `/v1`); needs `Authorization: Bearer <key>`.
@@ -69,7 +73,8 @@ def a2a_router() -> APIRouter:
         `v1/message:send`, `v1/message:stream`, `v1/tasks/{taskId}`, … Errors: `{"error": {code, status,
         message, details}}` with the HTTP status of the A2A spec's mapping.
         """
-        return await server.rest_response(agent_id, request)
+        with served(agent_id, request):
+            return await server.rest_response(agent_id, request)
 
     for method in ("GET", "POST", "DELETE"):  # one route each: each its own OpenAPI operation
         router.add_api_route(
@@ -229,3 +234,21 @@ def _remote_out(view: Any, user_id: int) -> RemoteAgentOut:
     fields = dataclasses.asdict(view)
     owner_id = fields.pop("owner_id")
     return RemoteAgentOut(**fields, yours=owner_id in (None, user_id))
+
+
+@contextmanager
+def served(agent_id: str, request: Request) -> Iterator[None]:
+    """An A2A request the app answers: a server span in the caller's trace (its `traceparent`), if it sent one.
+
+    The work it starts (the task's run, spawned inside) is the span's child, so the callee's turn and model
+    calls join the caller's trace across processes.
+    """
+    with (
+        tracing.continued(request.headers),
+        tracing.span(
+            "a2a.serve",
+            kind=tracing.SpanKind.SERVER,
+            attributes={"agent.id": agent_id, "http.request.method": request.method},
+        ),
+    ):
+        yield

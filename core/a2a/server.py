@@ -57,6 +57,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Message
 
+from core import tracing
 from core.a2a import api_keys
 from core.a2a import protocol as wire
 from core.a2a.agent_cards import REST_PATH, AgentCards
@@ -265,7 +266,8 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
         push = await self.send_config(params)
-        task = await self._start(agent_id, user_id, incoming)
+        with tracing.continued(context.state.get(wire.TRACE_STATE)):  # the task's run joins the caller's trace
+            task = await self._start(agent_id, user_id, incoming)
         await self.start_pushing(push, task.id, user_id)
         if incoming.return_immediately:
             return wire.to_task(row_snapshot(task, ""), history_length=incoming.history_length)
@@ -279,7 +281,8 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
         push = await self.send_config(params)
-        snap = row_snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
+        with tracing.continued(context.state.get(wire.TRACE_STATE)):  # the task's run joins the caller's trace
+            snap = row_snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
         await self.start_pushing(push, snap.id, user_id)
         yield wire.to_task(snap, history_length=incoming.history_length)
         async for event in self._follow(snap, context):

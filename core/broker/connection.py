@@ -26,6 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core import tracing
 from core.broker import wire
 from core.broker.auth import Identity
 from core.delegation.registry import RemoteAgentError, RemoteEvent
@@ -353,6 +354,7 @@ class TaskStream:
                 message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
                 context_id=self.context_id,
                 v1=self.conn.v1,
+                metadata=tracing.carrier() or None,  # `traceparent`, for an agent that continues the trace
             )
         )
 

@@ -18,7 +18,7 @@ from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from core import metrics
+from core import metrics, tracing
 from core.broker import wire
 from core.broker.connection import TaskIdleError
 from core.broker.inject import AUTO, DELAY, Inject, InjectPublisher
@@ -72,6 +72,11 @@ class TaskRelay:
 
     async def run(self, record: BrokerTask) -> None:
         """Relay the task's events to its log, its injects and its observer until it ends (or is canceled)."""
+        attributes = {"a2a.task.id": record.id, "agent.id": record.agent.id, "broker.chat.id": record.chat_id}
+        with tracing.span("broker.task", kind=tracing.SpanKind.CLIENT, attributes=attributes):
+            await self._run(record)  # the agent gets the span's `traceparent` with the task (core/tracing.py)
+
+    async def _run(self, record: BrokerTask) -> None:
         stream = record.agent.open_task(record.text, task_id=record.id)
         result = wire.Answer()
         state, final_text = "failed", ""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from core.a2a.outbound import with_trace
 from core.aio import cancel_and_wait
 from core.broker.cluster import AgentDirectory, DirectoryEntry
 from core.errors import AppError
@@ -104,6 +105,7 @@ class BrokerCluster:
             timeout=self.settings.request_timeout / 1000,
             follow_redirects=False,
             headers={"Authorization": f"Bearer {self.token}"},
+            event_hooks={"request": [with_trace]},  # a forwarded task stays in its trace
         )
         self._owners_check = asyncio.get_running_loop().create_task(self._check_owners_forever(), name="task owners")
 

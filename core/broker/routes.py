@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketDisconnect
 
+from core import tracing
 from core.a2a import api_keys
 from core.a2a.deps import ApiKeysDep
 from core.auth.deps import SettingsDep, get_services, get_settings
@@ -239,18 +240,19 @@ def broker_router() -> APIRouter:
             else None
         )
         try:
-            ack = await broker.dispatch(
-                task=body.task,
-                target_agent=body.targetAgent,
-                agent_id=body.agentId,
-                chat_id=body.chatId,
-                owner=body.owner,
-                mac_address=body.macAddress,
-                task_id=body.taskId,
-                session_id=body.sessionId,
-                observer=observer,
-                local_only=True,
-            )
+            with tracing.continued(request.headers):  # the forwarding replica's trace goes on here
+                ack = await broker.dispatch(
+                    task=body.task,
+                    target_agent=body.targetAgent,
+                    agent_id=body.agentId,
+                    chat_id=body.chatId,
+                    owner=body.owner,
+                    mac_address=body.macAddress,
+                    task_id=body.taskId,
+                    session_id=body.sessionId,
+                    observer=observer,
+                    local_only=True,
+                )
         except SQLAlchemyError:
             log.exception("could not save a forwarded task")
             raise HTTPException(503, "The task could not be saved (the database is unavailable).") from None

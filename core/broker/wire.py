@@ -139,9 +139,18 @@ def card_request(id: int, method: str = CARD_METHODS[0]) -> dict[str, Any]:
 
 
 def stream_request(
-    id: int, text: str, *, message_id: str, context_id: str | None = None, v1: bool = False
+    id: int,
+    text: str,
+    *,
+    message_id: str,
+    context_id: str | None = None,
+    v1: bool = False,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`message/stream` with one text part (v0.3, as the seed shows), or v1.0 `SendStreamingMessage`."""
+    """`message/stream` with one text part (v0.3, as the seed shows), or v1.0 `SendStreamingMessage`.
+
+    `metadata` goes on the message (the W3C `traceparent` of the task's span, when traces are on).
+    """
     if v1:
         message: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
     else:
@@ -153,6 +162,8 @@ def stream_request(
         }
     if context_id:
         message["contextId"] = context_id
+    if metadata:
+        message["metadata"] = metadata
     return request(id, STREAM_METHOD_V10 if v1 else STREAM_METHOD_V03, {"message": message})
 
 

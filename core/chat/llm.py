@@ -19,7 +19,6 @@ policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import re
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from core import tracing
 from core.chat import demo_model
 from core.chat.demo_provider import DemoEnd, demo_stream, make_demo_handler
 from core.chat.llm_stream import (
@@ -42,6 +42,7 @@ from core.chat.llm_stream import (
     compact_kept_chunks,
 )
 from core.chat.model_route import ModelRoute, RouteRefusedError, model_route
+from core.chat.prices import priced
 from core.errors import AppError
 from core.i18n import _
 from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
@@ -219,8 +220,14 @@ class LLMGateway:
         """
         if _litellm is None and model.startswith(f"{DEMO_PROVIDER}/"):
             # LiteLLM is still being imported (the first turns after a start): the demo model needs none of it.
-            async for event in _demo_without_litellm(model, messages, tools, self.demo_delay_s):
-                yield event
+            demo_span = tracing.start_span(
+                "llm.call", kind=tracing.SpanKind.CLIENT, attributes={"gen_ai.request.model": model}
+            )
+            try:
+                async for event in _demo_without_litellm(model, messages, tools, self.demo_delay_s):
+                    yield event
+            finally:
+                demo_span.end()
             return
         litellm = await _ensure_litellm()
         kwargs: dict[str, Any] = {
@@ -249,6 +256,10 @@ class LLMGateway:
 
         assembly = StreamAssembly(model)
         streamed = False
+        # Not made current: an async generator may not hold a context across its yields (core/tracing.py).
+        call_span = tracing.start_span(
+            "llm.call", kind=tracing.SpanKind.CLIENT, attributes={"gen_ai.request.model": model}
+        )
         try:
             response = await litellm.acompletion(**kwargs)
             if hasattr(response, "_emitted_disqualifying_content"):
@@ -272,11 +283,23 @@ class LLMGateway:
                         # LiteLLM's last chunk. Iterating once more would only make it rebuild the whole
                         # response again for its success logging and cost, which nothing here reads.
                         break
+            result = priced(litellm, assembly.result())
+            call_span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                    "gen_ai.response.finish_reasons": [result.finish_reason],
+                }
+            )
         except asyncio.CancelledError:
+            call_span.set_attribute("cancelled", True)
             raise
         except Exception as exc:  # litellm raises many types; the UI sees one
+            call_span.set_status(tracing.Status(tracing.StatusCode.ERROR, type(exc).__name__))
             raise _as_llm_error(litellm, exc, model, streamed=streamed) from exc
-        yield priced(litellm, assembly.result())
+        finally:
+            call_span.end()  # the stream's end, its failure, or the reader's leaving (GeneratorExit)
+        yield result
 
 
 async def provider_of(model: str) -> str | None:
@@ -301,40 +324,6 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
         "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
         "server"
     )
-
-
-#: Each model's (input, output) price per token from LiteLLM's price list, or None: looked up once per model.
-_PRICES: dict[str, tuple[float, float] | None] = {}
-
-
-def priced(litellm: Any, result: ModelResult) -> ModelResult:
-    """`result` with the call's cost: its tokens at LiteLLM's list prices for the model, when the list has them.
-
-    One lookup per model per process (`litellm.model_cost`, the local copy: LITELLM_LOCAL_MODEL_COST_MAP),
-    then two multiplications a call; the demo model and models the list lacks have no cost (None). Tiered,
-    cached-token and per-request prices are left out: this is the list price of the tokens counted.
-    """
-    if result.model not in _PRICES:
-        _PRICES[result.model] = _price_of(litellm, result.model)
-    prices = _PRICES[result.model]
-    if prices is None:
-        return result
-    usage = result.usage
-    cost = usage.input_tokens * prices[0] + usage.output_tokens * prices[1]
-    return dataclasses.replace(result, usage=dataclasses.replace(usage, cost_usd=cost))
-
-
-def _price_of(litellm: Any, model: str) -> tuple[float, float] | None:
-    if model.startswith(f"{DEMO_PROVIDER}/"):
-        return None
-    table = getattr(litellm, "model_cost", None) or {}
-    entry = table.get(model) or (table.get(model.split("/", 1)[1]) if "/" in model else None)
-    if not isinstance(entry, dict):
-        return None
-    price_in, price_out = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-    if not isinstance(price_in, int | float) or not isinstance(price_out, int | float):
-        return None
-    return float(price_in), float(price_out)
 
 
 def _knows_model(litellm: Any, model: str) -> bool:

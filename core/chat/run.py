@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import logcontext, metrics
+from core import logcontext, metrics, tracing
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
@@ -116,9 +116,13 @@ class AgentRunner:
         await self._emit(stream_key, ev.Start(f"msg_{secrets.token_hex(8)}"))
         kind = "delegated" if ctx.task_id else "chat"
         metrics.TURNS_STARTED.labels(kind).inc()
+        attributes = {"session.id": ctx.session_id, "a2a.task.id": ctx.task_id, "agent.id": run.agent.slug}
         try:
             async with asyncio.timeout(self.turn_timeout_s):
-                with logcontext.bound(session_id=ctx.session_id, task_id=ctx.task_id):  # the run's log lines
+                with (
+                    logcontext.bound(session_id=ctx.session_id, task_id=ctx.task_id),  # the run's log lines
+                    tracing.span(f"{kind}.turn", attributes=attributes),  # the model and tool calls' parent
+                ):
                     await self._loop(stream_key, run, tools, ctx, max_output_tokens)
         except asyncio.CancelledError:
             run.close_step(status="canceled")
@@ -255,7 +259,8 @@ class AgentRunner:
                     turnstile=gate,
                 )
                 try:
-                    result = await bound.tool.execute(arguments, bound.config, call_ctx)
+                    with tracing.span("tool.call", attributes={"tool.name": call.name, "tool.call.id": call.id}):
+                        result = await bound.tool.execute(arguments, bound.config, call_ctx)
                 except asyncio.CancelledError:
                     raise
                 except Exception:

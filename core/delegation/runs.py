@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from core import tracing
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
 from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
@@ -247,3 +249,12 @@ class BackgroundTask:
             if final == FAILED:
                 await ev.publish(self.service.hub, task_stream_key(self.task_id), ev.Error(error))
         await self.service.finish_task(self.task_id, self.session_id, self.record, final, error, self._started)
+
+
+def hop_span(task_id: str, agent_id: str, depth: int, *, remote: bool) -> AbstractContextManager[Any]:
+    """The `delegation.task` span of one hop (core/tracing.py): a client span when the callee is remote."""
+    return tracing.span(
+        "delegation.task",
+        kind=tracing.SpanKind.CLIENT if remote else tracing.SpanKind.INTERNAL,
+        attributes={"a2a.task.id": task_id, "agent.id": agent_id, "delegation.depth": depth},
+    )

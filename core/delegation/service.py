@@ -56,7 +56,7 @@ from core.delegation.errors import (
     failure_text,
 )
 from core.delegation.registry import AgentRegistry
-from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
+from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, hop_span, message_fields
 from core.delegation.states import TIMED_OUT
 from core.delegation.tasks import (
     CANCELED,
@@ -227,27 +227,28 @@ class DelegationService:
         try:
             await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
-                if isinstance(record, LocalRun):
-                    agent = record.run.agent
-                    callee_ctx = ToolContext(
-                        user_id=ctx.user_id,
-                        agent_id=agent.id,
-                        agent_slug=agent.slug,
-                        session_id=task.session_id,
-                        recursion_depth=depth,
-                        task_id=task.id,
-                        chain=(*ctx.chain, agent.slug),
-                    )
-                    tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
-                    await self.engine.runner.run(
-                        stream_key=key,
-                        run=record.run,
-                        tools=tools,
-                        ctx=callee_ctx,
-                        max_output_tokens=limits.max_output_tokens,
-                    )
-                elif remote is not None:  # always, when the callee is not local
-                    await record.relay(self.hub, key, remote, text, task.id)
+                with hop_span(task.id, slug, depth, remote=callee is None):  # the callee's run is its child
+                    if isinstance(record, LocalRun):
+                        agent = record.run.agent
+                        callee_ctx = ToolContext(
+                            user_id=ctx.user_id,
+                            agent_id=agent.id,
+                            agent_slug=agent.slug,
+                            session_id=task.session_id,
+                            recursion_depth=depth,
+                            task_id=task.id,
+                            chain=(*ctx.chain, agent.slug),
+                        )
+                        tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
+                        await self.engine.runner.run(
+                            stream_key=key,
+                            run=record.run,
+                            tools=tools,
+                            ctx=callee_ctx,
+                            max_output_tokens=limits.max_output_tokens,
+                        )
+                    elif remote is not None:  # always, when the callee is not local
+                        await record.relay(self.hub, key, remote, text, task.id)
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(

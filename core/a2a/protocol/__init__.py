@@ -79,7 +79,13 @@ from core.a2a.protocol.errors import (
     TooManyRunningTasksError,
     UnsupportedOperationError,
 )
-from core.a2a.protocol.jsonrpc import CallContextBuilder, check_rpc_body, create_dispatcher, invalid_request_body
+from core.a2a.protocol.jsonrpc import (
+    TRACE_STATE,
+    CallContextBuilder,
+    check_rpc_body,
+    create_dispatcher,
+    invalid_request_body,
+)
 from core.a2a.protocol.push import (
     NOTIFICATION_TOKEN_HEADER,
     ask_for_push,
@@ -132,6 +138,7 @@ __all__ = [
     "A2AError",
     "AgentCard",
     "CallContextBuilder",
+    "TRACE_STATE",
     "CardError",
     "CardSpec",
     "ContentTypeNotSupportedError",

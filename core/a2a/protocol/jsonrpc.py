@@ -32,9 +32,12 @@ from a2a.utils.proto_utils import to_stream_response
 from a2a.utils.version_validator import validate_version
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from core import tracing
 from core.a2a.protocol.text_updates import PLAIN_TEXT_UPDATES, TextUpdate, text_update_json
 from core.a2a.protocol.v03_compat import v03_invalid_params, version_refusal
 from core.web.input_limits import MAX_JSON_NESTING, json_error, json_nesting
+
+TRACE_STATE = "trace"  # `context.state[TRACE_STATE]`: the W3C trace context the request's work continues
 
 
 class CallContextBuilder(DefaultServerCallContextBuilder):
@@ -49,6 +52,11 @@ class CallContextBuilder(DefaultServerCallContextBuilder):
         context = super().build(request)
         context.state["agent_id"] = request.path_params.get("agent_id", "")
         context.state["user_id"] = getattr(request.state, "a2a_user_id", None)
+        # The trace the task runs in: the route's `a2a.serve` span, else the caller's own `traceparent`.
+        headers = getattr(request, "headers", {})
+        context.state[TRACE_STATE] = tracing.carrier() or {
+            name: headers[name] for name in ("traceparent", "tracestate") if name in headers
+        }
         return context
 
 
