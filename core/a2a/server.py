@@ -23,6 +23,9 @@ buffer and turns its events into A2A events:
     text-delta {delta}        → status update WORKING carrying the delta as an agent message
     state {completed}         → artifact `result` with the full saved answer, then status COMPLETED
     state {failed|canceled}   → status FAILED / CANCELED with the error as its message
+    state {input-required|auth-required} → that status with the question as its message; the stream
+                                ends, and the caller's next message in the task (same taskId) is the
+                                answer: the task goes on (`core.delegation.questions`, issue 36)
 
 Who may call: every JSON-RPC request needs an API key (`core/a2a/api_keys.py`, also
 in single-user mode); without one the answer is HTTP 401. A key sees only its
@@ -44,6 +47,7 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import Request
@@ -55,8 +59,9 @@ from core.a2a import protocol as wire
 from core.a2a.agent_cards import AgentCards
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
+from core.delegation.questions import TaskNotWaitingError
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
-from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
+from core.delegation.tasks import TERMINAL_STATES, WAITING_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
 from core.settings import Settings
 from core.streaming import events as ev
@@ -69,6 +74,7 @@ from models import A2ATaskSession
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_048_576
+QUESTION_POLL_S = 0.05  # how often a blocking SendMessage looks whether its task asks back
 #: At most this many text deltas that were ready together go out as one status update.
 MAX_DELTAS_PER_UPDATE = 256
 # What a message with a contextId this caller does not have gets (-32602), also said on every card.
@@ -202,21 +208,50 @@ class AgentRequestHandler(wire.RequestHandler):
         """Start a task; answer with it when it ends (or at once with `returnImmediately`)."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
-        task = await self._start(agent_id, user_id, incoming)
-        if incoming.return_immediately:
-            return wire.to_task(row_snapshot(task, ""), history_length=incoming.history_length)
-        await self.delegation.wait_external_task(task.id)
-        snap = await self.store.snapshot(task.id, user_id=user_id, agent_id=agent_id)
+        answered = await self._answer(agent_id, user_id, incoming)
+        task_id = answered[0].id if answered else (await self._start(agent_id, user_id, incoming)).id
+        if not incoming.return_immediately:
+            # Until it ends, or asks back (then the caller answers with its next message in the task).
+            while self.delegation.external_task_running(task_id) and self.delegation.questions.pending(task_id) is None:
+                await self.delegation.wait_external_task(task_id, timeout=QUESTION_POLL_S)
+        snap = await self.store.snapshot(task_id, user_id=user_id, agent_id=agent_id)
         assert snap is not None, "this caller's task, which it just started"
-        return wire.to_task(snap, history_length=incoming.history_length)
+        return wire.to_task(snap, history_length=incoming.history_length, question=self._question(snap))
+
+    def _question(self, snap: wire.TaskSnapshot) -> str | None:
+        waiting = self.delegation.questions.pending(snap.id) if snap.state in WAITING_STATES else None
+        return waiting.text if waiting is not None else None
+
+    async def _answer(
+        self, agent_id: str, user_id: int, incoming: wire.IncomingMessage
+    ) -> tuple[wire.TaskSnapshot, int | None] | None:
+        """A message into a task that asks back: the answer (the task goes on); None for any other message.
+
+        Returns the task (working again) and the last event of its stream before the answer.
+        """
+        if incoming.task_id is None or self.delegation.questions.pending(incoming.task_id) is None:
+            return None
+        snap = await self.store.snapshot(incoming.task_id, user_id=user_id, agent_id=agent_id)
+        if snap is None or (incoming.context_id is not None and incoming.context_id != snap.context_id):
+            return None  # `_start` says what is wrong
+        info = await refresh(self.hub, task_stream_key(snap.id))
+        try:
+            await self.delegation.questions.answer(snap.id, incoming.text)
+        except TaskNotWaitingError:
+            return None
+        return replace(snap, state=WORKING), info.last_id if info is not None else None
 
     async def on_message_send_stream(self, params: Any, context: wire.ServerCallContext) -> AsyncGenerator[Any, None]:
         """Start a task and stream it: the Task, text as it is generated, the result, the end state."""
         incoming = wire.read_send_request(params, max_chars=MAX_INPUT_CHARS)
         agent_id, user_id = _caller(context)
-        snap = row_snapshot(await self._start(agent_id, user_id, incoming), "")  # as written: nothing to read back
+        answered = await self._answer(agent_id, user_id, incoming)
+        if answered is not None:  # the answer to its question: the task goes on, followed from here
+            snap, after = answered
+        else:
+            snap, after = row_snapshot(await self._start(agent_id, user_id, incoming), ""), None  # as written
         yield wire.to_task(snap, history_length=incoming.history_length)
-        async for event in self._follow(snap, context):
+        async for event in self._follow(snap, context, after):
             yield event
 
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> A2ATaskSession:
@@ -295,12 +330,20 @@ class AgentRequestHandler(wire.RequestHandler):
                 message=f"Task {snap.id} is not running on this server any more (it was interrupted, "
                 "for example by a restart); read what it has with GetTask."
             )
-        yield wire.to_task(snap)
+        question = self._question(snap)
+        yield wire.to_task(snap, question=question)
+        if question is not None:
+            return  # it waits for the caller's answer: the stream ends, as a waiting task's stream does
         async for event in self._follow(snap, context):
             yield event
 
-    async def _follow(self, snap: wire.TaskSnapshot, context: wire.ServerCallContext) -> AsyncIterator[Any]:
-        """The task's hub buffer as A2A events, from its first event, until its terminal state.
+    async def _follow(
+        self, snap: wire.TaskSnapshot, context: wire.ServerCallContext, after: int | None = None
+    ) -> AsyncIterator[Any]:
+        """The task's hub buffer as A2A events, from its first event (or after `after`), until its terminal state.
+
+        A question back (`input-required`, `auth-required`) ends the stream too, with the question as the
+        status message: the caller answers with a message into the task (`_answer`).
 
         Text deltas that are ready together (a replay, or a busy event loop that let several pile up)
         go out as one status update with their text joined: the same text in fewer events, so a
@@ -311,7 +354,6 @@ class AgentRequestHandler(wire.RequestHandler):
         events = wire.TaskEvents(snap.id, snap.context_id)
         text_event = events.text_update if context.state.get(wire.PLAIN_TEXT_UPDATES) else events.text
         key = task_stream_key(snap.id)
-        after: int | None = None
         said_working = False
         while True:
             try:
@@ -337,6 +379,9 @@ class AgentRequestHandler(wire.RequestHandler):
                             yield text_event("".join(text))
                             text = []
                         state = typed.state
+                        if state in WAITING_STATES:
+                            yield events.state(state, error=typed.message)
+                            return
                         if state in TERMINAL_STATES:
                             async for ending in self._ending(events, user_id=user_id, agent_id=agent_id):
                                 yield ending

@@ -247,8 +247,13 @@ class AgentConnection:
         """A new task for the agent; iterate `events()` to send it and read its events."""
         return TaskStream(self, text, task_id=task_id, context_id=context_id)
 
-    async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
-        """Run a task for the registry (RemoteAgent protocol): plain events until the final one."""
+    async def stream(
+        self, text: str, *, task_id: str, context_id: str | None = None, ask: Any = None
+    ) -> AsyncIterator[RemoteEvent]:
+        """Run a task for the registry (RemoteAgent protocol): plain events until the final one.
+
+        `ask` is not used yet: an agent that asks back ends its task with the question (issue 36).
+        """
         task = self.open_task(text, task_id=task_id, context_id=context_id)
         answer = wire.Answer()
         async with contextlib.aclosing(task.events()) as events:

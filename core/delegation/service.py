@@ -55,6 +55,7 @@ from core.delegation.errors import (
     TooManyDelegatedTasksError,
     failure_text,
 )
+from core.delegation.questions import ASK_USER, TaskQuestions
 from core.delegation.registry import AgentRegistry
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, message_fields
 from core.delegation.states import TIMED_OUT
@@ -113,6 +114,7 @@ class DelegationService:
         self.tools = tools
         self.registry = registry
         self.records = TaskRecords(db, hub, registry)
+        self.questions = TaskQuestions(self.records)  # callees that ask back (issue 36)
         self.tasks_started = 0
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
@@ -238,7 +240,8 @@ class DelegationService:
                         task_id=task.id,
                         chain=(*ctx.chain, agent.slug),
                     )
-                    tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
+                    # A callee may always ask its caller back (`ask_user`, core.delegation.questions).
+                    tools = self.tools.bind([*tool_rows, (ASK_USER, {})], agent_id=agent.id, agent_slug=agent.slug)
                     await self.engine.runner.run(
                         stream_key=key,
                         run=record.run,
@@ -247,7 +250,8 @@ class DelegationService:
                         max_output_tokens=limits.max_output_tokens,
                     )
                 elif remote is not None:  # always, when the callee is not local
-                    await record.relay(self.hub, key, remote, text, task.id)
+                    ask = self.questions.asker(task.id, task.session_id, fields)
+                    await record.relay(self.hub, key, remote, text, task.id, ask=ask)
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
@@ -426,6 +430,10 @@ class DelegationService:
         run = self._external_runs.get(task_id)
         if run is not None:
             await asyncio.wait([run], timeout=timeout)
+
+    def external_task_running(self, task_id: str) -> bool:
+        """Whether a task started by `start_external_task` still runs in this process."""
+        return task_id in self._external_runs
 
     async def cancel_external_task(self, task_id: str, timeout: float = 10.0) -> bool:
         """Stop a task started by `start_external_task` and wait until it is recorded as canceled.
