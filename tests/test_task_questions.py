@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
 from core.services import Services
 from core.web.errors import install_error_handlers
@@ -231,6 +231,11 @@ async def test_a_served_agent_that_asks_answers_a2a_callers_input_required_then_
         assert last.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         assert last.status.message.parts[0].text == "Which city do you mean?"
         task_id, context_id = last.task_id, last.context_id
+        waiting = await client.get_task(GetTaskRequest(id=task_id))
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert waiting.status.message.parts[0].text == "Which city do you mean?"
+        rest = httpx.get(f"{app.url}/api/tasks/{task_id}").json()
+        assert (rest["state"], rest["question"]) == ("input-required", "Which city do you mean?")
         follow = Message(
             message_id="m-answer",
             role=Role.ROLE_USER,
@@ -305,3 +310,24 @@ async def test_only_the_tasks_owner_answers_and_anothers_task_looks_unknown(two_
             await asyncio.sleep(0.05)
         last = (await alice.get(f"/api/sessions/{session}/messages")).json()[-1]["content"]
         assert "You answered: Go" in last and "mine now" not in last
+
+
+async def test_a_remote_agent_served_on_asks_the_a2a_caller_and_gets_its_answer_in_its_own_task(
+    app: LiveApp, asker: str
+) -> None:
+    """Hub in the middle: an A2A client → this app → the asking agent; the question and the answer pass through."""
+    assert register(app, asker, "asker").status_code == 201
+    async with sdk_client(app.agent_url("asker"), app.key) as (client, _card):
+        events = [e async for e in client.send_message(user_message("what is the weather"))]
+        last = events[-1].status_update
+        assert last.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        question = last.status.message.parts[0].text
+        asked = IDS.search(question)
+        assert question.startswith("Which city do you mean?") and asked
+        follow = Message(message_id="m-2", role=Role.ROLE_USER, parts=[Part(text="Paris")], task_id=last.task_id)
+        events = [e async for e in client.send_message(SendMessageRequest(message=follow))]
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    [result] = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    answered = IDS.search(result.parts[0].text)
+    assert result.parts[0].text.startswith("You answered: Paris") and answered
+    assert answered.groups() == asked.groups()  # the remote agent's own task and context, both times

@@ -308,7 +308,7 @@ class AgentRequestHandler(wire.RequestHandler):
         snap = await self.store.snapshot(params.id, user_id=user_id, agent_id=agent_id)
         if snap is None:
             raise wire.TaskNotFoundError(message=f"There is no task {params.id!r} for this agent and key.")
-        return wire.to_task(snap, history_length=history_length)
+        return wire.to_task(snap, history_length=history_length, question=self._question(snap))
 
     async def on_list_tasks(self, params: Any, context: wire.ServerCallContext) -> wire.ListTasksResponse:
         """This key's tasks for this agent, newest first."""
