@@ -17,6 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from a2a_chat_testing.panel import Panel
 from e2e.conftest import REPO_ROOT
 from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, unique, wait_for_turn_end
 from tests.utils.ports import free_port
@@ -134,3 +135,17 @@ def test_an_answer_over_rest_closes_the_box_in_the_panel(page: Page, base_url: s
     )
     expect(page.get_by_test_id("agent-invoke-body")).to_contain_text("You answered: Lyon")
     wait_for_turn_end(page)
+
+
+def test_a_local_callee_asks_with_the_demo_models_ask_through_the_kits_panel(page: Page) -> None:
+    """`@coding-assistant /ask …`: the callee's `ask_user` tool; the testing kit's `Panel` reads and answers it."""
+    open_chat(page, "/?agent=general-assistant")
+    send(page, "@coding-assistant /ask Which language do you want?")
+    panel = Panel(page).wait_open()
+    tab = panel.wait_for_state("input-required")
+    assert panel.question(tab) == "Which language do you want?"
+    panel.answer("Rust", tab)
+    done = panel.wait_for_state("completed", tab)
+    assert "You answered: Rust" in panel.text(done)
+    wait_for_turn_end(page)
+    assert "You answered: Rust" in page.get_by_test_id("assistant-message").last.inner_text()
