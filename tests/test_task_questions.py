@@ -23,6 +23,7 @@ import httpx
 import pytest
 from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
+from core.chat.demo_model import plan_reply
 from core.services import Services
 from core.web.errors import install_error_handlers
 from tests.conftest import make_settings
@@ -76,12 +77,12 @@ def auth_asker() -> Iterator[str]:
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[LiveApp]:
-    """The app on a live port (its API's errors with their `code`, as app.py serves them)."""
+def app(tmp_path: Path, database_url: str) -> Iterator[LiveApp]:
+    """The app on a live port, SQLite and PostgreSQL (its API's errors with their `code`, as app.py serves them)."""
     port = free_port()
     settings = make_settings(
         tmp_path,
-        database_url=f"sqlite:///{tmp_path / 'data' / 'app.db'}",
+        database_url=database_url,
         public_base_url=f"http://127.0.0.1:{port}",
         port=port,
         demo_model_delay_ms=0,
@@ -331,3 +332,15 @@ async def test_a_remote_agent_served_on_asks_the_a2a_caller_and_gets_its_answer_
     answered = IDS.search(result.parts[0].text)
     assert result.parts[0].text.startswith("You answered: Paris") and answered
     assert answered.groups() == asked.groups()  # the remote agent's own task and context, both times
+
+
+def test_the_demo_models_ask_calls_ask_user_when_offered_and_else_asks_in_its_reply() -> None:
+    offered = [{"type": "function", "function": {"name": "ask_user", "parameters": {}}}]
+    reply = plan_reply([{"role": "user", "content": "/ask Which city?"}], offered)
+    [call] = reply.tool_calls
+    assert (call.name, json.loads(call.arguments), reply.tokens) == ("ask_user", {"question": "Which city?"}, [])
+    plain = plan_reply([{"role": "user", "content": "/ask Which city?"}], None)
+    assert ("".join(plain.tokens), plain.tool_calls) == ("Which city?", [])
+    result = {"role": "tool", "name": "ask_user", "content": json.dumps({"ok": True, "output": "Paris"})}
+    answered = plan_reply([{"role": "user", "content": "/ask Which city?"}, {"role": "assistant"}, result], offered)
+    assert "".join(answered.tokens) == "You answered: Paris"
