@@ -123,18 +123,20 @@ class HttpRemoteAgent:
         try:
             while request is not None:
                 asked: RemoteEvent | None = None
-                async for response in client.send_message(request):
-                    self._mark(True)
-                    for event in reader.read(response):
-                        if event.question is None:
-                            yield event
-                        elif ask is None:  # nobody to ask: what the agent asked is its answer
-                            yield RemoteEvent(text=event.question)
-                            yield RemoteEvent(state="completed", final=True, answer=event.question)
-                        else:
-                            asked = event
-                    if asked is not None:
-                        break  # the agent waits (its stream ends here too)
+                responses: Any = client.send_message(request)  # an async generator: closed when the agent asks
+                async with contextlib.aclosing(responses):
+                    async for response in responses:
+                        self._mark(True)
+                        for event in reader.read(response):
+                            if event.question is None:
+                                yield event
+                            elif ask is None:  # nobody to ask: what the agent asked is its answer
+                                yield RemoteEvent(text=event.question)
+                                yield RemoteEvent(state="completed", final=True, answer=event.question)
+                            else:
+                                asked = event
+                        if asked is not None:
+                            break  # the agent waits (its stream ends here too)
                 request = None
                 if asked is not None and ask is not None:
                     answer = await ask(asked.state or "input-required", asked.question or "")

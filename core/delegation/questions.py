@@ -115,8 +115,11 @@ class TaskQuestions:
             raise TaskNotWaitingError(f"Task {task_id} is not waiting for an answer.")
         if waiting.session_id is not None and waiting.fields is not None:
             await self._save(waiting.session_id, [{"role": "user", "content": content, **waiting.fields}])
+        if waiting.answer.done():  # stopped meanwhile (Stop, its timeout): its end is recorded, not `working`
+            raise TaskNotWaitingError(f"Task {task_id} was stopped before the answer reached it.")
+        # Working again before the callee goes on: its end, however soon, is written after this.
         await self.records.set_state(task_id, WORKING, waiting.state)
-        if not waiting.answer.done():  # the callee may have been stopped meanwhile
+        if not waiting.answer.done():
             waiting.answer.set_result(content)
 
     async def _save(self, session_id: str, rows: list[dict[str, Any]]) -> None:
