@@ -12,6 +12,14 @@ state, as the tab carries it in `data-state` (`submitted`, `working`, `completed
 Any number of tabs: every tab is read from the tab strip itself (its data attributes, its icon's
 `aria-label` for the status word), since only the selected tab's body is on the page; `text` and
 `error` show (click) the tab first when its body is not.
+
+A task that asks back (`input-required`, `auth-required`; the demo model's `/ask QUESTION` in a
+callee) shows its question with an answer box: `question` reads it, `answer` sends the answer:
+
+    panel.wait_for_state("input-required")
+    assert panel.question() == "Which language?"
+    panel.answer("Rust")
+    assert "You answered: Rust" in panel.text(panel.wait_for_state("completed"))
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ class PanelTab:
 
     task_id: str
     label: str
-    state: str  # submitted, working, completed, failed, canceled (A2A's names)
+    state: str  # submitted, working, input-required, auth-required, completed, failed, canceled (A2A's names)
     status: str  # the word the panel shows for it
     parent_task_id: str | None
     depth: int
@@ -165,6 +173,28 @@ class Panel:
         expect(self._tab_of(task_id)).to_have_attribute("data-state", state, timeout=timeout)
         return self.tab(task_id)
 
+    def question(self, which: int | str | PanelTab = 0, timeout_ms: float | None = None) -> str:
+        """What the tab's agent asks back, once its task waits for an answer (`input-required`, `auth-required`)."""
+        from playwright.sync_api import expect
+
+        tab = self.show(which)
+        box = self._question_box(tab.task_id)
+        expect(box).to_be_visible(timeout=timeout_ms or self.timeout_ms)
+        text: str = box.get_by_test_id("agent-panel-question").inner_text()
+        return text
+
+    def answer(self, text: str, which: int | str | PanelTab = 0) -> PanelTab:
+        """Send `text` as the answer to the tab's question (its answer box); the task then goes on."""
+        from playwright.sync_api import expect
+
+        tab = self.show(which)
+        box = self._question_box(tab.task_id)
+        expect(box).to_be_visible(timeout=self.timeout_ms)
+        box.get_by_test_id("agent-panel-answer-input").fill(text)
+        box.get_by_test_id("agent-panel-answer-send").click()
+        expect(box).to_be_hidden(timeout=self.timeout_ms)
+        return tab
+
     def close(self) -> None:
         """Close the panel (its close button)."""
         self.page.get_by_test_id("agent-invoke-close").click()
@@ -177,6 +207,9 @@ class Panel:
 
     def _body(self, task_id: str) -> Any:
         return self.page.locator(f'[data-testid="agent-invoke-body"][data-task-id="{task_id}"]')
+
+    def _question_box(self, task_id: str) -> Any:
+        return self.page.locator(f'[data-testid="agent-panel-question-box"][data-task-id="{task_id}"]')
 
     def _status(self, task_id: str) -> Any:
         return self.page.locator(f'[data-testid="agent-invoke-status"][data-task-id="{task_id}"]')

@@ -35,6 +35,7 @@ from core.chat.workspace import Workspace
 from core.db import MIGRATION_LOCK_KEY, REAPER_LOCK_KEY, Database, describe_database
 from core.db_events import RegistryEvents
 from core.delegation.agent_admin import LOCAL_AGENT, AgentAdmin
+from core.delegation.questions import AskUserTool
 from core.delegation.registry import AgentRegistry
 from core.delegation.service import DelegationService
 from core.delegation.tool import AgentInvokeTool
@@ -147,6 +148,7 @@ class Services:
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
         tools.register(AgentInvokeTool(delegation))
+        tools.register(AskUserTool(delegation.questions))
         broker = Broker(settings, registry, hub)
         # Every replica's inbox saves the notes of the tasks it relays (docs/ARCHITECTURE.md, "One task, one log").
         inbox = ChatInbox(chat, broker.injects.bus, shared_turns=bool(settings.cluster and settings.redis.dsn))

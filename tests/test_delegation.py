@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event
@@ -433,7 +434,7 @@ class ScriptedRemoteAgent:
     def visible_to(self, agent_id) -> bool:
         return True
 
-    async def stream(self, text: str, *, task_id: str, context_id: str | None = None):
+    async def stream(self, text: str, *, task_id: str, context_id: str | None = None, ask: Any = None):
         self.requests.append((text, task_id))
         try:
             for event in self.events:

@@ -104,7 +104,7 @@ class _LostAgent:
 
     name = "Echo"
 
-    async def stream(self, text: str, *, task_id: str) -> AsyncIterator[Any]:
+    async def stream(self, text: str, *, task_id: str, ask: Any = None) -> AsyncIterator[Any]:
         raise ConnectionError("Echo disconnected (the agent disconnected)")
         yield  # an async generator
 
@@ -114,7 +114,7 @@ async def test_a_remote_agents_failure_reads_in_chinese(failure: str) -> None:
     """Was English on a Chinese screen: "Echo is unreachable: … (the agent disconnected)"."""
 
     class _NoEnd(_LostAgent):
-        async def stream(self, text: str, *, task_id: str) -> AsyncIterator[Any]:
+        async def stream(self, text: str, *, task_id: str, ask: Any = None) -> AsyncIterator[Any]:
             for _i in ():
                 yield _i
 

@@ -14,6 +14,9 @@ status icon; hovering shows the whole request (also the tab's `aria-label`, and 
 first line of its panel). States are the words of `core.delegation.states`, the
 same as the chat's cards, `/audit` and the API.
 
+A task that asks back (`input-required`, `auth-required`, issue 36) shows its question with
+an answer box (`ui.agent_question_box`); the answer goes into the same task.
+
 Each running task is followed through its own hub subscription (`a2a_<taskId>`),
 owned by the page's client; a task whose buffer is gone is shown from the
 saved messages instead. Text is coalesced: the page's flush timer calls `flush`.
@@ -41,10 +44,13 @@ from core.delegation import (
     task_stream_key,
 )
 from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
+from core.delegation.questions import TaskNotWaitingError
+from core.delegation.tasks import WAITING_STATES
 from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
+from ui.agent_question_box import QuestionBox
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
@@ -55,6 +61,8 @@ STATUS_COLORS = {
     "completed": "positive",
     "failed": "negative",
     "canceled": "warning",
+    "input-required": "orange-9",
+    "auth-required": "orange-9",
 }
 STATUS_ICONS = {
     "submitted": "schedule",
@@ -62,6 +70,8 @@ STATUS_ICONS = {
     "completed": "check_circle",
     "failed": "error",
     "canceled": "block",
+    "input-required": "help",
+    "auth-required": "lock",
 }
 PANEL_WIDTH_PX = 460
 
@@ -89,6 +99,7 @@ class TaskTab:
     # A remote task's text pieces `(text part id, text)` once it sent a status message's text (`notes.layout`).
     pieces: list[tuple[str, str]] | None = None
     answered: bool = False  # whether one of those pieces is an artifact's text (then the status ones are notes)
+    question: QuestionBox | None = None
 
 
 class AgentInvokePanel:
@@ -284,9 +295,11 @@ class AgentInvokePanel:
                     .mark("agent-invoke-body")
                 ):
                     body = StreamingMarkdown()
+                question = QuestionBox(task_id, lambda answer: self._answer(task_id, answer))
         entry = TaskTab(
             task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip, error, body
         )
+        entry.question = question
         self.tabs_by_task[task_id] = entry
         self._set_request(entry, request)
         if request is None:
@@ -364,6 +377,10 @@ class AgentInvokePanel:
                 self.note_tool_input(typed.tool_call_id, typed.input)
             case ev.TaskState() | ev.TaskDone():
                 self._set_state(entry, typed.state, typed.error)
+                if entry.question is not None and isinstance(typed, ev.TaskState) and typed.state in WAITING_STATES:
+                    entry.question.show(typed.state, typed.message or "")
+                elif entry.question is not None:
+                    entry.question.hide()
             case ev.Error(error_text=text, code=code):
                 if code is not None:
                     entry.reason = code
@@ -396,6 +413,16 @@ class AgentInvokePanel:
         entry.body.container.delete()
         with slot.parent:
             entry.body = StreamingMarkdown(text)
+    async def _answer(self, task_id: str, answer: str) -> bool:
+        """The answer box's Send: the answer into the task (only the task's owner's); False when it was not taken."""
+        try:
+            if await self.delegation.owned_task(self.user_id or 0, task_id) is None:
+                raise TaskNotWaitingError(task_id)
+            await self.delegation.questions.answer(task_id, answer)
+        except TaskNotWaitingError:
+            ui.notify(_("This task is not waiting for an answer any more."), color="warning")
+            return False
+        return True
 
     async def _load_saved(self, entry: TaskTab) -> None:
         detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)

@@ -30,7 +30,7 @@ import httpx
 from core.a2a import outbound
 from core.a2a import protocol as wire
 from core.a2a.remote_push import RemotePushWaits, Wait
-from core.delegation.registry import RemoteAgentError, RemoteEvent
+from core.delegation.registry import Asker, RemoteAgentError, RemoteEvent
 from core.web.outbound_policy import AllowList
 
 log = logging.getLogger(__name__)
@@ -113,8 +113,14 @@ class HttpRemoteAgent:
         """Name, description, skills, interface and where the card came from."""
         return {"kind": self.kind, "cardUrl": self.card_url, **wire.card_summary(self._card)}
 
-    async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
+    async def stream(
+        self, text: str, *, task_id: str, context_id: str | None = None, ask: Asker | None = None
+    ) -> AsyncIterator[RemoteEvent]:
         """Send `text` as a new remote task and yield its events until it ends.
+
+        When the agent asks back (`input-required`, `auth-required`), `ask(state, question)` gives the
+        answer, sent into the same remote task (its taskId and contextId), whose stream is then read on;
+        without `ask` the question ends the task as its answer.
 
         Raises:
             RemoteAgentError: the remote agent could not be reached or answered with an error.
@@ -125,12 +131,35 @@ class HttpRemoteAgent:
             return
         client = wire.open_client(self._card, self._http)
         reader = wire.RemoteStreamReader(self.name)
-        request = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
+        request: Any = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
+        turns = 0
         try:
-            async for response in client.send_message(request):
-                self._mark(True)
-                for event in reader.read(response):
-                    yield event
+            while request is not None:
+                asked: RemoteEvent | None = None
+                responses: Any = client.send_message(request)  # an async generator: closed when the agent asks
+                async with contextlib.aclosing(responses):
+                    async for response in responses:
+                        self._mark(True)
+                        for event in reader.read(response):
+                            if event.question is None:
+                                yield event
+                            elif ask is None:  # nobody to ask: what the agent asked is its answer
+                                yield RemoteEvent(text=event.question)
+                                yield RemoteEvent(state="completed", final=True, answer=event.question)
+                            else:
+                                asked = event
+                        if asked is not None:
+                            break  # the agent waits (its stream ends here too)
+                request = None
+                if asked is not None and ask is not None:
+                    answer = await ask(asked.state or "input-required", asked.question or "")
+                    turns += 1
+                    request = wire.text_message_request(
+                        answer,
+                        message_id=f"{task_id}-in-{turns}",
+                        context_id=reader.remote_context_id,
+                        task_id=reader.remote_task_id,
+                    )
         except asyncio.CancelledError:
             if reader.remote_task_id:
                 await asyncio.shield(self._cancel_remote(client, reader.remote_task_id))

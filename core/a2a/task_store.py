@@ -37,7 +37,7 @@ class TaskSessionStore(wire.TaskStore):
             output = ""
             if row.state in TERMINAL_STATES:
                 messages = await sessions_store.list_messages(s, session_id=row.session_id)
-                output = "".join(m.content for m in messages if m.role == "assistant" and m.a2a_task_id == row.id)
+                output = _answer_of([m for m in messages if m.a2a_task_id == row.id])
         return row_snapshot(row, output)
 
     async def context_running_task(self, context_id: str, *, user_id: int, agent_id: str) -> str | None:
@@ -129,13 +129,27 @@ async def _answers(s: Any, task_ids: list[str]) -> dict[str, str]:
         return {}
     query = (
         select(AgentMessage)
-        .where(col(AgentMessage.a2a_task_id).in_(task_ids), AgentMessage.role == "assistant")
+        .where(col(AgentMessage.a2a_task_id).in_(task_ids), col(AgentMessage.role).in_(["assistant", "user"]))
         .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
     )
-    answers: dict[str, str] = {}
+    by_task: dict[str, list[AgentMessage]] = {}
     for message in (await s.exec(query)).all():
-        answers[message.a2a_task_id] = answers.get(message.a2a_task_id, "") + message.content
-    return answers
+        by_task.setdefault(message.a2a_task_id or "", []).append(message)
+    return {task_id: _answer_of(messages) for task_id, messages in by_task.items()}
+
+
+def _answer_of(messages: list[AgentMessage]) -> str:
+    """A task's answer: its assistant messages after its last user message (a question's answer, issue 36), joined.
+
+    A task that asked back keeps its question and the answer it got as messages; the result is what followed.
+    """
+    answer: list[str] = []
+    for message in messages:
+        if message.role == "user":
+            answer = []
+        elif message.role == "assistant":
+            answer.append(message.content)
+    return "".join(answer)
 
 
 def row_snapshot(row: A2ATaskSession, output: str) -> wire.TaskSnapshot:

@@ -29,7 +29,7 @@ from typing import Any
 from core import tracing
 from core.broker import wire
 from core.broker.auth import Identity
-from core.delegation.registry import RemoteAgentError, RemoteEvent
+from core.delegation.registry import Asker, RemoteAgentError, RemoteEvent
 from core.errors import AppError
 from core.i18n import _
 from core.settings import Settings
@@ -248,13 +248,45 @@ class AgentConnection:
         """A new task for the agent; iterate `events()` to send it and read its events."""
         return TaskStream(self, text, task_id=task_id, context_id=context_id)
 
-    async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
-        """Run a task for the registry (RemoteAgent protocol): plain events until the final one."""
-        task = self.open_task(text, task_id=task_id, context_id=context_id)
+    async def stream(
+        self, text: str, *, task_id: str, context_id: str | None = None, ask: Asker | None = None
+    ) -> AsyncIterator[RemoteEvent]:
+        """Run a task for the registry (RemoteAgent protocol): plain events until the final one.
+
+        An agent that asks back (`input-required`, `auth-required`) is answered through `ask`
+        (issue 36): the answer goes into its task (its taskId and contextId) and its stream is
+        read on. Without `ask`, the question ends the task as its answer.
+        """
         answer = wire.Answer()
+        task = self.open_task(text, task_id=task_id, context_id=context_id)
+        while True:
+            asked: wire.WireEvent | None = None
+            async for event in self._relay(task, answer, asking=ask is not None):
+                if isinstance(event, wire.WireEvent):
+                    asked = event
+                else:
+                    yield event
+            if asked is None or ask is None:
+                return
+            remote_task, remote_context = task.remote_task_id, task.remote_context_id or context_id
+            try:
+                reply = await ask(asked.state or "input-required", asked.text)
+            except asyncio.CancelledError:
+                if remote_task is not None and self.closed is None:
+                    self._spawn_cancel(remote_task)  # it waits for an answer that will not come
+                raise
+            task = TaskStream(self, reply, task_id=task_id, context_id=remote_context, continues=remote_task)
+
+    async def _relay(
+        self, task: TaskStream, answer: wire.Answer, *, asking: bool
+    ) -> AsyncIterator[RemoteEvent | wire.WireEvent]:
+        """One request's events as `RemoteEvent`s; a question back (when `asking`) as its `WireEvent`, last."""
         async with contextlib.aclosing(task.events()) as events:
             try:
                 async for event in events:
+                    if asking and event.final and event.state in wire.INTERRUPTED_STATES:
+                        yield event
+                        return
                     failed = event.state in {"failed", "rejected"}
                     if event.kind == "artifact":
                         answer.add_artifact(event)
@@ -340,6 +372,8 @@ class TaskStream:
     task_id: str
     context_id: str | None = None
     remote_task_id: str | None = None
+    continues: str | None = None  # the agent's task this message goes on with (an answer to its question)
+    remote_context_id: str | None = None
     events_seen: int = 0
     done: bool = False
     _rpc_id: int | None = field(default=None, repr=False)
@@ -354,6 +388,7 @@ class TaskStream:
                 message_id=str(uuid.uuid4()),  # seed 003: "messageId": "<uuid>"
                 context_id=self.context_id,
                 v1=self.conn.v1,
+                task_id=self.continues,
                 metadata=tracing.carrier() or None,  # `traceparent`, for an agent that continues the trace
             )
         )
@@ -410,6 +445,8 @@ class TaskStream:
                 self.events_seen += 1
                 if event.task_id:
                     self.remote_task_id = event.task_id
+                if event.context_id:
+                    self.remote_context_id = event.context_id
                 if event.final:
                     self.done = True
                     conn._unregister(self._rpc_id)  # before yielding: the consumer may never resume us

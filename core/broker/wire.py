@@ -145,10 +145,12 @@ def stream_request(
     message_id: str,
     context_id: str | None = None,
     v1: bool = False,
+    task_id: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`message/stream` with one text part (v0.3, as the seed shows), or v1.0 `SendStreamingMessage`.
 
+    `task_id`: the agent's task this message goes on with (the answer to its question, issue 36).
     `metadata` goes on the message (the W3C `traceparent` of the task's span, when traces are on).
     """
     if v1:
@@ -162,6 +164,8 @@ def stream_request(
         }
     if context_id:
         message["contextId"] = context_id
+    if task_id:
+        message["taskId"] = task_id
     if metadata:
         message["metadata"] = metadata
     return request(id, STREAM_METHOD_V10 if v1 else STREAM_METHOD_V03, {"message": message})
@@ -198,6 +202,7 @@ class WireEvent:
     task_id: str | None = None
     artifact_id: str | None = None
     append: bool = False
+    context_id: str | None = None  # the agent's context of the task, when the event names it
 
 
 def answer_piece(event: WireEvent) -> str:
@@ -333,7 +338,8 @@ def parse_stream_result(result: Any) -> WireEvent:
     else:
         task_id = _str(body.get("taskId") or body.get("task_id"))
     final = bool(body.get("final")) or state in TERMINAL_STATES or state in INTERRUPTED_STATES
-    return WireEvent(kind, text=text, state=state, final=final, task_id=task_id)
+    context_id = _str(body.get("contextId") or body.get("context_id"))
+    return WireEvent(kind, text=text, state=state, final=final, task_id=task_id, context_id=context_id)
 
 
 def _str(value: Any) -> str | None:

@@ -43,6 +43,9 @@ mention, in the callee (`@coding-assistant /hang`):
   (never longer than the agent's configured `timeoutMs`); `@agent /hang` makes it expire.
 - `/parallel N @agent text`: N delegations to one agent in one step (N up to 10),
   inputs `text (1/N)` … `text (N/N)`.
+- `/ask QUESTION`: the agent asks QUESTION back through the `ask_user` tool (offered to a
+  delegated agent: its task goes `input-required` until the caller answers), then says
+  `You answered: ANSWER`. Where the tool is not offered, it asks in its reply.
 
 Token usage counts words: prompt tokens over all messages, completion tokens
 as emitted.
@@ -60,7 +63,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.chat.prompts import AGENT_INVOKE_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
+from core.chat.prompts import AGENT_INVOKE_TOOL, ASK_USER_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
 from core.errors import AppError
 from core.i18n import N_, _, ngettext, use_language
 
@@ -77,6 +80,7 @@ _SLOW = re.compile(r"/slow\s+(\d+)\s+(\d+)")
 _FAIL = re.compile(r"/fail\s+(\d+)")
 _TIMEOUT = re.compile(r"/timeout\s+(\d+)\s+(.*)", re.DOTALL)
 _PARALLEL = re.compile(r"/parallel\s+(\d+)\s+(.*)", re.DOTALL)
+_ASK = re.compile(r"/ask\s+(.*\S)", re.DOTALL)
 HISTORY_COMMAND = "/history"
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
@@ -218,6 +222,14 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     if text == "/error":
         return DemoReply(tokenize(_("This reply will fail part way through")), fail_after_tokens=4)
 
+    ask = _ASK.fullmatch(text)
+    if ask:
+        question = ask.group(1).strip()
+        if ASK_USER_TOOL not in tool_names:
+            return DemoReply(tokenize(question))
+        call = DemoToolCall("call_ask", ASK_USER_TOOL, json.dumps({"question": question}, ensure_ascii=False))
+        return DemoReply([], tool_calls=[call])
+
     if text == "/hang":
         return DemoReply(tokenize(_(HANG_LINE)), hang=True)
     if text == HISTORY_COMMAND:
@@ -315,6 +327,10 @@ def _announce(note: str) -> str:
 
 
 def _describe_result(name: str, payload: Any) -> str:
+    if name == ASK_USER_TOOL and isinstance(payload, dict):
+        if payload.get("ok") is False:
+            return _("I could not ask: {error}").format(error=payload.get("error") or _("unknown error"))
+        return _("You answered: {answer}").format(answer=payload.get("output", ""))
     if isinstance(payload, dict):
         who = payload.get("agentSlug") or name
         if payload.get("ok") is False or payload.get("error"):

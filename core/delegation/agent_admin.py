@@ -60,7 +60,7 @@ from core.delegation.agent_views import (
     local_view,
 )
 from core.delegation.registry import AgentRegistry
-from core.delegation.tasks import SUBMITTED, WORKING
+from core.delegation.tasks import AUTH_REQUIRED, INPUT_REQUIRED, SUBMITTED, WORKING
 from core.i18n import _, format_number
 from core.secret_box import LazySecretBox
 from models import A2ATaskSession, Agent, RemoteA2AAgent
@@ -316,7 +316,7 @@ class AgentAdmin:
                     await s.exec(
                         select(A2ATaskSession.id)
                         .where(
-                            col(A2ATaskSession.state).in_([SUBMITTED, WORKING]),
+                            col(A2ATaskSession.state).in_([SUBMITTED, WORKING, INPUT_REQUIRED, AUTH_REQUIRED]),
                             (A2ATaskSession.callee_agent_id == agent.id) | (A2ATaskSession.caller_agent_id == agent.id),
                         )
                         .order_by(col(A2ATaskSession.created_at))

@@ -35,6 +35,7 @@ class RemoteEvent:
             final status message): the task's result. None: the text shown is the answer.
         status_text: `text` is a status message's (the answer streamed, or a progress note: which, is known
             when an artifact comes; `core/delegation/notes.py` lays them out).
+        question: with `state` `input-required` or `auth-required`: what the agent asks (its status message).
     """
 
     text: str = ""
@@ -43,6 +44,11 @@ class RemoteEvent:
     error: str | None = None
     answer: str | None = None
     status_text: bool = False
+    question: str | None = None
+
+
+#: How a remote run asks its caller back: `await ask(state, question)` is the caller's answer (issue 36).
+Asker = Callable[[str, str], Awaitable[str]]
 
 
 class RemoteAgent(Protocol):
@@ -53,11 +59,16 @@ class RemoteAgent(Protocol):
     description: str
     kind: str  # 'ws' (dialed in to /a2a) | 'http' (registered by card URL)
 
-    def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
+    def stream(
+        self, text: str, *, task_id: str, context_id: str | None = None, ask: Asker | None = None
+    ) -> AsyncIterator[RemoteEvent]:
         """Send `text` as a new task and yield its events until the task ends.
 
         Cancelling the iteration (the caller's task is cancelled) must also cancel
-        the remote task, as far as the remote protocol allows.
+        the remote task, as far as the remote protocol allows. When the agent asks back
+        (`input-required`, `auth-required`) and `ask` is given, an adapter that can answer
+        awaits `ask(state, question)` and sends the answer into the same remote task; one
+        that cannot (or without `ask`) ends with the question as the answer.
         """
         ...
 

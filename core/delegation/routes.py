@@ -3,6 +3,7 @@
     GET /api/agents/a2a/stream?taskId=   SSE of one delegated task (seed 000 §3.2.5), for its owner only
     GET /api/tasks                       your delegated tasks, newest first
     GET /api/tasks/{id}                  one task with the callee's messages and its nested delegations
+    POST /api/tasks/{id}/messages        answer a task that asks back (`input-required`, `auth-required`)
 
 Another user's task is answered exactly like an unknown one, so task ids cannot be probed.
 """
@@ -19,7 +20,9 @@ from pydantic import BaseModel, Field
 from core.auth.deps import CurrentUser, HubDep, user_id_of
 from core.chat.routes import MessageOut, message_out
 from core.delegation.deps import DelegationDep
-from core.delegation.tasks import TaskView, seed_task_shape, task_stream_key
+from core.delegation.questions import MAX_ANSWER_CHARS, TaskNotWaitingError
+from core.delegation.service import DelegationService
+from core.delegation.tasks import WAITING_STATES, TaskView, seed_task_shape, task_stream_key
 from core.i18n import _
 from core.streaming.redis_hub import refresh
 from core.streaming.sse import hub_sse_response, last_event_id
@@ -55,6 +58,15 @@ class TaskOut(BaseModel):
     duration_ms: int | None = Field(serialization_alias="durationMs")
     created_at: datetime = Field(serialization_alias="createdAt")
     finished_at: datetime | None = Field(serialization_alias="finishedAt")
+    question: str | None = Field(
+        default=None, description="what the callee asks while the task is input-required or auth-required"
+    )
+
+
+class AnswerIn(BaseModel):
+    """An answer to a task's question (the chat message body)."""
+
+    content: str = Field(min_length=1, max_length=MAX_ANSWER_CHARS)
 
 
 class TaskDetailOut(TaskOut):
@@ -102,7 +114,7 @@ def tasks_router() -> APIRouter:
     @router.get("/tasks", response_model=list[TaskOut], response_model_by_alias=True, tags=["delegation"])
     async def list_tasks(user: CurrentUser, delegation: DelegationDep) -> list[dict[str, Any]]:
         """Your delegated tasks, newest first (what the audit view lists)."""
-        return [_task_out(t) for t in await delegation.list_tasks(user_id_of(user))]
+        return [_task_out(t, delegation) for t in await delegation.list_tasks(user_id_of(user))]
 
     @router.get("/tasks/{task_id}", response_model=TaskDetailOut, response_model_by_alias=True, tags=["delegation"])
     async def get_task(task_id: str, user: CurrentUser, delegation: DelegationDep) -> dict[str, Any]:
@@ -110,17 +122,49 @@ def tasks_router() -> APIRouter:
         detail = await delegation.task_detail(user_id_of(user), task_id)
         if detail is None:
             raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
+        out = _task_out(detail.task, delegation)
+        if detail.task.state in WAITING_STATES and out["question"] is None:  # asked on another replica
+            said = [m.content for m in detail.messages if m.role == "assistant" and m.content]
+            out["question"] = said[-1] if said else None
         return {
-            **_task_out(detail.task),
+            **out,
             "messages": [message_out(m) for m in detail.messages],
-            "children": [_task_out(c) for c in detail.children],
+            "children": [_task_out(c, delegation) for c in detail.children],
         }
+
+    @router.post(
+        "/tasks/{task_id}/messages",
+        response_model=TaskOut,
+        response_model_by_alias=True,
+        status_code=202,
+        tags=["delegation"],
+    )
+    async def answer_task(task_id: str, body: AnswerIn, user: CurrentUser, delegation: DelegationDep) -> dict[str, Any]:
+        """Answer a task that asks back: the callee goes on with it in the same task (202: working again).
+
+        404 for a task that is not yours (or none); 409 `task_not_waiting` when it asks nothing now.
+        """
+        if await delegation.owned_task(user_id_of(user), task_id) is None:
+            raise ApiError(404, "task_not_found", detail=_("There is no such task among your conversations."))
+        try:
+            await delegation.questions.answer(task_id, body.content)
+        except TaskNotWaitingError:
+            raise ApiError(
+                409,
+                TaskNotWaitingError.code,
+                detail=_("This task is not waiting for an answer: it is running, it has ended, or it asked nothing."),
+            ) from None
+        detail = await delegation.task_detail(user_id_of(user), task_id)
+        assert detail is not None, "the user's task, read just before"
+        return _task_out(detail.task, delegation)
 
     return router
 
 
-def _task_out(t: TaskView) -> dict[str, Any]:
+def _task_out(t: TaskView, delegation: DelegationService) -> dict[str, Any]:
+    waiting = delegation.questions.pending(t.id) if t.state in WAITING_STATES else None
     return dict(
+        question=waiting.text if waiting is not None else None,
         id=t.id,
         session_id=t.session_id,
         parent_task_id=t.parent_task_id,

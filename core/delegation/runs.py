@@ -19,7 +19,7 @@ from core import tracing
 from core.chat.run import AgentRun
 from core.chat.tools import ToolContext
 from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
-from core.delegation.registry import RemoteAgent, RemoteAgentError
+from core.delegation.registry import Asker, RemoteAgent, RemoteAgentError
 from core.delegation.states import CONNECTION_LOST
 from core.delegation.tasks import CANCELED, COMPLETED, FAILED, TERMINAL_STATES, task_stream_key
 from core.i18n import _
@@ -140,14 +140,17 @@ class RemoteRun:
         """The remote agent's answer: what it gave as its result, else all it streamed (notes on their own lines)."""
         return self.answer if self.answer is not None else layout(self.chunks)
 
-    async def relay(self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str) -> None:
+    async def relay(
+        self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str, *, ask: Asker | None = None
+    ) -> None:
         """Ask `remote` for `text` and relay its events into the task buffer `key` until it reports a terminal state.
 
         The run's chunks, answer, state and error are recorded here; an unreachable agent is a failure.
+        `ask` answers the agent's questions back (`core.delegation.questions`).
         """
         code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
         try:
-            async for event in remote.stream(text, task_id=task_id):
+            async for event in remote.stream(text, task_id=task_id, ask=ask):
                 if event.text:
                     part = STATUS_TEXT_ID if event.status_text else ANSWER_TEXT_ID
                     self.chunks.append((part, event.text))

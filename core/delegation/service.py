@@ -55,6 +55,8 @@ from core.delegation.errors import (
     TooManyDelegatedTasksError,
     failure_text,
 )
+from core.delegation.questions import ASK_USER, TaskQuestions
+from core.delegation.reads import TaskReads
 from core.delegation.registry import AgentRegistry
 from core.delegation.runs import BackgroundTask, LocalRun, RemoteRun, RunRecord, hop_span, message_fields
 from core.delegation.states import TIMED_OUT
@@ -64,9 +66,7 @@ from core.delegation.tasks import (
     FAILED,
     SUBMITTED,
     WORKING,
-    TaskDetail,
     TaskRecords,
-    TaskView,
     state_event,
     task_stream_key,
 )
@@ -83,7 +83,7 @@ log = logging.getLogger(__name__)
 __all__ = ["DelegationRefusedError", "DelegationService", "TooManyDelegatedTasksError"]
 
 
-class DelegationService:
+class DelegationService(TaskReads):
     """Creates and runs delegated tasks: local callees through the chat engine, remote ones through their adapter.
 
     Over 300 lines on purpose: a task's life (refusals, creation, announcement, run, end) for each
@@ -113,6 +113,7 @@ class DelegationService:
         self.tools = tools
         self.registry = registry
         self.records = TaskRecords(db, hub, registry)
+        self.questions = TaskQuestions(self.records)  # callees that ask back (issue 36)
         self.tasks_started = 0
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
@@ -239,7 +240,8 @@ class DelegationService:
                             task_id=task.id,
                             chain=(*ctx.chain, agent.slug),
                         )
-                        tools = self.tools.bind(tool_rows, agent_id=agent.id, agent_slug=agent.slug)
+                        # A callee may always ask its caller back (`ask_user`, core.delegation.questions).
+                        tools = self.tools.bind([*tool_rows, (ASK_USER, {})], agent_id=agent.id, agent_slug=agent.slug)
                         await self.engine.runner.run(
                             stream_key=key,
                             run=record.run,
@@ -248,7 +250,8 @@ class DelegationService:
                             max_output_tokens=limits.max_output_tokens,
                         )
                     elif remote is not None:  # always, when the callee is not local
-                        await record.relay(self.hub, key, remote, text, task.id)
+                        ask = self.questions.asker(task.id, task.session_id, fields)
+                        await record.relay(self.hub, key, remote, text, task.id, ask=ask)
             state, error = record.result()
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
@@ -433,6 +436,10 @@ class DelegationService:
         if run is not None:
             await asyncio.wait([run], timeout=timeout)
 
+    def external_task_running(self, task_id: str) -> bool:
+        """Whether a task started by `start_external_task` still runs in this process."""
+        return task_id in self._external_runs
+
     async def cancel_external_task(self, task_id: str, timeout: float = 10.0) -> bool:
         """Stop a task started by `start_external_task` and wait until it is recorded as canceled.
 
@@ -469,29 +476,3 @@ class DelegationService:
     async def shutdown_external_tasks(self) -> None:
         """Cancel every task started by `start_external_task` (each records itself as canceled)."""
         await self._external.shutdown()
-
-    # -- reading (the records') ----------------------------------------------------------
-
-    async def owned_task(self, user_id: int, task_id: str) -> A2ATaskSession | None:
-        """The task if `user_id` owns the conversation it belongs to, else None."""
-        return await self.records.owned_task(user_id, task_id)
-
-    async def fail_interrupted(self) -> int:
-        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed."""
-        return await self.records.fail_interrupted()
-
-    async def tasks_of_session(self, user_id: int, session_id: str) -> list[TaskView]:
-        """Every task started from a session, nested ones included, parents before children."""
-        return await self.records.tasks_of_session(user_id, session_id)
-
-    async def list_tasks(self, user_id: int, *, limit: int = 200) -> list[TaskView]:
-        """A user's delegated tasks, newest first (the audit view)."""
-        return await self.records.list_tasks(user_id, limit=limit)
-
-    async def task_detail(self, user_id: int, task_id: str) -> TaskDetail | None:
-        """One of the user's tasks with the callee's saved messages and its direct children."""
-        return await self.records.task_detail(user_id, task_id)
-
-    async def task_chain(self, user_id: int, task_id: str) -> list[TaskView]:
-        """The whole delegation chain of one of the user's tasks, root first (the audit's waterfall)."""
-        return await self.records.task_chain(user_id, task_id)

@@ -13,7 +13,16 @@ before the first token, generating after it, a timeout and a lost connection (er
 
 from __future__ import annotations
 
-from core.delegation.tasks import CANCELED, COMPLETED, FAILED, SUBMITTED, TERMINAL_STATES, WORKING
+from core.delegation.tasks import (
+    AUTH_REQUIRED,
+    CANCELED,
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    SUBMITTED,
+    TERMINAL_STATES,
+    WORKING,
+)
 from core.i18n import N_, _, pgettext
 
 __all__ = [
@@ -31,6 +40,8 @@ __all__ = [
 STATE_WORDS: dict[str, str] = {
     SUBMITTED: N_("submitted"),
     WORKING: N_("working"),
+    INPUT_REQUIRED: N_("input-required"),
+    AUTH_REQUIRED: N_("auth-required"),
     COMPLETED: N_("completed"),
     FAILED: N_("failed"),
     CANCELED: N_("canceled"),

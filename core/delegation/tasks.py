@@ -2,6 +2,7 @@
 
 A task row says who called whom (caller user, agent, session and task; callee id),
 at which recursion depth, with what input, in which state (`submitted`, `working`,
+`input-required` / `auth-required` while the callee waits for an answer (`questions.py`),
 then `completed`, `failed` or `canceled`), with which error and token totals, and
 which hidden session (`visible_in_sidebar=0`) holds the callee's messages. Its events
 go to the hub buffer `task_stream_key(task_id)` = `a2a_<taskId>`.
@@ -36,6 +37,9 @@ from core.streaming.sse_stream import iso_now
 from models import A2ATaskSession, Agent, AgentMessage, RemotePushWait, utcnow
 
 SUBMITTED, WORKING, COMPLETED, FAILED, CANCELED = "submitted", "working", "completed", "failed", "canceled"
+# The callee waits for an answer from the caller (a question; a sign-in); the task goes on once it comes.
+INPUT_REQUIRED, AUTH_REQUIRED = "input-required", "auth-required"
+WAITING_STATES = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
 TERMINAL_STATES = frozenset({COMPLETED, FAILED, CANCELED})
 # Written into the statement, not bound: the planner then knows the partial index of running tasks
 # (`idx_a2a_task_sessions_running`, migration 0009) covers the query.
@@ -47,9 +51,14 @@ def task_stream_key(task_id: str) -> str:
     return f"a2a_{task_id}"
 
 
-def state_event(state: str, previous: str | None, error: str | None = None) -> events.TaskState:
-    """A task buffer's `state` event, stamped now; a first state (no `previous`) comes from `NO_PREVIOUS_STATE`."""
-    return events.TaskState(state, previous or events.NO_PREVIOUS_STATE, iso_now(), error)
+def state_event(
+    state: str, previous: str | None, error: str | None = None, message: str | None = None
+) -> events.TaskState:
+    """A task buffer's `state` event, stamped now; a first state (no `previous`) comes from `NO_PREVIOUS_STATE`.
+
+    `message`: what the callee asks with a waiting state (`input-required`, `auth-required`).
+    """
+    return events.TaskState(state, previous or events.NO_PREVIOUS_STATE, iso_now(), error, message)
 
 
 def seed_task_shape(task_id: str) -> Shape:
@@ -208,12 +217,14 @@ class TaskRecords:
         count: int = (await s.exec(query)).one()
         return count
 
-    async def set_state(self, task_id: str, state: str, previous: str, error: str | None = None) -> None:
-        """Record the task's new state, then tell its stream (`announce_state`)."""
+    async def set_state(
+        self, task_id: str, state: str, previous: str, error: str | None = None, *, message: str | None = None
+    ) -> None:
+        """Record the task's new state, then tell its stream (`message`: a waiting state's question)."""
         async with self.db.session() as s:
             await s.exec(_state_update(task_id, state, error))
             await s.commit()
-        await self.announce_state(task_id, state, previous, error)
+        await events.publish(self.hub, task_stream_key(task_id), state_event(state, previous, error, message))
 
     async def end_task(
         self,
@@ -254,19 +265,20 @@ class TaskRecords:
         return row if row is not None and row.caller_user_id == user_id else None
 
     async def fail_interrupted(self) -> int:
-        """At start-up: tasks still submitted or working were cut off by a stop; mark them failed.
+        """At start-up: tasks still running (or waiting for an answer) were cut off by a stop; mark them failed.
 
         Not those whose remote agent ends them by push (a waiting `a2a_remote_push_waits` row): they go on
         (`core/a2a/remote_push.py`).
         """
         reason = "The server stopped while this task was running."
+        running = [SUBMITTED, WORKING, *sorted(WAITING_STATES)]
         waiting = select(RemotePushWait.task_id).where(RemotePushWait.state == "waiting")
         async with self.db.session() as s:
             rows = list(
                 (
                     await s.exec(
                         select(A2ATaskSession).where(
-                            col(A2ATaskSession.state).in_([SUBMITTED, WORKING]), col(A2ATaskSession.id).not_in(waiting)
+                            col(A2ATaskSession.state).in_(running), col(A2ATaskSession.id).not_in(waiting)
                         )
                     )
                 ).all()

@@ -14,7 +14,8 @@ Vercel AI SDK UI stream protocol that seed 000 uses; a delegated task's stream (
                                              parentTaskId, recursionDepth}
     error                   `Error`         {errorText} (+ code)
     finish                  `Finish`        {finishReason, usage: {inputTokens, outputTokens}}
-    state (task stream)     `TaskState`     {state, previous, timestamp} (+ error)
+    state (task stream)     `TaskState`     {state, previous, timestamp} (+ error, + message: the
+                                            question of `input-required` / `auth-required`)
     done (task stream)      `TaskDone`      {state, error, durationMs, usage}
 
 Producers build these types and `publish` them into a hub; consumers turn what a hub
@@ -206,12 +207,15 @@ class TaskState:
     previous: str
     timestamp: str
     error: str | None = None
+    message: str | None = None  # what the callee asks, in `input-required` / `auth-required`
 
     def payload(self) -> dict[str, Any]:
-        """The event's fields as the buffer holds them (`error` only when there is one)."""
+        """The event's fields as the buffer holds them (`error` and `message` only when there is one)."""
         data: dict[str, Any] = {"state": self.state, "previous": self.previous, "timestamp": self.timestamp}
         if self.error:
             data["error"] = self.error
+        if self.message:
+            data["message"] = self.message
         return data
 
 
@@ -317,6 +321,8 @@ def seed_task_wire(event: Event, task_id: str) -> tuple[str, dict[str, Any]]:
             }
             if event.error:
                 seed["error"] = event.error
+            if event.message:
+                seed["message"] = event.message
             return event.kind, seed
     return event.kind, event.payload()
 
@@ -398,7 +404,11 @@ def _finish(d: Mapping[str, Any]) -> Event:
 def _task_state(d: Mapping[str, Any]) -> Event:
     # A buffer written before `NO_PREVIOUS_STATE` existed holds null there.
     return TaskState(
-        _str(d, "state"), _opt_str(d, "previous") or NO_PREVIOUS_STATE, _str(d, "timestamp"), _opt_str(d, "error")
+        _str(d, "state"),
+        _opt_str(d, "previous") or NO_PREVIOUS_STATE,
+        _str(d, "timestamp"),
+        _opt_str(d, "error"),
+        _opt_str(d, "message"),
     )
 
 

@@ -165,11 +165,15 @@ def open_client(card: AgentCard, http: httpx.AsyncClient, *, streaming: bool = T
     return ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
 
 
-def text_message_request(text: str, *, message_id: str, context_id: str | None = None) -> SendMessageRequest:
-    """A `SendMessage` request carrying one text part from the user."""
+def text_message_request(
+    text: str, *, message_id: str, context_id: str | None = None, task_id: str | None = None
+) -> SendMessageRequest:
+    """A `SendMessage` request carrying one text part from the user (into task `task_id`, when it continues one)."""
     message = Message(message_id=message_id, role=Role.ROLE_USER, parts=[Part(text=text)])
     if context_id:
         message.context_id = context_id
+    if task_id:
+        message.task_id = task_id
     return SendMessageRequest(message=message)
 
 
@@ -195,13 +199,18 @@ class RemoteStreamReader:
     finished task sent whole, its last agent message). Progress notes are not part
     of it. An agent that gives neither leaves the answer to what it streamed.
 
+    An agent that asks back (`input-required`, `auth-required`) gives an event with that
+    state and its `question` (not final): the caller answers into the same task, or ends.
+
     Attributes:
         remote_task_id: the remote task's id, once the stream named it (for CancelTask).
+        remote_context_id: the remote task's context id, once the stream named it (to answer a question).
     """
 
     def __init__(self, agent_name: str) -> None:
         self.agent_name = agent_name
         self.remote_task_id: str | None = None
+        self.remote_context_id: str | None = None
         self._status_text: list[str] = []
         self._artifact_text: dict[str, str] = {}
         self._last_agent_message = ""
@@ -216,16 +225,20 @@ class RemoteStreamReader:
             return self._read_task(response.task)
         if kind == "status_update":
             update = response.status_update
-            self.remote_task_id = update.task_id or self.remote_task_id
+            self._ids(update.task_id, update.context_id)
             return self._read_status(update.status)
         if kind == "artifact_update":
             update = response.artifact_update
-            self.remote_task_id = update.task_id or self.remote_task_id
+            self._ids(update.task_id, update.context_id)
             return self._read_artifact(update.artifact, append=update.append)
         return []
 
+    def _ids(self, task_id: str, context_id: str) -> None:
+        self.remote_task_id = task_id or self.remote_task_id
+        self.remote_context_id = context_id or self.remote_context_id
+
     def _read_task(self, task: Task) -> list[RemoteEvent]:
-        self.remote_task_id = task.id or self.remote_task_id
+        self._ids(task.id, task.context_id)
         events: list[RemoteEvent] = []
         if task.status.state in PROTO_TERMINAL:  # a non-streaming answer: the finished task at once
             for artifact in task.artifacts:
@@ -255,8 +268,7 @@ class RemoteStreamReader:
                 ]
             return [RemoteEvent(state=state, final=True, error=text or None)]
         if status.state in (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED):
-            # A delegation cannot answer back; what the agent asked is its answer.
-            return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=self._answer(text))]
+            return [RemoteEvent(state=state, question=text)]  # the caller answers into the same task (issue 36)
         if text:
             self._status_text.append(text)
         return [RemoteEvent(text=text, state=state, status_text=bool(text))]

@@ -74,11 +74,14 @@ class TaskSnapshot:
     input_message_id: str | None = None
 
 
-def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifacts: bool = True) -> Task:
+def to_task(
+    snapshot: TaskSnapshot, *, history_length: int | None = None, artifacts: bool = True, question: str | None = None
+) -> Task:
     """The protocol's Task for a snapshot: status, the full answer as artifact, the exchange as history.
 
     Args:
         snapshot: the task.
+        question: what the agent asks, the status message of a task in `input-required` / `auth-required`.
         history_length: keep only this many most recent history messages (None: all; 0: none).
         artifacts: whether to include the answer as the `result` artifact (ListTasks' `includeArtifacts`).
     """
@@ -87,6 +90,8 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifa
     status.timestamp.FromDatetime(snapshot.updated_at)
     if snapshot.error and snapshot.state in {"failed", "canceled", "rejected"}:
         status.message.CopyFrom(agent_message(task_id, context_id, f"{task_id}-status", snapshot.error))
+    elif question and snapshot.state in {"input-required", "auth-required"}:
+        status.message.CopyFrom(agent_message(task_id, context_id, f"{task_id}-question", question))
     history = [
         Message(
             message_id=snapshot.input_message_id or f"{task_id}-in",
