@@ -3,6 +3,7 @@
     /api/me                      core.auth.routes
     /api/agents                  core.delegation.agent_routes
     /api/sessions                core.chat.routes
+    /api/sessions/{id}/attachments, /api/attachments   core.chat.attachment_routes
     /api/agents/a2a/stream, /api/tasks   core.delegation.routes
     /metrics                     `metrics_router` (Prometheus; METRICS_TOKEN)
 
@@ -21,6 +22,7 @@ from core import metrics
 from core.a2a.api_keys import bearer_token
 from core.auth.deps import AuthStateDep, SettingsDep
 from core.auth.routes import me_router
+from core.chat.attachment_routes import attachments_router
 from core.chat.routes import chat_router
 from core.delegation.agent_routes import agents_router
 from core.delegation.routes import tasks_router
@@ -32,6 +34,7 @@ def api_router() -> APIRouter:
     router.include_router(me_router())
     router.include_router(agents_router())
     router.include_router(chat_router())
+    router.include_router(attachments_router())
     router.include_router(tasks_router())
     return router
 

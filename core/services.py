@@ -12,6 +12,7 @@ import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from core.broker import Broker
 from core.broker.inbox import ChatInbox
 from core.broker.tools import BrokerDispatchTools
 from core.chat import agents as agents_store
+from core.chat.attachments import attachment_link
 from core.chat.engine import ChatEngine
 from core.chat.llm import DEMO_PROVIDER, LLMGateway
 from core.chat.tools import ToolRegistry
@@ -145,6 +147,8 @@ class Services:
         )
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
+        delegation.files.inline_max_bytes = settings.a2a_file_inline_max_bytes
+        delegation.files.link = partial(attachment_link, settings.base_url.rstrip("/"), secrets)
         tools.register(AgentInvokeTool(delegation))
         broker = Broker(settings, registry, hub)
         # Every replica's inbox saves the notes of the tasks it relays (docs/ARCHITECTURE.md, "One task, one log").

@@ -286,7 +286,9 @@ async def test_a_data_part_reaches_the_agent_with_its_json_types_and_the_card_sa
     assert first == "Plan this"
     assert json.dumps(json.loads(sent), sort_keys=True) == json.dumps(data, sort_keys=True)  # 3 stays 3, not 3.0
     card = httpx.get(f"{url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).json()
-    assert "application/json" in card["defaultInputModes"] and "application/json" not in card["defaultOutputModes"]
+    assert "application/json" in card["defaultInputModes"]
+    # The demo model's agents answer `/data` with a data part and `/file x.png` with a PNG (issue 36).
+    assert {"application/json", "image/png"} <= set(card["defaultOutputModes"])
 
 
 # -- bad input ---------------------------------------------------------------------------------

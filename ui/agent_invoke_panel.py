@@ -28,6 +28,7 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
+from core.chat.artifacts import strip_blocks
 from core.delegation import (
     COMPLETED,
     CONNECTION_LOST,
@@ -44,6 +45,7 @@ from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
+from ui.chat_attachments import show_artifact
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
@@ -85,6 +87,7 @@ class TaskTab:
     reason: str | None = None  # why it failed, when that has its own words (states.py: timeout, connection lost)
     follower: asyncio.Task[None] | None = None
     views: dict[str, StreamingMarkdown] = field(default_factory=dict)
+    artifacts: ui.column | None = None  # the task's files and data (issue 36: ui/chat_attachments.py)
 
 
 class AgentInvokePanel:
@@ -280,9 +283,11 @@ class AgentInvokePanel:
                     .mark("agent-invoke-body")
                 ):
                     body = StreamingMarkdown()
+                files = ui.column().classes("w-full gap-2 q-mt-sm").props("data-testid=agent-panel-artifacts")
         entry = TaskTab(
             task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip, error, body
         )
+        entry.artifacts = files
         self.tabs_by_task[task_id] = entry
         self._set_request(entry, request)
         if request is None:
@@ -352,6 +357,8 @@ class AgentInvokePanel:
             return  # a kind the panel does not show (or a malformed event): the saved task tells the end
         match typed:
             case ev.TextDelta(delta=delta):
+                if "```artifact-" in delta:  # a file or data block: shown by its `a2a-artifact` event
+                    delta = strip_blocks(delta)
                 first = not entry.body.text
                 entry.body.append(delta)
                 if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
@@ -366,12 +373,15 @@ class AgentInvokePanel:
                 self._show_error(entry, text or _("The delegated agent failed."))
             case ev.TaskStarted():  # the callee delegated in turn: a child tab
                 await self.task_started(typed)
+            case ev.TaskArtifact() if entry.artifacts is not None:
+                with entry.artifacts:
+                    show_artifact(typed)
 
     async def _load_saved(self, entry: TaskTab) -> None:
         detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)
         if detail is None or self.client.is_deleted:
             return
-        text = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
+        text = strip_blocks("".join(m.content for m in detail.messages if m.role == "assistant" and m.content))
         if text != entry.body.text and not entry.body.finalized:
             entry.body.append(text[len(entry.body.text) :] if text.startswith(entry.body.text) else "")
         entry.body.finalize()

@@ -22,6 +22,7 @@ from core.streaming import events as ev
 from core.streaming.hub import StreamEvent
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
+from ui.chat_attachments import message_files
 from ui.chat_parts import ToolCallCard, edit_message_dialog, parse_json, quote_attr, user_text
 from ui.frame import testid
 from ui.streaming import StreamingMarkdown
@@ -93,6 +94,7 @@ class ChatMessages:
                 sent = ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message")
                 with sent:
                     user_text(message.content)
+                    message_files(message.attachments or [])
                     self._edit_button(message)
                 self._shown.append(sent)
                 return

@@ -87,6 +87,7 @@ class AgentCards:
                     ),
                 ),
                 extra_skills=extra,
+                output_modes=wire.DEMO_OUTPUT_MODES if (agent.model or "").startswith("local/") else wire.TEXT_MODES,
                 **common,
             )
         remote = self.registry.remote(agent_id)

@@ -104,15 +104,20 @@ class HttpRemoteAgent:
         """Name, description, skills, interface and where the card came from."""
         return {"kind": self.kind, "cardUrl": self.card_url, **wire.card_summary(self._card)}
 
-    async def stream(self, text: str, *, task_id: str, context_id: str | None = None) -> AsyncIterator[RemoteEvent]:
-        """Send `text` as a new remote task and yield its events until it ends.
+    #: `stream` takes `files` (sent as file parts).
+    takes_files = True
+
+    async def stream(
+        self, text: str, *, task_id: str, context_id: str | None = None, files: list[Any] | None = None
+    ) -> AsyncIterator[RemoteEvent]:
+        """Send `text` (and `files`, `wire.OutgoingFile`s, as file parts) as a new remote task; yield its events.
 
         Raises:
             RemoteAgentError: the remote agent could not be reached or answered with an error.
         """
         client = wire.open_client(self._card, self._http)
         reader = wire.RemoteStreamReader(self.name)
-        request = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
+        request = wire.message_request(text, files or [], message_id=f"{task_id}-in", context_id=context_id)
         try:
             async for response in client.send_message(request):
                 self._mark(True)

@@ -55,6 +55,7 @@ from core.a2a import protocol as wire
 from core.a2a.agent_cards import AgentCards
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
+from core.chat.artifacts import strip_blocks
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
 from core.delegation.tool import MAX_INPUT_CHARS
@@ -328,8 +329,10 @@ class AgentRequestHandler(wire.RequestHandler):
                             typed = ev.from_stream(event.type, event.data)
                         except ev.EventFormatError:
                             continue  # a kind this reader does not follow
-                        if isinstance(typed, ev.TextDelta):
-                            text.append(typed.delta)
+                        if isinstance(typed, ev.TextDelta):  # a whole artifact block goes as a part at the end
+                            delta = strip_blocks(typed.delta) if "```artifact-" in typed.delta else typed.delta
+                            if delta:
+                                text.append(delta)
                             continue
                         if not isinstance(typed, ev.TaskState):
                             continue

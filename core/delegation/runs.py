@@ -131,14 +131,23 @@ class RemoteRun:
         """The remote agent's answer: what it gave as its result, else everything it streamed."""
         return self.answer if self.answer is not None else "".join(self.chunks)
 
-    async def relay(self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str) -> None:
+    async def relay(
+        self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str, files: list[Any] | None = None
+    ) -> None:
         """Ask `remote` for `text` and relay its events into the task buffer `key` until it reports a terminal state.
+
+        `files` go along as file parts to an agent that takes them (`takes_files`), else they are named in the text.
 
         The run's chunks, answer, state and error are recorded here; an unreachable agent is a failure.
         """
         code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
         try:
-            async for event in remote.stream(text, task_id=task_id):
+            if files and getattr(remote, "takes_files", False):
+                events = remote.stream(text, task_id=task_id, files=files)  # type: ignore[call-arg]
+            else:
+                named = "".join(f"\n\nAttached file: {f.name} ({f.mime})" for f in files or [])
+                events = remote.stream(text + named, task_id=task_id)
+            async for event in events:
                 if event.text:
                     self.chunks.append(event.text)
                     await ev.publish(hub, key, ev.TextDelta("text-0", event.text))

@@ -49,6 +49,7 @@ from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
+from core.delegation.artifacts import TaskFiles
 from core.delegation.errors import (
     TOO_MANY_RUNNING_TASKS,
     DelegationRefusedError,
@@ -113,6 +114,7 @@ class DelegationService:
         self.tools = tools
         self.registry = registry
         self.records = TaskRecords(db, hub, registry)
+        self.files = TaskFiles(db)  # the files a delegation passes on and brings back (Services sets its links)
         self.tasks_started = 0
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
@@ -157,6 +159,7 @@ class DelegationService:
         except ValueError as exc:
             return ToolResult(False, error=f"Invalid agent_invoke call: {exc}.")
         depth = ctx.recursion_depth + 1
+        files = await self.files.of_caller(ctx)
         refusal = limits.refusal(slug, depth, ctx.chain)
         if refusal is not None:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
@@ -205,6 +208,7 @@ class DelegationService:
                 ctx,
                 session_id=session_id,
                 message_id=message_id,
+                files=files,
             )
             # In a continued context the callee sees the earlier exchanges too.
             history = (
@@ -223,7 +227,7 @@ class DelegationService:
             )
         else:
             record = RemoteRun(slug, fields)
-        state, error = FAILED, None
+        state, error, returned = FAILED, None, ""
         try:
             await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
@@ -247,8 +251,12 @@ class DelegationService:
                         max_output_tokens=limits.max_output_tokens,
                     )
                 elif remote is not None:  # always, when the callee is not local
-                    await record.relay(self.hub, key, remote, text, task.id)
+                    await record.relay(self.hub, key, remote, text, task.id, await self.files.outgoing(files))
             state, error = record.result()
+            if state == COMPLETED:  # its files and data shown in the panel before `done`, stored for the owner
+                returned = await self.files.publish_returned(
+                    self.hub, key, task.id, ctx, task.session_id, record.text()
+                )
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
                 name=callee_name, seconds=f"{limits.timeout_s:g}"
@@ -279,7 +287,7 @@ class DelegationService:
             "durationMs": int((time.monotonic() - started) * 1000),
             "usage": {"inputTokens": record.input_tokens, "outputTokens": record.output_tokens},
         }
-        text_out = record.text()
+        text_out = returned if state == COMPLETED else record.text()
         if state == COMPLETED:
             return ToolResult(True, data=text_out, metadata=metadata)
         partial = f" It had said: {text_out}" if text_out else ""

@@ -13,6 +13,7 @@ tested in one place. Its modules follow the SDK's own split:
     v03_compat    what the app adds to the SDK's v0.3 compat layer (version refusals, -32602)
     sse           a streamed answer written in bursts (divergence 3)
     remote        remote agents (client side): cards, the client, their stream read
+    parts         file and data parts: an answer's artifact blocks as parts, a remote's parts as blocks
 
 This file re-exports the public names: callers write `from core.a2a import protocol as wire`.
 
@@ -78,6 +79,7 @@ from core.a2a.protocol.errors import (
     UnsupportedOperationError,
 )
 from core.a2a.protocol.jsonrpc import CallContextBuilder, check_rpc_body, create_dispatcher, invalid_request_body
+from core.a2a.protocol.parts import OutgoingFile, answer_parts, blocks_of, json_value, message_request
 from core.a2a.protocol.remote import (
     CardError,
     RemoteStreamReader,
@@ -94,7 +96,7 @@ from core.a2a.protocol.remote import (
     text_message_request,
 )
 from core.a2a.protocol.sse import coalesce_sse
-from core.a2a.protocol.states import our_state, state_name
+from core.a2a.protocol.states import DEMO_OUTPUT_MODES, TEXT_MODES, our_state, state_name
 from core.a2a.protocol.tasks import (
     IncomingMessage,
     ListQuery,
@@ -110,6 +112,8 @@ from core.a2a.protocol.tasks import (
 from core.a2a.protocol.text_updates import PLAIN_TEXT_UPDATES, TextUpdate
 
 __all__ = [
+    "DEMO_OUTPUT_MODES",
+    "TEXT_MODES",
     "AGENT_CARD_WELL_KNOWN_PATH",
     "PLAIN_TEXT_UPDATES",
     "TOO_MANY_RUNNING_TASKS_CODE",
@@ -126,6 +130,7 @@ __all__ = [
     "ListQuery",
     "ListTasksRequest",
     "ListTasksResponse",
+    "OutgoingFile",
     "PushNotificationNotSupportedError",
     "RemoteStreamReader",
     "RequestHandler",
@@ -140,6 +145,8 @@ __all__ = [
     "TextUpdate",
     "TooManyRunningTasksError",
     "UnsupportedOperationError",
+    "answer_parts",
+    "blocks_of",
     "build_card",
     "cancel_request",
     "card_from_fetched",
@@ -156,7 +163,9 @@ __all__ = [
     "endpoint_url",
     "invalid_request_body",
     "is_client_error",
+    "json_value",
     "list_page_token",
+    "message_request",
     "open_client",
     "our_state",
     "read_history_length",

@@ -35,6 +35,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from core.a2a.protocol.parts import blocks_of
 from core.a2a.protocol.states import FROM_PROTO, PROTO_TERMINAL
 from core.delegation.registry import RemoteEvent
 from core.errors import AppError
@@ -208,7 +209,7 @@ class RemoteStreamReader:
         """The events in one stream response (usually one)."""
         kind = response.WhichOneof("payload")
         if kind == "message":
-            text = _text_of(response.message.parts)
+            text = _text_of(response.message.parts) + blocks_of(response.message.parts)
             return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=text)]
         if kind == "task":
             return self._read_task(response.task)
@@ -260,7 +261,7 @@ class RemoteStreamReader:
         return [RemoteEvent(text=text, state=state)]
 
     def _read_artifact(self, artifact: Artifact, *, append: bool) -> list[RemoteEvent]:
-        text = _text_of(artifact.parts)
+        text = _text_of(artifact.parts) + blocks_of(artifact.parts)  # files and data as artifact blocks
         if not text:
             return []
         seen = self._artifact_text.get(artifact.artifact_id)

@@ -42,8 +42,10 @@ from a2a.utils.task import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from core.a2a.protocol.parts import answer_parts, json_value
 from core.a2a.protocol.states import FROM_PROTO, MAX_MESSAGE_ID_CHARS, RESULT_ARTIFACT_ID, TEXT_MODES, TO_PROTO
 from core.a2a.protocol.text_updates import TextUpdate, agent_message
+from core.chat.artifacts import split_blocks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,13 +99,14 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifa
         )
     ]
     if snapshot.output:
-        history.append(agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
+        said = split_blocks(snapshot.output)[0] or snapshot.output
+        history.append(agent_message(task_id, context_id, f"{task_id}-out", said))
     if history_length is not None:
         history = history[len(history) - history_length :] if history_length > 0 else []
     task = Task(id=task_id, context_id=context_id, status=status, history=history)
     if artifacts and snapshot.output and snapshot.state == "completed":
         task.artifacts.append(
-            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)])
+            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=answer_parts(snapshot.output))
         )
     if snapshot.metadata:
         task.metadata.update(snapshot.metadata)
@@ -247,7 +250,7 @@ class TaskEvents:
             task_id=self.task_id,
             context_id=self.context_id,
             last_chunk=True,
-            artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=text)]),
+            artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=answer_parts(text)),
         )
 
 
@@ -270,22 +273,6 @@ class IncomingMessage:
     context_id: str | None
     return_immediately: bool
     history_length: int | None
-
-
-def json_value(value: Any) -> Any:
-    """A data part's JSON with its whole numbers whole again.
-
-    The wire carries a data part as a protobuf `Value`, whose numbers are all doubles: `{"days": 3}` would
-    reach the agent as `{"days": 3.0}`. JSON itself has one number type, and a sender that wrote 3 meant
-    3, so a double with no fraction within 2**53 (where doubles hold every integer) is an integer again.
-    """
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: json_value(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [json_value(item) for item in value]
-    return value
 
 
 def read_send_request(params: SendMessageRequest, *, max_chars: int) -> IncomingMessage:
