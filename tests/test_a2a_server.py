@@ -311,10 +311,10 @@ async def test_bad_input_gets_the_a2a_error_codes_with_readable_messages(app: Li
     empty = error(rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"text": "  "}]}}))
     assert empty["code"] == -32602
     assert empty["message"] == "The message has no text: send at least one non-empty text part."
-    file_part = error(
-        rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"url": "https://example.com/x.png"}]}})
-    )
-    assert file_part["code"] == -32005 and "text" in file_part["message"]
+    # Files are taken as uploads are (issue 36): a type UPLOAD_ALLOWED_TYPES does not list is refused.
+    program = {"raw": "TVo=", "filename": "run.exe", "mediaType": "application/x-msdownload"}
+    file_part = error(rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [program]}}))
+    assert file_part["code"] == -32005 and "application/x-msdownload" in file_part["message"]
     unknown = error(rpc(url, app.key, "GetTask", {"id": "nope"}))
     assert unknown["code"] == -32001 and "'nope'" in unknown["message"]
     assert error(rpc(url, app.key, "CancelTask", {"id": "nope"}))["code"] == -32001

@@ -263,3 +263,30 @@ async def test_a_data_part_reaches_the_callee_with_its_integers_whole(app: LiveA
     detail = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()
     assert detail["messages"][0]["content"] == '{"days": 3}'
     assert '> {"days": 3}' in detail["messages"][1]["content"]
+
+
+async def test_a_served_agent_takes_file_parts_as_uploads(app: LiveApp) -> None:
+    url = app.agent_url("general-assistant")
+    card = httpx.get(f"{url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).json()
+    assert {"application/json", "image/png", "text/*"} <= set(card["defaultInputModes"])
+    note = Part(raw=b"hello", filename="note.txt", media_type="text/plain")
+    message = Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[Part(text="read this"), note])
+    async with sdk_client(url, app.key, streaming=False) as (client, _card):
+        [response] = [r async for r in client.send_message(SendMessageRequest(message=message))]
+    task = MessageToDict(response)["task"]
+    asked, answer = httpx.get(f"{app.url}/api/tasks/{task['id']}").json()["messages"]
+    [ref] = asked["attachments"]
+    assert (ref["name"], ref["mime"], ref["size"]) == ("note.txt", "text/plain", 5)
+    assert "Received file: note.txt (text/plain, 5 bytes)" in answer["content"]
+    assert httpx.get(f"{app.url}/api/attachments/{ref['id']}").content == b"hello"  # the key's user owns it
+
+    refused = Part(raw=b"MZ", filename="run.exe", media_type="application/x-msdownload")
+    message = Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, parts=[Part(text="run it"), refused])
+    body = MessageToDict(SendMessageRequest(message=message))
+    response = httpx.post(
+        url,
+        json={"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": body},
+        headers={"Authorization": f"Bearer {app.key}", "A2A-Version": "1.0"},
+    )
+    assert response.json()["error"]["code"] == -32005
+    assert "application/x-msdownload" in response.json()["error"]["message"]

@@ -87,6 +87,7 @@ class AgentCards:
                     ),
                 ),
                 extra_skills=extra,
+                input_modes=(*wire.INPUT_MODES, *self.settings.upload_allowed_types),  # files: as uploads (issue 36)
                 output_modes=wire.DEMO_OUTPUT_MODES if (agent.model or "").startswith("local/") else wire.TEXT_MODES,
                 **common,
             )

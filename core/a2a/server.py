@@ -55,6 +55,7 @@ from core.a2a import protocol as wire
 from core.a2a.agent_cards import AgentCards
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
+from core.chat import attachments
 from core.chat.artifacts import strip_blocks
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
 from core.delegation.tasks import TERMINAL_STATES, WORKING, task_stream_key
@@ -220,6 +221,26 @@ class AgentRequestHandler(wire.RequestHandler):
         async for event in self._follow(snap, context):
             yield event
 
+    async def _store_files(self, files: tuple[Any, ...], user_id: int) -> list[dict[str, Any]]:
+        """Store a message's file parts for the key's user (checked as uploads are); the refs its task carries."""
+        settings, refs = self.cards.settings, []
+        for file in files:
+            try:
+                name, mime = attachments.check_upload(
+                    file.name,
+                    file.mime,
+                    len(file.data),
+                    max_bytes=settings.upload_max_bytes,
+                    allowed=settings.upload_allowed_types,
+                )
+            except attachments.AttachmentError as exc:
+                raise wire.ContentTypeNotSupportedError(message=exc.message) from None
+            row = await attachments.save(
+                self.delegation.db, user_id=user_id, session_id=None, name=name, mime=mime, data=file.data
+            )
+            refs.append(attachments.ref_of(row))
+        return refs
+
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> A2ATaskSession:
         """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4).
 
@@ -248,6 +269,7 @@ class AgentRequestHandler(wire.RequestHandler):
                     message=f"Task {running} of context {incoming.context_id!r} is still running: wait for its end "
                     "(SubscribeToTask) or cancel it before sending the next message in this context."
                 )
+        files = await self._store_files(incoming.files, user_id)
         try:
             return await self.delegation.start_external_task(
                 agent_id,
@@ -255,6 +277,7 @@ class AgentRequestHandler(wire.RequestHandler):
                 user_id=user_id,
                 session_id=incoming.context_id,
                 message_id=incoming.message_id or None,
+                files=files,
             )
         except (
             TooManyDelegatedTasksError

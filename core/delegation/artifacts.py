@@ -60,9 +60,9 @@ class TaskFiles:
     link: Callable[[str], str] | None = None
 
     async def of_caller(self, ctx: ToolContext) -> list[dict[str, Any]]:
-        """The refs of the files of the message the calling turn answers (none outside a chat)."""
+        """The refs of the files of the message the calling turn answers (outside a chat: the ones it was sent)."""
         if ctx.session_id is None:
-            return []
+            return list(ctx.files)[:MAX_FILES]
         async with self.db.read() as s:
             result = await s.exec(
                 select(AgentMessage)

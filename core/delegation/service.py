@@ -394,17 +394,16 @@ class DelegationService:
         config: dict[str, Any] | None = None,
         session_id: str | None = None,
         message_id: str | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> A2ATaskSession:
         """Start a delegation for a caller outside the app (an A2A client); returns its row, as written, once it exists.
 
-        The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer
-        `a2a_<taskId>`, the audit view), with no caller agent and no caller session, owned by
-        `user_id`. It runs in the background until it ends, `cancel_external_task` stops it, or
-        the service shuts down; `config` is an `agent-invoke` config (limits; default limits when None).
-        `session_id` continues the hidden session of an earlier task of the same caller and callee
-        (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
-        the message, kept on the task. The row is the task as it started (`submitted`): the caller
-        can answer with it without reading it back.
+        The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer `a2a_<taskId>`, the
+        audit view), with no caller agent and no caller session, owned by `user_id`. It runs in the background until
+        it ends, `cancel_external_task` stops it, or the service shuts down; `config` is an `agent-invoke` config
+        (limits; default limits when None). `session_id` continues the hidden session of an earlier task of the same
+        caller and callee (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
+        the message, kept on the task; `files` the refs of its files. The row is the task as it started (`submitted`).
 
         Raises:
             TooManyDelegatedTasksError: the user has `max_running_tasks_per_user` tasks running.
@@ -412,7 +411,7 @@ class DelegationService:
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
-        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None, files=tuple(files or ()))
         arguments = {"agentSlug": agent_slug, "input": text}
         run = self._external.spawn(
             self._invoke(arguments, config or {}, ctx, session_id=session_id, message_id=message_id, task_row=task_row),

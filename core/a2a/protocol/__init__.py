@@ -96,7 +96,7 @@ from core.a2a.protocol.remote import (
     text_message_request,
 )
 from core.a2a.protocol.sse import coalesce_sse
-from core.a2a.protocol.states import DEMO_OUTPUT_MODES, TEXT_MODES, our_state, state_name
+from core.a2a.protocol.states import DEMO_OUTPUT_MODES, INPUT_MODES, TEXT_MODES, our_state, state_name
 from core.a2a.protocol.tasks import (
     IncomingMessage,
     ListQuery,
@@ -113,6 +113,7 @@ from core.a2a.protocol.text_updates import PLAIN_TEXT_UPDATES, TextUpdate
 
 __all__ = [
     "DEMO_OUTPUT_MODES",
+    "INPUT_MODES",
     "TEXT_MODES",
     "AGENT_CARD_WELL_KNOWN_PATH",
     "PLAIN_TEXT_UPDATES",

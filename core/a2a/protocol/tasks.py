@@ -255,6 +255,15 @@ class TaskEvents:
 
 
 @dataclass(frozen=True, slots=True)
+class IncomingFile:
+    """A file part sent to a served agent, with its bytes."""
+
+    name: str
+    mime: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class IncomingMessage:
     """A `SendMessage` request, read.
 
@@ -265,6 +274,7 @@ class IncomingMessage:
         context_id: the context the client named, if any.
         return_immediately: answer with the task as soon as it exists instead of waiting for its end.
         history_length: how much history the answer's Task should carry (None: all).
+        files: its file parts with bytes (a file part that is a link is named in `text`, not fetched).
     """
 
     text: str
@@ -273,6 +283,7 @@ class IncomingMessage:
     context_id: str | None
     return_immediately: bool
     history_length: int | None
+    files: tuple[IncomingFile, ...] = ()
 
 
 def read_send_request(params: SendMessageRequest, *, max_chars: int) -> IncomingMessage:
@@ -287,17 +298,24 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
     if message.role != Role.ROLE_USER:
         raise InvalidParamsError(message="The message must have role ROLE_USER (v0.3: 'user').")
     pieces: list[str] = []
+    files: list[IncomingFile] = []
     for part in message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
             pieces.append(part.text)
         elif kind == "data":
             pieces.append(json.dumps(json_value(MessageToDict(part.data)), ensure_ascii=False))
+        elif kind == "raw":
+            files.append(IncomingFile(part.filename or "file", part.media_type or "application/octet-stream", part.raw))
+        elif kind == "url":  # not fetched: named, so the agent knows of it
+            pieces.append(
+                f"Attached file: {part.filename or 'file'} ({part.media_type or 'unknown type'}) at {part.url}"
+            )
         else:
             raise ContentTypeNotSupportedError(
-                message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part."
+                message="This agent reads text, JSON data and file parts; the message has an empty part."
             )
-    text = "\n".join(p for p in pieces if p.strip()).strip()
+    text = "\n".join(p for p in pieces if p.strip()).strip() or ", ".join(f.name for f in files)
     if not text:
         raise InvalidParamsError(message="The message has no text: send at least one non-empty text part.")
     if len(text) > max_chars:
@@ -320,4 +338,5 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         context_id=message.context_id or None,
         return_immediately=config.return_immediately,
         history_length=read_history_length(config),
+        files=tuple(files),
     )
