@@ -17,6 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from e2e.conftest import serve_app
 from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, unique, wait_for_turn_end
 from tests.utils.a2a_files_agent import PNG, files_agent
 
@@ -125,3 +126,28 @@ def test_the_demo_models_file_and_data_show_in_the_panel(sized_page: Page) -> No
     expect(data).to_contain_text('"ratio": 0.5')
     assert page.evaluate(_OVERFLOW) <= 0
     wait_for_turn_end(page)
+
+
+def test_a_finished_tasks_artifacts_show_from_what_was_saved(browser: Browser) -> None:
+    """With the task's stream gone (`STREAM_BUFFER_TTL_S=0`), its card opens it from the saved task and files."""
+    with serve_app(STREAM_BUFFER_TTL_S="0") as url:
+        context = browser.new_context(viewport=VIEWPORTS["desktop"], base_url=url)
+        context.set_default_timeout(10_000)
+        try:
+            page = context.new_page()
+            open_chat(page, "/?agent=general-assistant")
+            send(page, "@coding-assistant /file chart.png @coding-assistant /data")
+            wait_for_turn_end(page)
+            page.reload()
+            cards = page.get_by_test_id("tool-call")
+            expect(cards).to_have_count(2)
+            cards.first.click()
+            panel = page.get_by_test_id("agent-invoke-panel")
+            expect(panel.get_by_test_id("agent-panel-image").locator("img")).to_have_js_property("naturalWidth", 8)
+            cards.last.click()
+            data = panel.get_by_test_id("agent-panel-data").last
+            data.click()
+            expect(data).to_contain_text('"days": 3')
+            expect(panel.get_by_test_id("agent-invoke-body").last).not_to_contain_text("artifact-data")
+        finally:
+            context.close()

@@ -45,7 +45,7 @@ from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
-from ui.chat_attachments import show_artifact
+from ui.chat_attachments import saved_artifacts, show_artifact
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
@@ -381,7 +381,12 @@ class AgentInvokePanel:
         detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)
         if detail is None or self.client.is_deleted:
             return
-        text = strip_blocks("".join(m.content for m in detail.messages if m.role == "assistant" and m.content))
+        saved = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
+        text = strip_blocks(saved)
+        if entry.artifacts is not None and not list(entry.artifacts) and detail.task.state == COMPLETED:
+            with entry.artifacts:  # no longer buffered (its `a2a-artifact` events gone): from what was saved
+                for artifact in await saved_artifacts(self.delegation.db, entry.task_id, self.user_id or 0, saved):
+                    show_artifact(artifact)
         if text != entry.body.text and not entry.body.finalized:
             entry.body.append(text[len(entry.body.text) :] if text.startswith(entry.body.text) else "")
         entry.body.finalize()

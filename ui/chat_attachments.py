@@ -19,13 +19,14 @@ from typing import Any
 from nicegui import events, ui
 
 from core.chat import attachments
+from core.chat.artifacts import split_blocks
 from core.chat.engine import ChatEngine
 from core.i18n import _
 from core.settings import Settings
 from core.streaming import events as ev
 from ui.frame import testid
 
-__all__ = ["ComposerFiles", "message_files", "show_artifact"]
+__all__ = ["ComposerFiles", "message_files", "saved_artifacts", "show_artifact"]
 
 _IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 
@@ -152,6 +153,16 @@ def show_artifact(artifact: ev.TaskArtifact) -> None:
         ui.link(label, url).props("download data-testid=agent-panel-file").classes("text-caption")
     elif artifact.url and artifact.url.startswith(("https://", "http://")):  # a remote agent's own link, not fetched
         ui.link(label, artifact.url, new_tab=True).props('rel="noopener noreferrer" data-testid=agent-panel-file')
+
+
+async def saved_artifacts(db: Any, task_id: str, user_id: int, answer: str) -> list[ev.TaskArtifact]:
+    """A finished task's artifacts from what was saved: its stored files, and the data blocks of its answer."""
+    files = [
+        ev.TaskArtifact("file", row.name, row.mime, row.size, row.id)
+        for row in await attachments.task_files(db, task_id, user_id)
+    ]
+    data = [ev.TaskArtifact("data", b.name, data=b.value) for b in split_blocks(answer)[1] if b.kind == "data"]
+    return files + data
 
 
 def _attr(text: str) -> str:

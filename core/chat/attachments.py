@@ -22,6 +22,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.db import Database
@@ -54,6 +55,7 @@ __all__ = [
     "save",
     "shown_inline",
     "takes_images",
+    "task_files",
 ]
 
 LINK_TTL_S = 86_400
@@ -322,3 +324,14 @@ async def prepare_for_agent(db: Database, agent: Any, messages: list[dict[str, A
 def attachment_link(base_url: str, box: Sealer, attachment_id: str) -> str:
     """An absolute URL that opens one file for a day, for a remote agent it is sent to."""
     return f"{base_url}/api/attachments/{attachment_id}/link?token={link_token(box, attachment_id)}"
+
+
+async def task_files(db: Database, task_id: str, user_id: int) -> list[Attachment]:
+    """The files a delegated task returned to `user_id`, oldest first (the panel of a task no longer buffered)."""
+    async with db.read() as s:
+        result = await s.exec(
+            select(Attachment)
+            .where(Attachment.task_id == task_id, Attachment.user_id == user_id)
+            .order_by(col(Attachment.created_at))
+        )
+        return list(result.all())
