@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from e2e.conftest import serve_app
-from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, unique, wait_for_turn_end
+from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
 from tests.utils.a2a_files_agent import PNG, files_agent
 
 pytestmark = pytest.mark.e2e
@@ -151,3 +151,21 @@ def test_a_finished_tasks_artifacts_show_from_what_was_saved(browser: Browser) -
             expect(panel.get_by_test_id("agent-invoke-body").last).not_to_contain_text("artifact-data")
         finally:
             context.close()
+
+
+def test_a_removed_file_is_not_sent_and_a_local_callee_gets_the_rest(sized_page: Page, base_url: str) -> None:
+    page = sized_page
+    open_chat(page, "/?agent=general-assistant")
+    page.evaluate(_PASTE, ["keep.txt", "kept"])
+    page.evaluate(_PASTE, ["drop-me.txt", "removed"])
+    chips = page.get_by_test_id("chat-attachment")
+    expect(chips).to_have_count(2)
+    chips.filter(has_text="drop-me.txt").locator(".q-chip__icon--remove").click()
+    expect(chips).to_have_count(1)
+    send(page, "@coding-assistant look")
+    wait_for_turn_end(page)
+    session = session_id_of(page)
+    [task] = [t for t in httpx.get(f"{base_url}/api/tasks", timeout=5).json() if t["callerSessionId"] == session]
+    answer = httpx.get(f"{base_url}/api/tasks/{task['id']}", timeout=5).json()["messages"][-1]["content"]
+    assert "Received file: keep.txt (text/plain, 4 bytes)" in answer and "drop-me.txt" not in answer
+    assert page.evaluate(_OVERFLOW) <= 0

@@ -31,11 +31,12 @@ __all__ = ["ComposerFiles", "message_files", "saved_artifacts", "show_artifact"]
 _IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Pending:
     name: str
     mime: str
     data: bytes
+    ref: dict[str, Any] | None = None  # once stored (a send that was refused keeps it for the next)
 
 
 class ComposerFiles:
@@ -103,22 +104,25 @@ class ComposerFiles:
             del self.pending[index]
         self._render()
 
-    async def take(self, session_id: str) -> list[dict[str, Any]]:
-        """Store the picked files in the chat and clear them; the refs the message carries."""
-        refs = []
+    async def store(self, session_id: str) -> list[dict[str, Any]]:
+        """Store the picked files in the chat (once each); the refs the message carries."""
         for file in self.pending:
-            row = await attachments.save(
-                self.chat.db,
-                user_id=self.user_id,
-                session_id=session_id,
-                name=file.name,
-                mime=file.mime,
-                data=file.data,
-            )
-            refs.append(attachments.ref_of(row))
+            if file.ref is None:
+                row = await attachments.save(
+                    self.chat.db,
+                    user_id=self.user_id,
+                    session_id=session_id,
+                    name=file.name,
+                    mime=file.mime,
+                    data=file.data,
+                )
+                file.ref = attachments.ref_of(row)
+        return [file.ref for file in self.pending if file.ref is not None]
+
+    def clear(self) -> None:
+        """The message was sent: the composer holds no files any more."""
         self.pending = []
         self._render()
-        return refs
 
 
 def message_files(refs: list[dict[str, Any]]) -> None:

@@ -222,12 +222,13 @@ class ChatPage:
                 set_rebuild(self.client, lambda: ChatPage(self.services, self.client, session_id=new_id).build())
                 self._watch()
             # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
-            files = await self.files.take(session_id)
+            files = await self.files.store(session_id)
             await self.services.chat.start_turn(session_id=session_id, user_id=self.user_id, text=text, files=files)
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
         self.input.value = ""
+        self.files.clear()
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
             await self.sessions.render()
 
