@@ -169,3 +169,23 @@ def test_a_removed_file_is_not_sent_and_a_local_callee_gets_the_rest(sized_page:
     answer = httpx.get(f"{base_url}/api/tasks/{task['id']}", timeout=5).json()["messages"][-1]["content"]
     assert "Received file: keep.txt (text/plain, 4 bytes)" in answer and "drop-me.txt" not in answer
     assert page.evaluate(_OVERFLOW) <= 0
+
+
+def test_a_chats_own_file_and_data_show_in_its_answer(sized_page: Page) -> None:
+    """`/file` and `/data` without a mention: the chat's answer shows the image and the folded data, not the block."""
+    page = sized_page
+    open_chat(page, "/?agent=general-assistant")
+    send(page, "/file dot.png")
+    wait_for_turn_end(page)
+    answer = page.get_by_test_id("assistant-message").last
+    expect(answer.get_by_test_id("message-artifact-image").locator("img")).to_have_js_property("naturalWidth", 8)
+    expect(answer).not_to_contain_text("artifact-file")
+    send(page, "/data")
+    wait_for_turn_end(page)
+    data = page.get_by_test_id("assistant-message").last.get_by_test_id("agent-panel-data")
+    data.click()
+    expect(data).to_contain_text('"ok": true')
+    page.reload()  # and from the saved answer
+    expect(page.get_by_test_id("message-artifact-image").locator("img")).to_have_js_property("naturalWidth", 8)
+    expect(page.get_by_test_id("assistant-message").last.get_by_test_id("agent-panel-data")).to_be_visible()
+    assert page.evaluate(_OVERFLOW) <= 0

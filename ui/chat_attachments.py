@@ -12,6 +12,7 @@ chips linking to their owner-only download (`/api/attachments/{id}`); images as 
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,14 +20,14 @@ from typing import Any
 from nicegui import events, ui
 
 from core.chat import attachments
-from core.chat.artifacts import split_blocks
+from core.chat.artifacts import ArtifactBlock, split_blocks
 from core.chat.engine import ChatEngine
 from core.i18n import _
 from core.settings import Settings
 from core.streaming import events as ev
 from ui.frame import testid
 
-__all__ = ["ComposerFiles", "message_files", "saved_artifacts", "show_artifact"]
+__all__ = ["ComposerFiles", "message_files", "saved_artifacts", "show_artifact", "show_block"]
 
 _IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp"}
 
@@ -167,6 +168,27 @@ async def saved_artifacts(db: Any, task_id: str, user_id: int, answer: str) -> l
     ]
     data = [ev.TaskArtifact("data", b.name, data=b.value) for b in split_blocks(answer)[1] if b.kind == "data"]
     return files + data
+
+
+def show_block(block: ArtifactBlock) -> None:
+    """A file or data block of a chat's own answer (a chat turn stores no files).
+
+    Data is folded, a plain image shown, any other file offered for download from the answer's own bytes.
+    """
+    if block.kind == "data":
+        show_artifact(ev.TaskArtifact("data", block.name, data=block.value))
+        return
+    label = f"{block.name} ({block.mime})"
+    if block.data is None:
+        if block.url and block.url.startswith(("https://", "http://")):
+            ui.link(label, block.url, new_tab=True).props('rel="noopener noreferrer" data-testid=message-artifact-file')
+        return
+    url = f"data:{block.mime if block.mime in _IMAGES else 'application/octet-stream'};base64,"
+    url += base64.b64encode(block.data).decode("ascii")
+    if block.mime in _IMAGES:
+        ui.image(url).classes("agent-panel-image").props(f"data-testid=message-artifact-image alt='{_attr(label)}'")
+    else:
+        ui.link(label, url).props(f"download='{_attr(block.name)}' data-testid=message-artifact-file")
 
 
 def _attr(text: str) -> str:

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from nicegui import ui
 
+from core.chat.artifacts import split_blocks
 from core.delegation import TaskView
 from core.i18n import _
 from core.streaming import events as ev
 from core.streaming.hub import StreamEvent
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
-from ui.chat_attachments import message_files
+from ui.chat_attachments import message_files, show_block
 from ui.chat_parts import ToolCallCard, edit_message_dialog, parse_json, quote_attr, user_text
 from ui.frame import testid
 from ui.streaming import StreamingMarkdown
@@ -109,7 +110,10 @@ class ChatMessages:
                 .props("data-testid=assistant-message") as answer
             ):
                 if message.content:
-                    ui.markdown(message.content).classes("w-full")
+                    shown, blocks = split_blocks(message.content)
+                    ui.markdown(shown).classes("w-full")
+                    for block in blocks:
+                        show_block(block)
                 results = {r.get("toolCallId"): r for r in message.tool_results or []}
                 for call in message.tool_calls or []:
                     card = ToolCallCard(
@@ -221,6 +225,11 @@ class ChatMessages:
             self.hide_typing()
         match typed:
             case ev.TextDelta(id=text_id, delta=delta):
+                if "```artifact-" in delta:  # a file or data of the answer (the demo model's /file, /data)
+                    delta, blocks = split_blocks(delta)
+                    with self._bubble:
+                        for block in blocks:
+                            show_block(block)
                 view = self._views.get(text_id)
                 if view is None:
                     with self._bubble:
