@@ -98,8 +98,8 @@ def to_task(snapshot: TaskSnapshot, *, history_length: int | None = None, artifa
             parts=[Part(text=snapshot.input)],
         )
     ]
-    if snapshot.output:
-        said = split_blocks(snapshot.output)[0] or snapshot.output
+    said = split_blocks(snapshot.output)[0] if snapshot.output else ""  # files and data: in the artifact only
+    if said:
         history.append(agent_message(task_id, context_id, f"{task_id}-out", said))
     if history_length is not None:
         history = history[len(history) - history_length :] if history_length > 0 else []
