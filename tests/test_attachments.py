@@ -204,6 +204,10 @@ def test_a_local_callee_gets_the_callers_files_and_its_file_and_data_come_back(a
 def test_a_file_reaches_a_remote_a2a_agent_as_a_file_part_and_its_artifacts_come_back(app: LiveApp) -> None:
     with files_agent() as (card_url, received):
         assert register(app, card_url, "files").status_code == 201
+        served = httpx.get(f"{app.url}/a2a/agents/files/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})
+        # Served on, it takes and gives what its own card says.
+        assert served.json()["defaultInputModes"] == ["text/plain", "image/png", "text/*"]
+        assert served.json()["defaultOutputModes"] == ["text/plain", "image/png", "application/json"]
         session = new_session(app)
         small = upload(app, session, "dot.png", PNG, "image/png").json()
         large = upload(app, session, "long.txt", b"y" * 2000, "text/plain").json()  # over the 1 KiB inline limit

@@ -152,6 +152,8 @@ def card_summary(card: AgentCard) -> dict[str, Any]:
         "url": interface.url if interface else None,
         "protocolVersion": (interface.protocol_version or "0.3") if interface else None,
         "streaming": card.capabilities.streaming,
+        "inputModes": list(card.default_input_modes),
+        "outputModes": list(card.default_output_modes),
         "skills": [
             {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in card.skills
         ],
