@@ -234,8 +234,11 @@ def test_a_file_reaches_a_remote_a2a_agent_as_a_file_part_and_its_artifacts_come
 
 
 async def test_a_served_agent_returns_file_and_data_artifacts_over_a2a(app: LiveApp) -> None:
-    for streaming in (False, True):
-        async with sdk_client(app.agent_url("coding-assistant"), app.key, streaming=streaming) as (client, card):
+    for streaming, only_v03 in ((False, False), (True, False), (True, True)):  # v0.3 through the SDK's compat layer
+        async with sdk_client(app.agent_url("coding-assistant"), app.key, streaming=streaming, only_v03=only_v03) as (
+            client,
+            card,
+        ):
             assert "application/json" in card.default_output_modes and "image/png" in card.default_output_modes
             assert "application/json" in card.default_input_modes
             parts = []
