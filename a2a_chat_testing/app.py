@@ -193,7 +193,9 @@ class ChatApp:
 
         The answer streams on `stream(session_id)`.
         """
-        body = {"content": text, "attachmentIds": attachments or []}
+        body: dict[str, Any] = {"content": text}
+        if attachments:  # only then: an app from before issue 36 takes the message as it always did
+            body["attachmentIds"] = attachments
         return self._json("POST", f"/api/sessions/{session_id}/messages", json=body, expect=202)
 
     def attach(self, session_id: str, name: str, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
