@@ -53,6 +53,7 @@ def build(settings: Settings) -> Services:
     from core.a2a.routes import a2a_api_router, a2a_router
     from core.a2a.routes import warm_up as warm_up_a2a
     from core.broker.routes import broker_router
+    from core.chat.attachment_routes import UPLOAD_FRAMING_BYTES, upload_path_pattern
     from core.chat.llm import warm_up
     from core.routes import api_router, metrics_router
     from core.services import Services
@@ -85,7 +86,11 @@ def build(settings: Settings) -> Services:
     # Bodies of the API and the broker's HTTP routes are capped before they are read whole (413); the A2A
     # JSON-RPC endpoints cap their own and answer in JSON-RPC (core/web/body_cap.py).
     app.add_middleware(
-        BodyCapMiddleware, limit=settings.max_request_body_bytes, prefixes=("/api/", "/a2a/"), exempt=("/a2a/agents/",)
+        BodyCapMiddleware,
+        limit=settings.max_request_body_bytes,
+        prefixes=("/api/", "/a2a/"),
+        exempt=("/a2a/agents/",),
+        larger=((upload_path_pattern(), settings.upload_max_bytes + UPLOAD_FRAMING_BYTES),),  # file uploads
     )
     # Outermost: requests that arrive together start a few per pass of the event loop (core/web/start_gate.py).
     app.add_middleware(StartGateMiddleware)

@@ -188,9 +188,27 @@ class ChatApp:
         """Start a chat with an agent (its id, e.g. `coding-assistant`); the session id."""
         return self._json("POST", "/api/sessions", json={"agentId": agent}, expect=201)["id"]
 
-    def send(self, session_id: str, text: str) -> dict[str, Any]:
-        """Send a message; the turn (`streamUrl`, ...). The answer streams on `stream(session_id)`."""
-        return self._json("POST", f"/api/sessions/{session_id}/messages", json={"content": text}, expect=202)
+    def send(self, session_id: str, text: str, attachments: list[str] | None = None) -> dict[str, Any]:
+        """Send a message (with the files `attach` gave, by id); the turn (`streamUrl`, ...).
+
+        The answer streams on `stream(session_id)`.
+        """
+        body: dict[str, Any] = {"content": text}
+        if attachments:  # only then: an app from before issue 36 takes the message as it always did
+            body["attachmentIds"] = attachments
+        return self._json("POST", f"/api/sessions/{session_id}/messages", json=body, expect=202)
+
+    def attach(self, session_id: str, name: str, data: bytes, mime: str = "application/octet-stream") -> dict[str, Any]:
+        """Upload a file into a session (what the composer's attach button does); its `id`, `name`, `mime`, `size`."""
+        files = {"file": (name, data, mime)}
+        return self._json("POST", f"/api/sessions/{session_id}/attachments", files=files, expect=201)
+
+    def download(self, attachment_id: str) -> bytes:
+        """A file's bytes (an upload, or a file a delegated agent returned: `a2a-artifact`'s `attachmentId`)."""
+        response = self.http.get(f"/api/attachments/{attachment_id}")
+        if response.status_code != 200:
+            raise ChatAppError(f"GET /api/attachments/{attachment_id} answered {response.status_code}: {response.text}")
+        return response.content
 
     def stop_turn(self, session_id: str) -> dict[str, Any]:
         """Stop the session's running reply (what the Stop button does)."""

@@ -1,5 +1,5 @@
 // Browser-side behaviour of the pages that the server need not know about (issue 14):
-// following the chat like a chat app, code block toolbars, and Esc.
+// following the chat like a chat app, code block toolbars, files dropped or pasted, and Esc.
 // Nothing here changes what the server sends; it only scrolls, decorates and emits `app-escape`.
 (() => {
   "use strict";
@@ -162,6 +162,26 @@
       next.focus();
     }
   });
+
+  // -- files dropped on the chat or pasted into it join the composer's files (issue 36) -------
+  // They go to the same hidden uploader as the attach button's (ui/chat_attachments.py), which
+  // checks and holds them until the message is sent.
+  const uploader = () => {
+    const element = document.querySelector(".chat-upload");
+    const vm = element && typeof getElement === "function" ? getElement(element) : null;
+    return vm && vm.$refs ? vm.$refs.qRef : null;
+  };
+  const addFiles = (event, files) => {
+    const target = files && files.length ? uploader() : null;
+    if (!target) return;
+    event.preventDefault();
+    target.addFiles(files);
+  };
+  document.addEventListener("paste", (event) => addFiles(event, event.clipboardData && event.clipboardData.files));
+  document.addEventListener("dragover", (event) => {
+    if (event.dataTransfer && [...event.dataTransfer.types].includes("Files") && uploader()) event.preventDefault();
+  });
+  document.addEventListener("drop", (event) => addFiles(event, event.dataTransfer && event.dataTransfer.files));
 
   // -- Esc: the page decides (stop a running reply, else close the side panel) ----------------
   document.addEventListener("keydown", (event) => {

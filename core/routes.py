@@ -4,6 +4,7 @@
     /api/admin                   core.admin.routes (admins only)
     /api/agents                  core.delegation.agent_routes
     /api/sessions                core.chat.routes
+    /api/sessions/{id}/attachments, /api/attachments   core.chat.attachment_routes
     /api/agents/a2a/stream, /api/tasks   core.delegation.routes
     /metrics                     `metrics_router` (Prometheus; METRICS_TOKEN)
 
@@ -23,6 +24,7 @@ from core.a2a.api_keys import bearer_token
 from core.admin.routes import admin_router
 from core.auth.deps import AuthStateDep, SettingsDep
 from core.auth.routes import me_router
+from core.chat.attachment_routes import attachments_router
 from core.chat.routes import chat_router
 from core.delegation.agent_routes import agents_router
 from core.delegation.routes import tasks_router
@@ -35,6 +37,7 @@ def api_router() -> APIRouter:
     router.include_router(admin_router())
     router.include_router(agents_router())
     router.include_router(chat_router())
+    router.include_router(attachments_router())
     router.include_router(tasks_router())
     return router
 

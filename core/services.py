@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -28,6 +29,7 @@ from core.broker import Broker
 from core.broker.inbox import ChatInbox
 from core.broker.tools import BrokerDispatchTools
 from core.chat import agents as agents_store
+from core.chat.attachments import attachment_link
 from core.chat.engine import ChatEngine
 from core.chat.llm import DEMO_PROVIDER, LLMGateway
 from core.chat.tools import ToolRegistry
@@ -147,6 +149,8 @@ class Services:
         )
         registry = AgentRegistry(db)
         delegation = DelegationService(db, hub, chat, tools, registry)
+        delegation.files.inline_max_bytes = settings.a2a_file_inline_max_bytes
+        delegation.files.link = partial(attachment_link, settings.base_url.rstrip("/"), secrets)
         tools.register(AgentInvokeTool(delegation))
         tools.register(AskUserTool(delegation.questions))
         broker = Broker(settings, registry, hub)

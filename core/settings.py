@@ -145,6 +145,33 @@ class Settings(BaseSettings):
         description="Largest request body of the REST API and the broker's HTTP routes (413 above; the A2A JSON-RPC "
         "endpoints cap their own at 1 MiB). A message of MAX_MESSAGE_CHARS characters, JSON-escaped, fits.",
     )
+    upload_max_bytes: int = Field(
+        10_485_760,
+        ge=1024,
+        le=104_857_600,
+        description="Largest file attached to a chat message (413 attachment_too_large above); the upload route's "
+        "body may be this plus 64 KiB of multipart framing, whatever MAX_REQUEST_BODY_BYTES says.",
+    )
+    upload_allowed_types: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [
+            "image/png",
+            "image/jpeg",
+            "image/gif",
+            "image/webp",
+            "text/*",
+            "application/json",
+            "application/pdf",
+        ],
+        description="MIME types a chat attachment may have (415 attachment_type_refused otherwise); `type/*` "
+        "matches a whole family, `*/*` any type. Uploaded HTML and SVG are always served as downloads, never shown.",
+    )
+    a2a_file_inline_max_bytes: int = Field(
+        1_048_576,
+        ge=0,
+        le=104_857_600,
+        description="Largest attachment a delegation passes to a remote A2A agent as bytes in its file part; a larger "
+        "one goes as a signed download link to it that works for a day (0: always a link).",
+    )
     max_running_turns_per_user: int = Field(
         20, ge=1, description="Chat turns one account may have running at once (with accounts only); more get 429"
     )
@@ -286,7 +313,14 @@ class Settings(BaseSettings):
             else value.strip().lower()
         )
 
-    @field_validator("blacklist_ip", "trusted_hosts", "outbound_allow_hosts", "trusted_proxies", mode="before")
+    @field_validator(
+        "blacklist_ip",
+        "trusted_hosts",
+        "outbound_allow_hosts",
+        "trusted_proxies",
+        "upload_allowed_types",
+        mode="before",
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -106,3 +106,19 @@ def test_with_accounts_the_kit_logs_in_and_keeps_users_apart(chat_app, chat_page
     # chat_page logged in through /login: alice's chat is in her list.
     chat_page.reload()
     expect(chat_page.get_by_test_id("session-item")).to_have_count(1)
+
+
+@pytest.mark.e2e
+@pytest.mark.chat_app_settings(DEMO_MODEL_DELAY_MS="0")
+def test_the_kit_attaches_files_and_reads_a_tasks_file_and_data(chat_app) -> None:
+    """Issue 36: `attach`, `send(attachments=…)`, a task's `a2a-artifact` events and `download`."""
+    session = chat_app.new_session()
+    file = chat_app.attach(session, "notes.txt", b"hello", "text/plain")
+    assert (file["name"], file["mime"], file["size"]) == ("notes.txt", "text/plain", 5)
+    chat_app.send(session, "@coding-assistant /file chart.png", attachments=[file["id"]])
+    events = list(chat_app.stream(session))
+    [started] = [e["data"] for e in events if e["type"] == "a2a-task-started"]
+    [artifact] = [e["data"] for e in chat_app.task_stream(started["taskId"]) if e["type"] == "a2a-artifact"]
+    assert (artifact["artifactKind"], artifact["name"], artifact["mime"]) == ("file", "chart.png", "image/png")
+    assert chat_app.download(artifact["attachmentId"]).startswith(b"\x89PNG")
+    assert chat_app.messages(session)[0]["attachments"][0]["id"] == file["id"]

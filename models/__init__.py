@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -192,6 +193,8 @@ class AgentMessage(SQLModel, table=True):
     # The inject's position in its task's log (`core.broker.inject.RESULT_POSITION` for the result): the
     # chat inbox's own reading position of that task (migration 0010).
     inject_position: int | None = None
+    # Files the message carries (migration 0014): [{"id", "name", "mime", "size"}], rows of `attachments`.
+    attachments: list[dict[str, Any]] | None = Field(default=None, sa_type=JSON)
     created_at: datetime = _ts(default_factory=utcnow)
 
 
@@ -371,6 +374,45 @@ class BrokerTaskRecord(SQLModel, table=True):
     published_position: int = Field(default=0, sa_column=Column(Integer, nullable=False, server_default=text("0")))
 
 
+# -- Files of chats and tasks (issue 36) ---------------------------------------------------------
+
+
+def new_attachment_id() -> str:
+    """Attachment ids are text with the `at_` prefix, like sessions' (`as_…`), unguessable."""
+    return f"at_{secrets.token_hex(12)}"
+
+
+class Attachment(SQLModel, table=True):
+    """A file of a user's chat: attached to a message, or an artifact a delegated agent returned.
+
+    Only its owner may read it (anyone else gets "not found"). The bytes are in `attachment_blobs`, so
+    lists and messages never load them.
+    """
+
+    __tablename__ = "attachments"
+    __table_args__ = (Index("idx_attachments_session", "session_id"),)
+
+    id: str = Field(default_factory=new_attachment_id, sa_column=Column(String(64), primary_key=True))
+    user_id: int = Field(sa_column=Column(Integer, ForeignKey("users.id", ondelete="CASCADE"), nullable=False))
+    session_id: str | None = Field(
+        default=None, sa_column=Column(String(64), ForeignKey("agent_sessions.id", ondelete="CASCADE"), nullable=True)
+    )
+    task_id: str | None = Field(default=None, sa_type=String(64))  # the delegated task that returned it
+    name: str = Field(sa_type=String(255))
+    mime: str = Field(sa_type=String(255))
+    size: int = 0
+    created_at: datetime = _ts(default_factory=utcnow)
+
+
+class AttachmentBlob(SQLModel, table=True):
+    """The bytes of one attachment."""
+
+    __tablename__ = "attachment_blobs"
+
+    id: str = Field(sa_column=Column(String(64), ForeignKey("attachments.id", ondelete="CASCADE"), primary_key=True))
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
 __all__ = [
     "A2APushConfig",
     "A2ATaskSession",
@@ -379,11 +421,14 @@ __all__ = [
     "AgentSession",
     "AgentTool",
     "ApiKey",
+    "Attachment",
+    "AttachmentBlob",
     "BrokerTaskRecord",
     "ModelConnection",
     "RemoteA2AAgent",
     "RemotePushWait",
     "User",
+    "new_attachment_id",
     "new_session_id",
     "new_task_id",
     "utcnow",

@@ -288,7 +288,9 @@ async def test_a_data_part_reaches_the_agent_with_its_json_types_and_the_card_sa
     assert first == "Plan this"
     assert json.dumps(json.loads(sent), sort_keys=True) == json.dumps(data, sort_keys=True)  # 3 stays 3, not 3.0
     card = httpx.get(f"{url}/.well-known/agent-card.json", headers={"A2A-Version": "1.0"}).json()
-    assert "application/json" in card["defaultInputModes"] and "application/json" not in card["defaultOutputModes"]
+    assert "application/json" in card["defaultInputModes"]
+    # The demo model's agents answer `/data` with a data part and `/file x.png` with a PNG (issue 36).
+    assert {"application/json", "image/png"} <= set(card["defaultOutputModes"])
 
 
 # -- bad input ---------------------------------------------------------------------------------
@@ -311,10 +313,10 @@ async def test_bad_input_gets_the_a2a_error_codes_with_readable_messages(app: Li
     empty = error(rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"text": "  "}]}}))
     assert empty["code"] == -32602
     assert empty["message"] == "The message has no text: send at least one non-empty text part."
-    file_part = error(
-        rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [{"url": "https://example.com/x.png"}]}})
-    )
-    assert file_part["code"] == -32005 and "text" in file_part["message"]
+    # Files are taken as uploads are (issue 36): a type UPLOAD_ALLOWED_TYPES does not list is refused.
+    program = {"raw": "TVo=", "filename": "run.exe", "mediaType": "application/x-msdownload"}
+    file_part = error(rpc(url, app.key, "SendMessage", {"message": {**message, "parts": [program]}}))
+    assert file_part["code"] == -32005 and "application/x-msdownload" in file_part["message"]
     unknown = error(rpc(url, app.key, "GetTask", {"id": "nope"}))
     assert unknown["code"] == -32001 and "'nope'" in unknown["message"]
     assert error(rpc(url, app.key, "CancelTask", {"id": "nope"}))["code"] == -32001

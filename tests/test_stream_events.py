@@ -48,6 +48,16 @@ WIRES: list[tuple[ev.Event, str]] = [
         ev.TaskDone("completed", None, 1500, 1, 2),
         '{"type":"done","state":"completed","error":null,"durationMs":1500,"usage":{"inputTokens":1,"outputTokens":2}}',
     ),
+    (
+        ev.TaskArtifact("file", "a.png", "image/png", 3, "at_1"),
+        '{"type":"a2a-artifact","artifactKind":"file","name":"a.png","mime":"image/png","size":3,'
+        '"attachmentId":"at_1","url":null,"data":null}',
+    ),
+    (
+        ev.TaskArtifact("data", "", data={"days": 3}),
+        '{"type":"a2a-artifact","artifactKind":"data","name":"","mime":null,"size":null,'
+        '"attachmentId":null,"url":null,"data":{"days":3}}',
+    ),
 ]
 
 

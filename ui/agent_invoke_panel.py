@@ -31,6 +31,7 @@ from typing import Any
 
 from nicegui import Client, background_tasks, ui
 
+from core.chat.artifacts import strip_blocks
 from core.delegation import (
     COMPLETED,
     CONNECTION_LOST,
@@ -51,6 +52,7 @@ from core.streaming import events as ev
 from core.streaming.backend import HubSubscription, StreamHubBackend
 from core.streaming.hub import StreamEvent, SubscriberOverflowError, UnknownStreamError
 from ui.agent_question_box import QuestionBox
+from ui.chat_attachments import saved_artifacts, show_artifact
 from ui.frame import DRAWER_BREAKPOINT_PX
 from ui.streaming import StreamingMarkdown
 
@@ -100,6 +102,7 @@ class TaskTab:
     pieces: list[tuple[str, str]] | None = None
     answered: bool = False  # whether one of those pieces is an artifact's text (then the status ones are notes)
     question: QuestionBox | None = None
+    artifacts: ui.column | None = None  # the task's files and data (issue 36: ui/chat_attachments.py)
 
 
 class AgentInvokePanel:
@@ -296,10 +299,12 @@ class AgentInvokePanel:
                 ):
                     body = StreamingMarkdown()
                 question = QuestionBox(task_id, lambda answer: self._answer(task_id, answer))
+                files = ui.column().classes("w-full gap-2 q-mt-sm").props("data-testid=agent-panel-artifacts")
         entry = TaskTab(
             task_id, callee_name, parent_task_id, depth, tab, status, icon, text, request_label, tooltip, error, body
         )
         entry.question = question
+        entry.artifacts = files
         self.tabs_by_task[task_id] = entry
         self._set_request(entry, request)
         if request is None:
@@ -369,6 +374,8 @@ class AgentInvokePanel:
             return  # a kind the panel does not show (or a malformed event): the saved task tells the end
         match typed:
             case ev.TextDelta(id=part, delta=delta):
+                if "```artifact-" in delta:  # a file or data block: shown by its `a2a-artifact` event
+                    delta = strip_blocks(delta)
                 first = not entry.body.text
                 self._add_text(entry, part, delta)
                 if first and entry.state == WORKING:  # 等待回复… becomes 生成中… with the first token
@@ -387,6 +394,9 @@ class AgentInvokePanel:
                 self._show_error(entry, text or _("The delegated agent failed."))
             case ev.TaskStarted():  # the callee delegated in turn: a child tab
                 await self.task_started(typed)
+            case ev.TaskArtifact() if entry.artifacts is not None:
+                with entry.artifacts:
+                    show_artifact(typed)
 
     def _add_text(self, entry: TaskTab, part: str, delta: str) -> None:
         """Show more text; a remote agent's progress notes go on their own lines once its answer comes.
@@ -413,6 +423,7 @@ class AgentInvokePanel:
         entry.body.container.delete()
         with slot.parent:
             entry.body = StreamingMarkdown(text)
+
     async def _answer(self, task_id: str, answer: str) -> bool:
         """The answer box's Send: the answer into the task (only the task's owner's); False when it was not taken."""
         try:
@@ -428,7 +439,12 @@ class AgentInvokePanel:
         detail = await self.delegation.task_detail(self.user_id or 0, entry.task_id)
         if detail is None or self.client.is_deleted:
             return
-        text = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
+        saved = "".join(m.content for m in detail.messages if m.role == "assistant" and m.content)
+        text = strip_blocks(saved)
+        if entry.artifacts is not None and not list(entry.artifacts) and detail.task.state == COMPLETED:
+            with entry.artifacts:  # no longer buffered (its `a2a-artifact` events gone): from what was saved
+                for artifact in await saved_artifacts(self.delegation.db, entry.task_id, self.user_id or 0, saved):
+                    show_artifact(artifact)
         if text != entry.body.text and not entry.body.finalized:
             entry.body.append(text[len(entry.body.text) :] if text.startswith(entry.body.text) else "")
         entry.body.finalize()

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 from nicegui import ui
 
+from core.chat.artifacts import split_blocks
 from core.delegation import TaskView
 from core.i18n import _, format_number, format_usd
 from core.streaming import events as ev
 from core.streaming.hub import StreamEvent
 from models import AgentMessage
 from ui.agent_invoke_panel import AgentInvokePanel
+from ui.chat_attachments import message_files, show_block
 from ui.chat_parts import ToolCallCard, edit_message_dialog, parse_json, quote_attr, user_text
 from ui.frame import testid
 from ui.streaming import StreamingMarkdown
@@ -93,6 +95,7 @@ class ChatMessages:
                 sent = ui.chat_message(name=_("You"), sent=True).classes("w-full").props("data-testid=user-message")
                 with sent:
                     user_text(message.content)
+                    message_files(message.attachments or [])
                     self._edit_button(message)
                 self._shown.append(sent)
                 return
@@ -107,7 +110,10 @@ class ChatMessages:
                 .props("data-testid=assistant-message") as answer
             ):
                 if message.content:
-                    ui.markdown(message.content).classes("w-full")
+                    shown, blocks = split_blocks(message.content)
+                    ui.markdown(shown).classes("w-full")
+                    for block in blocks:
+                        show_block(block)
                 results = {r.get("toolCallId"): r for r in message.tool_results or []}
                 for call in message.tool_calls or []:
                     card = ToolCallCard(
@@ -220,6 +226,11 @@ class ChatMessages:
             self.hide_typing()
         match typed:
             case ev.TextDelta(id=text_id, delta=delta):
+                if "```artifact-" in delta:  # a file or data of the answer (the demo model's /file, /data)
+                    delta, blocks = split_blocks(delta)
+                    with self._bubble:
+                        for block in blocks:
+                            show_block(block)
                 view = self._views.get(text_id)
                 if view is None:
                     with self._bubble:

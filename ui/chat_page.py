@@ -33,6 +33,7 @@ from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
+from ui.chat_attachments import ComposerFiles
 from ui.chat_messages import ChatMessages, MessageActions
 from ui.chat_parts import welcome
 from ui.chat_services import ChatServices
@@ -163,7 +164,10 @@ class ChatPage:
                         ui.spinner(size="sm")
                         ui.label(_("Generating…"))
                     self.generating.set_visibility(False)
+                self.files = ComposerFiles(self.services.chat, self.services.settings, self.user_id)
+                self.files.chips_row()
                 with ui.row().classes("w-full items-end gap-2 no-wrap"):
+                    self.files.button.move(target_container=ui.row().classes("items-center"))
                     self.input = testid(
                         ui.textarea(placeholder=_("Message (Enter to send, Shift+Enter for a new line)")).props(
                             "autogrow outlined dense rows=1 autofocus aria-label='" + _("Message") + f"' maxlength="
@@ -218,11 +222,13 @@ class ChatPage:
                 set_rebuild(self.client, lambda: ChatPage(self.services, self.client, session_id=new_id).build())
                 self._watch()
             # The watcher shows the saved message and follows the answer, as for a turn started elsewhere.
-            await self.services.chat.start_turn(session_id=session_id, user_id=self.user_id, text=text)
+            files = await self.files.store(session_id)
+            await self.services.chat.start_turn(session_id=session_id, user_id=self.user_id, text=text, files=files)
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
         self.input.value = ""
+        self.files.clear()
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
             await self.sessions.render()
 

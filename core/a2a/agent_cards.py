@@ -94,6 +94,8 @@ class AgentCards:
                     ),
                 ),
                 extra_skills=extra,
+                input_modes=(*wire.INPUT_MODES, *self.settings.upload_allowed_types),  # files: as uploads (issue 36)
+                output_modes=wire.DEMO_OUTPUT_MODES if (agent.model or "").startswith("local/") else wire.TEXT_MODES,
                 **common,
             )
         remote = self.registry.remote(agent_id)
@@ -114,4 +116,14 @@ class AgentCards:
                 id=remote.id, name=remote.name, description=remote.description, tags=("remote", remote.kind)
             ),
         )
-        return wire.CardSpec(name=remote.name, description=remote.description, skills=skills, **common)
+        # What it takes and gives is what its own card says (files and data pass through: issue 36).
+        takes = tuple(str(m) for m in info.get("inputModes") or ()) or wire.INPUT_MODES
+        gives = tuple(str(m) for m in info.get("outputModes") or ()) or wire.TEXT_MODES
+        return wire.CardSpec(
+            name=remote.name,
+            description=remote.description,
+            skills=skills,
+            input_modes=takes,
+            output_modes=gives,
+            **common,
+        )

@@ -113,10 +113,19 @@ class HttpRemoteAgent:
         """Name, description, skills, interface and where the card came from."""
         return {"kind": self.kind, "cardUrl": self.card_url, **wire.card_summary(self._card)}
 
+    #: `stream` takes `files` (sent as file parts).
+    takes_files = True
+
     async def stream(
-        self, text: str, *, task_id: str, context_id: str | None = None, ask: Asker | None = None
+        self,
+        text: str,
+        *,
+        task_id: str,
+        context_id: str | None = None,
+        ask: Asker | None = None,
+        files: list[Any] | None = None,
     ) -> AsyncIterator[RemoteEvent]:
-        """Send `text` as a new remote task and yield its events until it ends.
+        """Send `text` (and `files`, `wire.OutgoingFile`s, as file parts) as a new remote task; yield its events.
 
         When the agent asks back (`input-required`, `auth-required`), `ask(state, question)` gives the
         answer, sent into the same remote task (its taskId and contextId), whose stream is then read on;
@@ -131,7 +140,7 @@ class HttpRemoteAgent:
             return
         client = wire.open_client(self._card, self._http)
         reader = wire.RemoteStreamReader(self.name)
-        request: Any = wire.text_message_request(text, message_id=f"{task_id}-in", context_id=context_id)
+        request: Any = wire.message_request(text, files or [], message_id=f"{task_id}-in", context_id=context_id)
         turns = 0
         try:
             while request is not None:

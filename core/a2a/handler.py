@@ -22,6 +22,8 @@ from core.a2a.push_methods import PushMethods
 from core.a2a.push_store import PushConfigStore
 from core.a2a.task_store import TaskSessionStore, row_snapshot
 from core.aio import ReadyBatches
+from core.chat import attachments
+from core.chat.artifacts import strip_blocks
 from core.delegation.questions import TaskNotWaitingError
 from core.delegation.service import DelegationRefusedError, DelegationService, TooManyDelegatedTasksError
 from core.delegation.tasks import TERMINAL_STATES, WAITING_STATES, WORKING, task_stream_key
@@ -133,6 +135,26 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
         async for event in self._follow(snap, context, after):
             yield event
 
+    async def _store_files(self, files: tuple[Any, ...], user_id: int) -> list[dict[str, Any]]:
+        """Store a message's file parts for the key's user (checked as uploads are); the refs its task carries."""
+        settings, refs = self.cards.settings, []
+        for file in files:
+            try:
+                name, mime = attachments.check_upload(
+                    file.name,
+                    file.mime,
+                    len(file.data),
+                    max_bytes=settings.upload_max_bytes,
+                    allowed=settings.upload_allowed_types,
+                )
+            except attachments.AttachmentError as exc:
+                raise wire.ContentTypeNotSupportedError(message=exc.message) from None
+            row = await attachments.save(
+                self.delegation.db, user_id=user_id, session_id=None, name=name, mime=mime, data=file.data
+            )
+            refs.append(attachments.ref_of(row))
+        return refs
+
     async def _start(self, agent_id: str, user_id: int, incoming: wire.IncomingMessage) -> A2ATaskSession:
         """Start the task a message asks for: a new context, or the next task in one of the caller's (§3.4).
 
@@ -161,6 +183,7 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
                     message=f"Task {running} of context {incoming.context_id!r} is still running: wait for its end "
                     "(SubscribeToTask) or cancel it before sending the next message in this context."
                 )
+        files = await self._store_files(incoming.files, user_id)
         try:
             return await self.delegation.start_external_task(
                 agent_id,
@@ -168,6 +191,7 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
                 user_id=user_id,
                 session_id=incoming.context_id,
                 message_id=incoming.message_id or None,
+                files=files,
             )
         except (
             TooManyDelegatedTasksError
@@ -249,8 +273,10 @@ class AgentRequestHandler(PushMethods, wire.RequestHandler):
                             typed = ev.from_stream(event.type, event.data)
                         except ev.EventFormatError:
                             continue  # a kind this reader does not follow
-                        if isinstance(typed, ev.TextDelta):
-                            text.append(typed.delta)
+                        if isinstance(typed, ev.TextDelta):  # a whole artifact block goes as a part at the end
+                            delta = strip_blocks(typed.delta) if "```artifact-" in typed.delta else typed.delta
+                            if delta:
+                                text.append(delta)
                             continue
                         if not isinstance(typed, ev.TaskState):
                             continue

@@ -47,6 +47,14 @@ mention, in the callee (`@coding-assistant /hang`):
   delegated agent: its task goes `input-required` until the caller answers), then says
   `You answered: ANSWER`. Where the tool is not offered, it asks in its reply.
 
+Files and data (issue 36; `core/chat/artifacts.py` says how an answer carries them):
+
+- `/file NAME`: a small file artifact named NAME: an 8×8 PNG for `*.png`, else a line of text
+  (its type from the name, text/plain when the name says none).
+- `/data`: a data artifact, `{"days": 3, "ok": true, "ratio": 0.5}`.
+- A message with files attached starts the answer with one line per file,
+  "Received file: NAME (MIME, N bytes)", then answers the message's text as above.
+
 Token usage counts words: prompt tokens over all messages, completion tokens
 as emitted.
 
@@ -59,10 +67,14 @@ lorem words and quoted text stay as they are.
 from __future__ import annotations
 
 import json
+import mimetypes
 import re
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.chat import artifacts
 from core.chat.prompts import AGENT_INVOKE_TOOL, ASK_USER_TOOL, DISPATCH_TOOL_PREFIX, INJECT_LABELS
 from core.errors import AppError
 from core.i18n import N_, _, ngettext, use_language
@@ -82,6 +94,9 @@ _TIMEOUT = re.compile(r"/timeout\s+(\d+)\s+(.*)", re.DOTALL)
 _PARALLEL = re.compile(r"/parallel\s+(\d+)\s+(.*)", re.DOTALL)
 _ASK = re.compile(r"/ask\s+(.*\S)", re.DOTALL)
 HISTORY_COMMAND = "/history"
+DATA_COMMAND = "/data"
+DEMO_DATA = {"days": 3, "ok": True, "ratio": 0.5}
+_FILE = re.compile(r"/file\s+([^\s/\\]{1,100})")
 _MENTION = re.compile(r"(?<![\w@])@([a-z0-9][a-z0-9_-]{0,63})\b")
 _TOKEN = re.compile(r"\s*\S+|\s+")
 _LOREM = (
@@ -164,7 +179,12 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
     results = _trailing_background_results(messages)
     if results:
         return DemoReply(tokenize("\n\n".join(_announce(r) for r in results)))
-    text = _content_text(last).strip()
+    received = _received_files(last)
+    text = _first_text(last).strip()
+    if received:
+        reply = _plan([*messages[:-1], {"role": "user", "content": text}], tool_names)
+        lines = "\n".join(_("Received file: {file}").format(file=f) for f in received)
+        return DemoReply([*tokenize(lines + "\n\n"), *reply.tokens], reply.tool_calls, reply.fail_after_tokens)
     system = " ".join(_content_text(m) for m in messages if m.get("role") == "system")
 
     background = text.startswith(BACKGROUND_COMMAND)
@@ -229,6 +249,15 @@ def _plan(messages: list[dict[str, Any]], tool_names: set[str]) -> DemoReply:
             return DemoReply(tokenize(question))
         call = DemoToolCall("call_ask", ASK_USER_TOOL, json.dumps({"question": question}, ensure_ascii=False))
         return DemoReply([], tool_calls=[call])
+    made = _FILE.fullmatch(text)
+    if made:
+        name = made.group(1)
+        mime = "image/png" if name.lower().endswith(".png") else (mimetypes.guess_type(name)[0] or "text/plain")
+        data = _tiny_png() if mime == "image/png" else f"Demo file {name}\n".encode()
+        block = artifacts.file_block(name, mime, data)
+        return DemoReply([*tokenize(_("Here is {name}.").format(name=name) + "\n\n"), block])
+    if text == DATA_COMMAND:
+        return DemoReply([*tokenize(_("Here is some data.") + "\n\n"), artifacts.data_block(DEMO_DATA, "demo")])
 
     if text == "/hang":
         return DemoReply(tokenize(_(HANG_LINE)), hang=True)
@@ -364,3 +393,35 @@ def _content_text(message: dict[str, Any]) -> str:
     if isinstance(content, list):  # OpenAI content parts
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
+
+
+def _tiny_png() -> bytes:
+    """An 8×8 PNG (a blue square): what `/file NAME.png` returns."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + b"\x1e\x60\xd0" * 8 for _ in range(8))
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+_ATTACHED = "Attached file: "  # core.chat.attachments names each attached file so
+
+
+def _received_files(message: dict[str, Any]) -> list[str]:
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list):
+        return []
+    return [
+        p["text"].removeprefix(_ATTACHED)
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "text" and str(p.get("text", "")).startswith(_ATTACHED)
+    ]
+
+
+def _first_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return next((p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+    return _content_text(message)

@@ -39,10 +39,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from core.chat import agents as agents_store
-from core.chat import rewind
+from core.chat import attachments, rewind
 from core.chat import sessions as sessions_store
 from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
 from core.chat.errors import (
@@ -137,6 +138,7 @@ class ChatEngine:
         self.max_message_chars = max_message_chars
         self.draft_interval_s = draft_interval_s
         self.runner = AgentRunner(hub, llm, max_steps=max_steps, turn_timeout_s=turn_timeout_s, open_secret=open_secret)
+        self.runner.prepare_messages = partial(attachments.prepare_for_agent, db)  # attached files (issue 36)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
         self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
@@ -164,7 +166,9 @@ class ChatEngine:
             )
         return text.strip()
 
-    async def start_turn(self, *, session_id: str, user_id: int, text: str) -> TurnStarted:
+    async def start_turn(
+        self, *, session_id: str, user_id: int, text: str, files: list[dict[str, Any]] | None = None
+    ) -> TurnStarted:
         """Save the user's message and start answering it in the background.
 
         Raises:
@@ -173,7 +177,8 @@ class ChatEngine:
             TurnInProgressError: the session is already answering.
             TooManyRunningTurnsError: the user has `max_running_turns_per_user` turns running.
         """
-        return await self._start_users_turn(session_id, user_id, rewind.new_message(self.validate_text(text)))
+        message = rewind.new_message(self.validate_text(text), files or [])  # files: refs (`attachments.owned_refs`)
+        return await self._start_users_turn(session_id, user_id, message)
 
     async def regenerate(self, *, session_id: str, user_id: int) -> TurnStarted:
         """Answer the user's last message again: its last answer is removed (`core.chat.rewind.answer_again`).

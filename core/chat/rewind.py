@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -51,14 +52,17 @@ class PreparedTurn:
 PrepareTurn = Callable[[AsyncSession, str, Agent, list[AgentMessage]], Awaitable[PreparedTurn]]
 
 
-def new_message(text: str) -> PrepareTurn:
+def new_message(text: str, files: list[dict[str, Any]] | None = None) -> PrepareTurn:
     """Append the user's message (already validated) and the draft (`add_messages` commits, as each of these)."""
 
     async def prepare(s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]) -> PreparedTurn:
         user_row, draft = await sessions_store.add_messages(
             s,
             session_id=session_id,
-            messages=[{"role": "user", "content": text, "source": "user"}, draft_fields(agent)],
+            messages=[
+                {"role": "user", "content": text, "source": "user", "attachments": files or None},
+                draft_fields(agent),
+            ],
         )
         return PreparedTurn([*history, user_row], user_row, draft)
 

@@ -16,6 +16,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from core.auth.deps import CurrentUser, DatabaseDep, HubDep, SettingsDep, user_id_of
 from core.chat import agents as agents_store
+from core.chat import attachments
 from core.chat import sessions as sessions_store
 from core.chat.deps import ChatDep
 from core.chat.engine import ChatEngine, ChatError, TurnStarted
@@ -54,6 +55,12 @@ class MessageCreate(RequestBody):
     """A user message; the length limit is checked against `MAX_MESSAGE_CHARS` too."""
 
     content: str = Field(min_length=1, max_length=100_000)
+    attachment_ids: list[str] = Field(
+        default_factory=list,
+        alias="attachmentIds",
+        max_length=20,
+        description="Files of this chat (from POST .../attachments) the message carries",
+    )
 
 
 class MessageOut(BaseModel):
@@ -81,6 +88,9 @@ class MessageOut(BaseModel):
         None,
         serialization_alias="injectMode",
         description="'delay' or 'auto' on a system message from a background task",
+    )
+    attachments: list[dict[str, Any]] = Field(
+        default_factory=list, description="Files the message carries: id, name, mime, size (GET /api/attachments/{id})"
     )
     created_at: datetime = Field(serialization_alias="createdAt")
 
@@ -173,7 +183,14 @@ def chat_router() -> APIRouter:
     async def post_message(session_id: str, body: MessageCreate, user: CurrentUser, chat: ChatDep) -> TurnOut:
         """Send a message; the answer streams from `streamUrl`."""
         try:  # the engine checks the chat is the user's before it checks it is busy (404 before 409)
-            turn = await chat.start_turn(session_id=session_id, user_id=user_id_of(user), text=body.content)
+            files = await attachments.owned_refs(
+                chat.db, body.attachment_ids, user_id=user_id_of(user), session_id=session_id
+            )
+            turn = await chat.start_turn(
+                session_id=session_id, user_id=user_id_of(user), text=body.content, files=files
+            )
+        except attachments.AttachmentError as exc:
+            raise ApiError(exc.status_code, exc.code, detail=exc.message) from exc
         except ChatError as exc:
             raise ApiError(exc.status_code, exc.code, detail=exc.message, headers=exc.headers or None) from exc
         return _turn_out(turn)
@@ -288,5 +305,6 @@ def message_out(m: AgentMessage) -> MessageOut:
         caller_agent_id=m.caller_agent_id,
         caller_session_id=m.caller_session_id,
         inject_mode=m.inject_mode,
+        attachments=m.attachments or [],
         created_at=m.created_at,
     )

@@ -19,11 +19,12 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from core import logcontext, metrics, tracing
+from core.chat import attachments
 from core.chat.llm import LLMError, LLMGateway, ModelResult, TextDelta, ToolCall
 from core.chat.prompts import INJECT_LABELS
 from core.chat.tools import BoundTool, CallTurnstile, ToolContext, ToolResult
@@ -59,6 +60,8 @@ class AgentRunner:
         max_steps: model calls per run (bounds the tool loop).
         turn_timeout_s: longest a run may take before it is failed.
         open_secret: reads an agent's stored (sealed) API key back (`LazySecretBox.open`).
+        prepare_messages: fills in what the messages only name (attached files, `core.chat.attachments`)
+            before the first model call.
     """
 
     def __init__(
@@ -69,7 +72,9 @@ class AgentRunner:
         max_steps: int = 8,
         turn_timeout_s: float = 600.0,
         open_secret: Callable[[str], str] | None = None,
+        prepare_messages: Callable[[Agent, list[dict[str, Any]]], Awaitable[None]] | None = None,
     ) -> None:
+        self.prepare_messages = prepare_messages
         self.hub = hub
         self.llm = llm
         self.max_steps = max_steps
@@ -123,6 +128,8 @@ class AgentRunner:
                     logcontext.bound(session_id=ctx.session_id, task_id=ctx.task_id),  # the run's log lines
                     tracing.span(f"{kind}.turn", attributes=attributes),  # the model and tool calls' parent
                 ):
+                    if self.prepare_messages is not None:
+                        await self.prepare_messages(run.agent, run.messages)
                     await self._loop(stream_key, run, tools, ctx, max_output_tokens)
         except asyncio.CancelledError:
             run.close_step(status="canceled")
@@ -387,7 +394,7 @@ def build_model_messages(agent: Agent, history: list[AgentMessage]) -> list[dict
         messages.append({"role": "system", "content": agent.system_prompt})
     for row in history:
         if row.role == "user":
-            messages.append({"role": "user", "content": row.content})
+            messages.append({"role": "user", "content": attachments.model_parts(row.content, row.attachments or [])})
         elif row.role == "assistant":
             calls = row.tool_calls or []
             if calls:

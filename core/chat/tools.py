@@ -71,6 +71,7 @@ class ToolContext:
         chain: registry ids of the agents on the current delegation chain, outermost first.
         emit: pushes an extra event into the caller's turn stream (e.g. `events.TaskStarted`).
         turnstile: orders the start of this step's parallel calls (see `CallTurnstile`).
+        files: refs of the files a caller outside the app sent with its message (an A2A client's file parts).
     """
 
     user_id: int
@@ -83,6 +84,7 @@ class ToolContext:
     chain: tuple[str, ...] = ()
     emit: Callable[[Event], Awaitable[None]] | None = None
     turnstile: CallTurnstile | None = None
+    files: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(slots=True)

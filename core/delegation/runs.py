@@ -141,16 +141,31 @@ class RemoteRun:
         return self.answer if self.answer is not None else layout(self.chunks)
 
     async def relay(
-        self, hub: ev.EventSink, key: str, remote: RemoteAgent, text: str, task_id: str, *, ask: Asker | None = None
+        self,
+        hub: ev.EventSink,
+        key: str,
+        remote: RemoteAgent,
+        text: str,
+        task_id: str,
+        files: list[Any] | None = None,
+        *,
+        ask: Asker | None = None,
     ) -> None:
         """Ask `remote` for `text` and relay its events into the task buffer `key` until it reports a terminal state.
+
+        `files` go along as file parts to an agent that takes them (`takes_files`), else they are named in the text.
 
         The run's chunks, answer, state and error are recorded here; an unreachable agent is a failure.
         `ask` answers the agent's questions back (`core.delegation.questions`).
         """
         code = None  # the error event's machine code (states.py): the panel says "connection lost" for it
         try:
-            async for event in remote.stream(text, task_id=task_id, ask=ask):
+            if files and getattr(remote, "takes_files", False):
+                events = remote.stream(text, task_id=task_id, ask=ask, files=files)  # type: ignore[call-arg]
+            else:
+                named = "".join(f"\n\nAttached file: {f.name} ({f.mime})" for f in files or [])
+                events = remote.stream(text + named, task_id=task_id, ask=ask)
+            async for event in events:
                 if event.text:
                     part = STATUS_TEXT_ID if event.status_text else ANSWER_TEXT_ID
                     self.chunks.append((part, event.text))

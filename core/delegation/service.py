@@ -49,6 +49,7 @@ from core.chat.errors import RUNNING_LIMIT_RETRY_AFTER_S
 from core.chat.run import AgentRun, build_model_messages
 from core.chat.tools import ToolContext, ToolRegistry, ToolResult
 from core.db import RUNNING_WORK_LOCK_KEY, Database
+from core.delegation.artifacts import TaskFiles
 from core.delegation.errors import (
     TOO_MANY_RUNNING_TASKS,
     DelegationRefusedError,
@@ -114,6 +115,7 @@ class DelegationService(TaskReads):
         self.registry = registry
         self.records = TaskRecords(db, hub, registry)
         self.questions = TaskQuestions(self.records)  # callees that ask back (issue 36)
+        self.files = TaskFiles(db)  # the files a delegation passes on and brings back (Services sets its links)
         self.tasks_started = 0
         # Tasks started for callers outside the app (A2A clients), by task id: see `start_external_task`.
         self._external = BackgroundTasks()
@@ -158,6 +160,7 @@ class DelegationService(TaskReads):
         except ValueError as exc:
             return ToolResult(False, error=f"Invalid agent_invoke call: {exc}.")
         depth = ctx.recursion_depth + 1
+        files = await self.files.of_caller(ctx)
         refusal = limits.refusal(slug, depth, ctx.chain)
         if refusal is not None:
             return ToolResult(False, error=refusal, metadata={"agentSlug": slug, "recursionDepth": depth})
@@ -206,6 +209,7 @@ class DelegationService(TaskReads):
                 ctx,
                 session_id=session_id,
                 message_id=message_id,
+                files=files,
             )
             # In a continued context the callee sees the earlier exchanges too.
             history = (
@@ -224,7 +228,7 @@ class DelegationService(TaskReads):
             )
         else:
             record = RemoteRun(slug, fields)
-        state, error = FAILED, None
+        state, error, returned = FAILED, None, ""
         try:
             await self.records.set_state(task.id, WORKING, SUBMITTED)
             async with asyncio.timeout(limits.timeout_s):
@@ -251,8 +255,14 @@ class DelegationService(TaskReads):
                         )
                     elif remote is not None:  # always, when the callee is not local
                         ask = self.questions.asker(task.id, task.session_id, fields)
-                        await record.relay(self.hub, key, remote, text, task.id, ask=ask)
+                        await record.relay(
+                            self.hub, key, remote, text, task.id, await self.files.outgoing(files), ask=ask
+                        )
             state, error = record.result()
+            if state == COMPLETED:  # its files and data shown in the panel before `done`, stored for the owner
+                returned = await self.files.publish_returned(
+                    self.hub, key, task.id, ctx, task.session_id, record.text()
+                )
         except TimeoutError:
             error = _("{name} did not finish within {seconds} s and was stopped.").format(
                 name=callee_name, seconds=f"{limits.timeout_s:g}"
@@ -283,7 +293,7 @@ class DelegationService(TaskReads):
             "durationMs": int((time.monotonic() - started) * 1000),
             "usage": ev.usage_payload(record.input_tokens, record.output_tokens, record.cost_usd),
         }
-        text_out = record.text()
+        text_out = returned if state == COMPLETED else record.text()
         if state == COMPLETED:
             return ToolResult(True, data=text_out, metadata=metadata)
         failure = failure_text(callee_name, error)
@@ -395,17 +405,16 @@ class DelegationService(TaskReads):
         config: dict[str, Any] | None = None,
         session_id: str | None = None,
         message_id: str | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> A2ATaskSession:
         """Start a delegation for a caller outside the app (an A2A client); returns its row, as written, once it exists.
 
-        The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer
-        `a2a_<taskId>`, the audit view), with no caller agent and no caller session, owned by
-        `user_id`. It runs in the background until it ends, `cancel_external_task` stops it, or
-        the service shuts down; `config` is an `agent-invoke` config (limits; default limits when None).
-        `session_id` continues the hidden session of an earlier task of the same caller and callee
-        (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
-        the message, kept on the task. The row is the task as it started (`submitted`): the caller
-        can answer with it without reading it back.
+        The task is an ordinary delegation (hidden session, `source='a2a'` messages, hub buffer `a2a_<taskId>`, the
+        audit view), with no caller agent and no caller session, owned by `user_id`. It runs in the background until
+        it ends, `cancel_external_task` stops it, or the service shuts down; `config` is an `agent-invoke` config
+        (limits; default limits when None). `session_id` continues the hidden session of an earlier task of the same
+        caller and callee (an A2A context: the callee sees its earlier exchanges); `message_id` is the client's id of
+        the message, kept on the task; `files` the refs of its files. The row is the task as it started (`submitted`).
 
         Raises:
             TooManyDelegatedTasksError: the user has `max_running_tasks_per_user` tasks running.
@@ -413,7 +422,7 @@ class DelegationService(TaskReads):
         """
         task_row: asyncio.Future[A2ATaskSession] = asyncio.get_running_loop().create_future()
         # No caller agent or session: the task and its messages record None for both.
-        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None)
+        ctx = ToolContext(user_id=user_id, agent_id=None, agent_slug="", session_id=None, files=tuple(files or ()))
         arguments = {"agentSlug": agent_slug, "input": text}
         run = self._external.spawn(
             self._invoke(arguments, config or {}, ctx, session_id=session_id, message_id=message_id, task_row=task_row),

@@ -146,6 +146,7 @@ class TaskRecords:
         *,
         session_id: str | None = None,
         message_id: str | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> tuple[A2ATaskSession, AgentMessage]:
         """A new task row (`submitted`), its hidden session and the callee's user message, in session `s`.
 
@@ -159,6 +160,7 @@ class TaskRecords:
             session_id: continue this hidden session (an A2A context) instead of opening a new one;
                 the caller has checked that it is one of its own with this callee.
             message_id: the A2A client's `messageId` of the input, kept on the task.
+            files: refs of the files the caller's message carries (`core.delegation.artifacts`), given to the callee.
         """
         hidden = None
         if session_id is None:
@@ -197,6 +199,7 @@ class TaskRecords:
             "a2a_task_id": task.id,
             "caller_agent_id": ctx.agent_id,
             "caller_session_id": ctx.session_id,
+            "attachments": files or None,  # the caller's files (core/delegation/artifacts.py)
         }
         # One transaction for the session, the task and the input: every task's start pays for it.
         if hidden is not None:

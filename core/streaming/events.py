@@ -49,6 +49,7 @@ __all__ = [
     "EventSink",
     "Finish",
     "Start",
+    "TaskArtifact",
     "TaskDone",
     "TaskStarted",
     "TaskState",
@@ -249,7 +250,37 @@ def usage_payload(input_tokens: int, output_tokens: int, cost_usd: float | None)
     return usage
 
 
-Event = Start | TextDelta | ToolInput | ToolOutput | TaskStarted | Error | Finish | TaskState | TaskDone
+@dataclass(frozen=True, slots=True)
+class TaskArtifact:
+    """A file or a JSON value a delegated agent returned: `a2a-artifact` (in the task's stream, before `done`).
+
+    A file is stored for the caller's owner (`attachment_id`, downloaded from `/api/attachments/{id}`), or
+    only linked (`url`, a remote agent's own link, not fetched); a data artifact carries its JSON `data`.
+    """
+
+    kind: ClassVar[str] = "a2a-artifact"
+    artifact_kind: str  # "file" | "data"
+    name: str
+    mime: str | None = None
+    size: int | None = None
+    attachment_id: str | None = None
+    url: str | None = None
+    data: Any = None
+
+    def payload(self) -> dict[str, Any]:
+        """The event's fields as the wire names them."""
+        return {
+            "artifactKind": self.artifact_kind,
+            "name": self.name,
+            "mime": self.mime,
+            "size": self.size,
+            "attachmentId": self.attachment_id,
+            "url": self.url,
+            "data": self.data,
+        }
+
+
+Event = Start | TextDelta | ToolInput | ToolOutput | TaskStarted | Error | Finish | TaskState | TaskDone | TaskArtifact
 
 
 class EventSink(Protocol):
@@ -412,6 +443,19 @@ def _task_state(d: Mapping[str, Any]) -> Event:
     )
 
 
+def _task_artifact(d: Mapping[str, Any]) -> Event:
+    size = d.get("size")
+    return TaskArtifact(
+        _str(d, "artifactKind"),
+        _str(d, "name"),
+        _opt_str(d, "mime"),
+        size if isinstance(size, int) and not isinstance(size, bool) else None,
+        _opt_str(d, "attachmentId"),
+        _opt_str(d, "url"),
+        d.get("data"),
+    )
+
+
 def _task_done(d: Mapping[str, Any]) -> Event:
     return TaskDone(_str(d, "state"), _opt_str(d, "error"), _int(d, "durationMs"), *_usage(d))
 
@@ -426,4 +470,5 @@ _PARSERS: dict[str, Callable[[Mapping[str, Any]], Event]] = {
     Finish.kind: _finish,
     TaskState.kind: _task_state,
     TaskDone.kind: _task_done,
+    TaskArtifact.kind: _task_artifact,
 }

@@ -13,6 +13,7 @@ declared length with a plain-text "Content Too Large"; the API answers every err
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,13 +41,23 @@ class BodyCapMiddleware:
         prefixes: the paths it applies to.
         exempt: paths under `prefixes` that read their own bodies capped and answer in their own protocol
             (the A2A JSON-RPC endpoints answer -32600).
+        larger: (regular expression, limit) pairs: paths that match get that limit instead (file uploads).
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int, prefixes: tuple[str, ...], exempt: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        prefixes: tuple[str, ...],
+        exempt: tuple[str, ...] = (),
+        larger: tuple[tuple[str, int], ...] = (),
+    ) -> None:
         self.app = app
         self.limit = limit
         self.prefixes = prefixes
         self.exempt = exempt
+        self.larger = tuple((re.compile(pattern), size) for pattern, size in larger)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on with a receive that counts its bytes, or refuse a declared length over the cap."""
@@ -54,11 +65,12 @@ class BodyCapMiddleware:
         if scope["type"] != "http" or not path.startswith(self.prefixes) or path.startswith(self.exempt):
             await self.app(scope, receive, send)
             return
+        limit = next((size for pattern, size in self.larger if pattern.match(path)), self.limit)
         declared = _content_length(scope)
-        if declared is not None and declared > self.limit:
-            await _refuse(send, self.limit)
+        if declared is not None and declared > limit:
+            await _refuse(send, limit)
             return
-        limit, received = self.limit, 0
+        received = 0
 
         async def capped_receive() -> Message:
             nonlocal received

@@ -15,6 +15,7 @@ tested in one place. Its modules follow the SDK's own split:
     sse           a streamed answer written in bursts (divergence 3)
     remote        remote agents (client side): cards, the client, their stream read
     push          push notifications: configs (server side), asking for them and reading them (client side)
+    parts         file and data parts: an answer's artifact blocks as parts, a remote's parts as blocks
 
 This file re-exports the public names: callers write `from core.a2a import protocol as wire`.
 
@@ -86,6 +87,7 @@ from core.a2a.protocol.jsonrpc import (
     create_dispatcher,
     invalid_request_body,
 )
+from core.a2a.protocol.parts import OutgoingFile, answer_parts, blocks_of, json_value, message_request
 from core.a2a.protocol.push import (
     NOTIFICATION_TOKEN_HEADER,
     ask_for_push,
@@ -111,7 +113,15 @@ from core.a2a.protocol.remote import (
 )
 from core.a2a.protocol.rest import RestEndpoint, check_rest_body, rest_error
 from core.a2a.protocol.sse import coalesce_sse
-from core.a2a.protocol.states import HTTP_JSON, JSONRPC, our_state, state_name
+from core.a2a.protocol.states import (
+    DEMO_OUTPUT_MODES,
+    HTTP_JSON,
+    INPUT_MODES,
+    JSONRPC,
+    TEXT_MODES,
+    our_state,
+    state_name,
+)
 from core.a2a.protocol.tasks import (
     IncomingMessage,
     ListQuery,
@@ -127,6 +137,9 @@ from core.a2a.protocol.tasks import (
 from core.a2a.protocol.text_updates import PLAIN_TEXT_UPDATES, TextUpdate
 
 __all__ = [
+    "DEMO_OUTPUT_MODES",
+    "INPUT_MODES",
+    "TEXT_MODES",
     "AGENT_CARD_WELL_KNOWN_PATH",
     "HTTP_JSON",
     "JSONRPC",
@@ -147,6 +160,7 @@ __all__ = [
     "ListQuery",
     "ListTasksRequest",
     "ListTasksResponse",
+    "OutgoingFile",
     "PushNotificationNotSupportedError",
     "RemoteStreamReader",
     "RequestHandler",
@@ -163,6 +177,8 @@ __all__ = [
     "TooManyRunningTasksError",
     "UnsupportedOperationError",
     "ask_for_push",
+    "answer_parts",
+    "blocks_of",
     "build_card",
     "cancel_request",
     "card_from_fetched",
@@ -181,8 +197,10 @@ __all__ = [
     "get_task_request",
     "invalid_request_body",
     "is_client_error",
+    "json_value",
     "list_page_token",
     "offers_push",
+    "message_request",
     "open_client",
     "our_state",
     "read_history_length",

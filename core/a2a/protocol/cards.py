@@ -55,6 +55,8 @@ class CardSpec:
         skills: its skills; at least one (the card requires them).
         extra_skills: skills listed on the extended card only (for callers with a key).
         notes: how this server treats requests (e.g. contextIds), after the description.
+        input_modes: the media types it reads (text, and JSON data parts read as their JSON text).
+        output_modes: the media types it may answer with (files and JSON data when its model writes them).
     """
 
     name: str
@@ -67,6 +69,8 @@ class CardSpec:
     skills: tuple[SkillSpec, ...]
     extra_skills: tuple[SkillSpec, ...] = ()
     notes: str = ""
+    input_modes: tuple[str, ...] = INPUT_MODES
+    output_modes: tuple[str, ...] = TEXT_MODES
 
 
 def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
@@ -102,16 +106,16 @@ def build_card(spec: CardSpec, *, extended: bool = False) -> AgentCard:
             )
         },
         security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
-        default_input_modes=list(INPUT_MODES),
-        default_output_modes=list(TEXT_MODES),
+        default_input_modes=list(spec.input_modes),
+        default_output_modes=list(spec.output_modes),
         skills=[
             AgentSkill(
                 id=s.id,
                 name=s.name,
                 description=s.description or s.name,
                 tags=list(s.tags) or ["agent"],
-                input_modes=list(INPUT_MODES),
-                output_modes=list(TEXT_MODES),
+                input_modes=list(spec.input_modes),
+                output_modes=list(spec.output_modes),
             )
             for s in skills
         ],

@@ -35,6 +35,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from core.a2a.protocol.parts import blocks_of
 from core.a2a.protocol.states import FROM_PROTO, PROTO_TERMINAL
 from core.delegation.registry import RemoteEvent
 from core.errors import AppError
@@ -151,6 +152,8 @@ def card_summary(card: AgentCard) -> dict[str, Any]:
         "url": interface.url if interface else None,
         "protocolVersion": (interface.protocol_version or "0.3") if interface else None,
         "streaming": card.capabilities.streaming,
+        "inputModes": list(card.default_input_modes),
+        "outputModes": list(card.default_output_modes),
         "skills": [
             {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in card.skills
         ],
@@ -219,7 +222,7 @@ class RemoteStreamReader:
         """The events in one stream response (usually one)."""
         kind = response.WhichOneof("payload")
         if kind == "message":
-            text = _text_of(response.message.parts)
+            text = _text_of(response.message.parts) + blocks_of(response.message.parts)
             return [RemoteEvent(text=text), RemoteEvent(state="completed", final=True, answer=text)]
         if kind == "task":
             return self._read_task(response.task)
@@ -274,7 +277,7 @@ class RemoteStreamReader:
         return [RemoteEvent(text=text, state=state, status_text=bool(text))]
 
     def _read_artifact(self, artifact: Artifact, *, append: bool) -> list[RemoteEvent]:
-        text = _text_of(artifact.parts)
+        text = _text_of(artifact.parts) + blocks_of(artifact.parts)  # files and data as artifact blocks
         if not text:
             return []
         seen = self._artifact_text.get(artifact.artifact_id)

@@ -18,6 +18,8 @@ HTTP_JSON = TransportProtocol.HTTP_JSON.value
 TEXT_MODES = ("text/plain", "text/markdown")
 JSON_MODE = "application/json"  # data parts: read as JSON (their text goes to the agent), never written
 INPUT_MODES = (*TEXT_MODES, JSON_MODE)
+# What the offline demo model answers with: text, its `/data` as a data part, its `/file` as a PNG or text file.
+DEMO_OUTPUT_MODES = (*TEXT_MODES, JSON_MODE, "image/png")
 RESULT_ARTIFACT_ID = "result"
 MAX_MESSAGE_ID_CHARS = 255  # a2a_task_sessions.input_message_id
 

@@ -42,8 +42,10 @@ from a2a.utils.task import (
 )
 from google.protobuf.json_format import MessageToDict
 
+from core.a2a.protocol.parts import answer_parts, json_value
 from core.a2a.protocol.states import FROM_PROTO, MAX_MESSAGE_ID_CHARS, RESULT_ARTIFACT_ID, TEXT_MODES, TO_PROTO
 from core.a2a.protocol.text_updates import TextUpdate, agent_message
+from core.chat.artifacts import split_blocks
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,14 +103,15 @@ def to_task(
             parts=[Part(text=snapshot.input)],
         )
     ]
-    if snapshot.output:
-        history.append(agent_message(task_id, context_id, f"{task_id}-out", snapshot.output))
+    said = split_blocks(snapshot.output)[0] if snapshot.output else ""  # files and data: in the artifact only
+    if said:
+        history.append(agent_message(task_id, context_id, f"{task_id}-out", said))
     if history_length is not None:
         history = history[len(history) - history_length :] if history_length > 0 else []
     task = Task(id=task_id, context_id=context_id, status=status, history=history)
     if artifacts and snapshot.output and snapshot.state == "completed":
         task.artifacts.append(
-            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=snapshot.output)])
+            Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=answer_parts(snapshot.output))
         )
     if snapshot.metadata:
         task.metadata.update(snapshot.metadata)
@@ -252,8 +255,17 @@ class TaskEvents:
             task_id=self.task_id,
             context_id=self.context_id,
             last_chunk=True,
-            artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=[Part(text=text)]),
+            artifact=Artifact(artifact_id=RESULT_ARTIFACT_ID, name="result", parts=answer_parts(text)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingFile:
+    """A file part sent to a served agent, with its bytes."""
+
+    name: str
+    mime: str
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +279,7 @@ class IncomingMessage:
         context_id: the context the client named, if any.
         return_immediately: answer with the task as soon as it exists instead of waiting for its end.
         history_length: how much history the answer's Task should carry (None: all).
+        files: its file parts with bytes (a file part that is a link is named in `text`, not fetched).
     """
 
     text: str
@@ -275,22 +288,7 @@ class IncomingMessage:
     context_id: str | None
     return_immediately: bool
     history_length: int | None
-
-
-def json_value(value: Any) -> Any:
-    """A data part's JSON with its whole numbers whole again.
-
-    The wire carries a data part as a protobuf `Value`, whose numbers are all doubles: `{"days": 3}` would
-    reach the agent as `{"days": 3.0}`. JSON itself has one number type, and a sender that wrote 3 meant
-    3, so a double with no fraction within 2**53 (where doubles hold every integer) is an integer again.
-    """
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: json_value(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [json_value(item) for item in value]
-    return value
+    files: tuple[IncomingFile, ...] = ()
 
 
 def read_send_request(params: SendMessageRequest, *, max_chars: int) -> IncomingMessage:
@@ -305,17 +303,24 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
     if message.role != Role.ROLE_USER:
         raise InvalidParamsError(message="The message must have role ROLE_USER (v0.3: 'user').")
     pieces: list[str] = []
+    files: list[IncomingFile] = []
     for part in message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
             pieces.append(part.text)
         elif kind == "data":
             pieces.append(json.dumps(json_value(MessageToDict(part.data)), ensure_ascii=False))
+        elif kind == "raw":
+            files.append(IncomingFile(part.filename or "file", part.media_type or "application/octet-stream", part.raw))
+        elif kind == "url":  # not fetched: named, so the agent knows of it
+            pieces.append(
+                f"Attached file: {part.filename or 'file'} ({part.media_type or 'unknown type'}) at {part.url}"
+            )
         else:
             raise ContentTypeNotSupportedError(
-                message=f"This agent reads text and JSON data parts only; the message has a {kind or 'empty'} part."
+                message="This agent reads text, JSON data and file parts; the message has an empty part."
             )
-    text = "\n".join(p for p in pieces if p.strip()).strip()
+    text = "\n".join(p for p in pieces if p.strip()).strip() or ", ".join(f.name for f in files)
     if not text:
         raise InvalidParamsError(message="The message has no text: send at least one non-empty text part.")
     if len(text) > max_chars:
@@ -338,4 +343,5 @@ def read_send_request(params: SendMessageRequest, *, max_chars: int) -> Incoming
         context_id=message.context_id or None,
         return_immediately=config.return_immediately,
         history_length=read_history_length(config),
+        files=tuple(files),
     )
