@@ -105,7 +105,11 @@ def _strip_comments(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    """Every setting of the app. See `config/server.json` for what each one does."""
+    """Every setting of the app. See `config/server.json` for what each one does.
+
+    Over 300 lines on purpose: one field per setting, each with its description, in the one place
+    pydantic-settings reads them from (environment, `.env`, `config/server.json`).
+    """
 
     model_config = SettingsConfigDict(
         env_nested_delimiter="_",

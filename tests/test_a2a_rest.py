@@ -293,7 +293,6 @@ ODD_BODIES = [
     b'{"message": null}',
     b'{"message": []}',
     b'{"message": {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}}',
-    b'{"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "https://example.com/x.png"}]}}',
     b'{"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}, "configuration": 5}',
     b'{"message": {"messageId": "m", "role": "ROLE_USER", "taskId": "nope", "parts": [{"text": "hi"}]}}',
 ]
