@@ -2,6 +2,10 @@ r"""Capacity (issue 19): N concurrent streaming turns in one process, and how sm
 
     .venv/bin/python bench/bench_capacity.py [--quick] [--sizes 10 25 50 100 200] [--streams chat a2a] [--pin]
                                              [--tokens 150] [--delay-ms 20] [--no-ratio]
+    .venv/bin/python bench/bench_capacity.py --model openai [bench_model_path.py's options]
+
+`--model openai` runs `bench_model_path.py`: the chat stream through LiteLLM to a bundled fake
+OpenAI-compatible server beside the demo model, in one run, and the ratio (issue 38).
 
 One `python app.py` (demo model at `--delay-ms` between tokens: 20 ms is 50
 tokens/s; `LOOP_PROBE=1` so the server measures its longest event-loop block).
@@ -314,6 +318,7 @@ async def measure(
         "short": short,
         "errors": errors,
         "first_p50": percentile(firsts, 0.5),
+        "first_p99": percentile(firsts, 0.99),
         "first_max": firsts[-1] if firsts else float("nan"),
         "bursts": sum(1 for g in gaps if g < BURST_S) / max(len(gaps), 1),
     }
@@ -349,6 +354,15 @@ async def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="the server on CPU 1 and this load client on CPU 0 (Linux; at least 2 CPUs)"
     )
+    parser.add_argument(
+        "--model", choices=["demo", "openai"], default="demo", help="openai: bench_model_path.py (both, the ratio)"
+    )
+    if "--model" in sys.argv and "openai" in sys.argv:  # the real model path beside the demo one: its own script
+        from bench import bench_model_path
+
+        sys.argv = [a for a in sys.argv if a not in ("--model", "openai")]
+        await bench_model_path.run(bench_model_path.parser().parse_args())
+        return
     args = parser.parse_args()
     sizes = args.sizes or ([10, 50, 100] if args.quick else [10, 25, 50, 100, 200])
     text = f"/lorem {args.tokens}"
