@@ -105,6 +105,8 @@ class StreamRecord:
     status: int = 0
     events: int = 0
     error: str | None = None
+    #: When the send was accepted (chat: the 202 of the message's POST), perf_counter().
+    accepted: float | None = None
 
 
 async def read_stream(
@@ -211,6 +213,7 @@ async def chat_run(port: int, sessions: list[str], text: str) -> list[StreamReco
 
     async def one(session_id: str, record: StreamRecord) -> None:
         status, turn = await post_json(port, f"/api/sessions/{session_id}/messages", {"content": text})
+        record.accepted = time.perf_counter()
         if status != 202:
             record.error = f"send: {status} {turn}"
             return
@@ -299,6 +302,7 @@ async def measure(
     records = await (chat_run(server.port, sessions, text) if kind == "chat" else a2a_run(server.port, n, text, key))
     wall = time.perf_counter() - t0
     firsts = sorted(r.token_times[0] - t0 for r in records if r.token_times)
+    accepts = sorted(r.accepted - t0 for r in records if r.accepted is not None)
     cpu = cpu_seconds(server.pid) - cpu0
     block_ms, any_block_ms, block_where, gc_pause, probe_lines = loop_block(server, probe_lines)
     got = sum(len(r.token_times) for r in records)
@@ -319,6 +323,8 @@ async def measure(
         "errors": errors,
         "first_p50": percentile(firsts, 0.5),
         "first_p99": percentile(firsts, 0.99),
+        "accept_p50": percentile(accepts, 0.5),
+        "accept_p99": percentile(accepts, 0.99),
         "first_max": firsts[-1] if firsts else float("nan"),
         "bursts": sum(1 for g in gaps if g < BURST_S) / max(len(gaps), 1),
     }

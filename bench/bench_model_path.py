@@ -124,7 +124,8 @@ async def one_model(model: str, args: argparse.Namespace, fake_port: int, tmp: P
             out[n] = figures
             print(
                 f"  {model} N={n}: {figures['rate']:,.0f} tokens/s, {figures['cpu_us']:.0f} µs/token, first token "
-                f"p50 {figures['first_p50']:.2f} s / p99 {figures['first_p99']:.2f} s, short {figures['short']} "
+                f"p50 {figures['first_p50']:.2f} s / p99 {figures['first_p99']:.2f} s (send accepted p50 "
+                f"{figures['accept_p50']:.2f} / p99 {figures['accept_p99']:.2f} s), short {figures['short']} "
                 f"{figures['errors'][:1]}, load {figures['load']}",
                 flush=True,
             )
@@ -163,6 +164,7 @@ async def run(args: argparse.Namespace) -> None:
                                 f"{f['rate']:,.0f}",
                                 f"{f['cpu_us']:.0f}",
                                 f"{f['first_p50']:.2f} / {f['first_p99']:.2f}",
+                                f"{f['accept_p50']:.2f} / {f['accept_p99']:.2f}",
                                 f"{f['added']:.1f}",
                                 f"{f['bursts'] * 100:.0f} %",
                                 f["short"],
@@ -180,7 +182,15 @@ async def run(args: argparse.Namespace) -> None:
         f"\nchat turns at once, each /lorem {args.tokens} at {args.delay_ms} ms per token"
         + (" (pinned)" if args.pin else "")
     )
-    headers = ["run", "N", "model", "tokens/s", "server CPU µs/token", "first token p50 / p99 s"]
+    headers = [
+        "run",
+        "N",
+        "model",
+        "tokens/s",
+        "server CPU µs/token",
+        "first token p50 / p99 s",
+        "send accepted p50 / p99 s",
+    ]
     print(table(headers + ["added gap p99 ms", "gaps < 2 ms", "short streams", "load"], rows))
     print("\nopenai / demo (goal: CPU per token ≤ 1.3 at N = 100)")
     print(table(["run", "N", "CPU per token ratio", "tokens/s ratio"], ratios))
