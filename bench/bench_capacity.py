@@ -2,6 +2,10 @@ r"""Capacity (issue 19): N concurrent streaming turns in one process, and how sm
 
     .venv/bin/python bench/bench_capacity.py [--quick] [--sizes 10 25 50 100 200] [--streams chat a2a] [--pin]
                                              [--tokens 150] [--delay-ms 20] [--no-ratio]
+    .venv/bin/python bench/bench_capacity.py --model openai [bench_model_path.py's options]
+
+`--model openai` runs `bench_model_path.py`: the chat stream through LiteLLM to a bundled fake
+OpenAI-compatible server beside the demo model, in one run, and the ratio (issue 38).
 
 One `python app.py` (demo model at `--delay-ms` between tokens: 20 ms is 50
 tokens/s; `LOOP_PROBE=1` so the server measures its longest event-loop block).
@@ -101,6 +105,8 @@ class StreamRecord:
     status: int = 0
     events: int = 0
     error: str | None = None
+    #: When the send was accepted (chat: the 202 of the message's POST), perf_counter().
+    accepted: float | None = None
 
 
 async def read_stream(
@@ -207,6 +213,7 @@ async def chat_run(port: int, sessions: list[str], text: str) -> list[StreamReco
 
     async def one(session_id: str, record: StreamRecord) -> None:
         status, turn = await post_json(port, f"/api/sessions/{session_id}/messages", {"content": text})
+        record.accepted = time.perf_counter()
         if status != 202:
             record.error = f"send: {status} {turn}"
             return
@@ -295,6 +302,7 @@ async def measure(
     records = await (chat_run(server.port, sessions, text) if kind == "chat" else a2a_run(server.port, n, text, key))
     wall = time.perf_counter() - t0
     firsts = sorted(r.token_times[0] - t0 for r in records if r.token_times)
+    accepts = sorted(r.accepted - t0 for r in records if r.accepted is not None)
     cpu = cpu_seconds(server.pid) - cpu0
     block_ms, any_block_ms, block_where, gc_pause, probe_lines = loop_block(server, probe_lines)
     got = sum(len(r.token_times) for r in records)
@@ -314,6 +322,9 @@ async def measure(
         "short": short,
         "errors": errors,
         "first_p50": percentile(firsts, 0.5),
+        "first_p99": percentile(firsts, 0.99),
+        "accept_p50": percentile(accepts, 0.5),
+        "accept_p99": percentile(accepts, 0.99),
         "first_max": firsts[-1] if firsts else float("nan"),
         "bursts": sum(1 for g in gaps if g < BURST_S) / max(len(gaps), 1),
     }
@@ -349,6 +360,15 @@ async def main() -> None:
     parser.add_argument(
         "--pin", action="store_true", help="the server on CPU 1 and this load client on CPU 0 (Linux; at least 2 CPUs)"
     )
+    parser.add_argument(
+        "--model", choices=["demo", "openai"], default="demo", help="openai: bench_model_path.py (both, the ratio)"
+    )
+    if "--model" in sys.argv and "openai" in sys.argv:  # the real model path beside the demo one: its own script
+        from bench import bench_model_path
+
+        sys.argv = [a for a in sys.argv if a not in ("--model", "openai")]
+        await bench_model_path.run(bench_model_path.parser().parse_args())
+        return
     args = parser.parse_args()
     sizes = args.sizes or ([10, 50, 100] if args.quick else [10, 25, 50, 100, 200])
     text = f"/lorem {args.tokens}"

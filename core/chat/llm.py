@@ -24,15 +24,15 @@ import os
 import re
 import threading
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from core import tracing
-from core.chat import demo_model
+from core.chat import demo_model, openai_wire
 from core.chat.demo_provider import DemoEnd, demo_stream, make_demo_handler
 from core.chat.llm_stream import (
-    COMPACT_AT,
     LLMEvent,
     ModelResult,
     StreamAssembly,
@@ -40,6 +40,7 @@ from core.chat.llm_stream import (
     ToolCall,
     Usage,
     compact_kept_chunks,
+    read_through_wrapper,
 )
 from core.chat.model_route import ModelRoute, RouteRefusedError, model_route
 from core.chat.prices import priced
@@ -268,22 +269,31 @@ class LLMGateway:
                 # gateway has no Router and no fallback, so the check is switched off. (Private to
                 # litellm==1.110.2, which is pinned; without the attribute nothing changes.)
                 response._emitted_disqualifying_content = True
-            kept = getattr(response, "chunks", None)  # what LiteLLM keeps for its end-of-stream usage count
-            if not isinstance(kept, list):
-                kept = None
-            async with response:
-                async for chunk in response:
-                    text = assembly.add(chunk)
-                    if kept is not None and len(kept) >= COMPACT_AT:
-                        compact_kept_chunks(kept)
-                    if text:
+            raw = openai_wire.raw_response(response)
+            if raw is not None:  # an OpenAI-shaped wire: its chunks read as plain JSON (core/chat/openai_wire.py)
+                wire = openai_wire.WireStream(raw, repeat_limit=litellm.REPEATED_STREAMING_CHUNK_LIMIT)
+                try:
+                    async for text in wire.texts():
                         streamed = True
                         yield TextDelta(text)
-                    elif assembly.has_final_usage:
-                        # LiteLLM's last chunk. Iterating once more would only make it rebuild the whole
-                        # response again for its success logging and cost, which nothing here reads.
-                        break
-            result = priced(litellm, assembly.result())
+                finally:
+                    await raw.aclose()
+                result = await openai_wire.wire_result(
+                    wire,
+                    model=model,
+                    count_tokens=litellm.token_counter,
+                    counted_as=str(getattr(response, "model", None) or model),
+                    messages=messages,
+                    map_finish_reason=_map_finish_reason,
+                    tool_call_json=_tool_call_json,
+                )
+            else:
+                async with aclosing(read_through_wrapper(response, assembly)) as texts:
+                    async for text in texts:
+                        streamed = True
+                        yield TextDelta(text)
+                result = assembly.result()
+            result = priced(litellm, result)
             call_span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": result.usage.input_tokens,
@@ -300,6 +310,20 @@ class LLMGateway:
         finally:
             call_span.end()  # the stream's end, its failure, or the reader's leaving (GeneratorExit)
         yield result
+
+
+def _map_finish_reason(reason: str) -> str:
+    from litellm.litellm_core_utils.core_helpers import map_finish_reason
+
+    return str(map_finish_reason(reason))
+
+
+def _tool_call_json(call: ToolCall) -> str:
+    """A tool call as LiteLLM writes it when it counts a reply's tokens itself."""
+    from litellm.types.utils import ChatCompletionMessageToolCall, Function
+
+    function = Function(name=call.name, arguments=call.arguments)
+    return str(ChatCompletionMessageToolCall(id=call.id, type="function", function=function).model_dump_json())
 
 
 async def provider_of(model: str) -> str | None:
@@ -382,7 +406,7 @@ def _as_llm_error(litellm: Any, exc: Exception, model: str, *, streamed: bool = 
     if demo_failure is not None:
         return LLMError(_("The demo model failed: {reason}").format(reason=demo_failure))
     log.warning("the call to model %s failed: %s", model, _short(exc))
-    if isinstance(exc, litellm.Timeout) or isinstance(original, TimeoutError):
+    if isinstance(exc, litellm.Timeout) or isinstance(original, TimeoutError | httpx.TimeoutException):
         return LLMTimeoutError(
             _("The model {model} sent nothing for too long; try again, or raise LLM_TIMEOUT_S.").format(model=model)
         )

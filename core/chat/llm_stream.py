@@ -9,6 +9,7 @@ It imports nothing of litellm: the chunks are read duck-typed.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "ToolCall",
     "Usage",
     "compact_kept_chunks",
+    "read_through_wrapper",
 ]
 
 
@@ -226,3 +228,21 @@ class StreamAssembly:
             finish_reason=self._finish_reason or "stop",
             model=self.model,
         )
+
+
+async def read_through_wrapper(response: Any, assembly: StreamAssembly) -> AsyncGenerator[str, None]:
+    """The text of a stream read through LiteLLM's wrapper (every provider but an OpenAI-shaped wire)."""
+    kept = getattr(response, "chunks", None)  # what LiteLLM keeps for its end-of-stream usage count
+    if not isinstance(kept, list):
+        kept = None
+    async with response:
+        async for chunk in response:
+            text = assembly.add(chunk)
+            if kept is not None and len(kept) >= COMPACT_AT:
+                compact_kept_chunks(kept)
+            if text:
+                yield text
+            elif assembly.has_final_usage:
+                # LiteLLM's last chunk. Iterating once more would only make it rebuild the whole
+                # response again for its success logging and cost, which nothing here reads.
+                break

@@ -1,0 +1,63 @@
+"""Database statements of a chat turn on the real model path (issue 38, item 3): none per token.
+
+A statement counter (SQLAlchemy's `before_cursor_execute` on the app's engine) over whole turns
+through LiteLLM to the scripted OpenAI-compatible server, on SQLite and PostgreSQL: a 200-token
+turn runs exactly the statements of a 5-token one (the text is written at the start, by the
+draft saver about once a second, and at the end; never per token), and the answer takes its
+draft's place at the end (`sessions.replace_draft`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+
+from core.services import Services
+from tests.test_chat_engine_openai import (  # noqa: F401  (the fixtures)
+    Chat,
+    _litellm_imported,
+    chat,
+    echo_tool,
+    run_turn,
+    saved_messages,
+    settings,
+)
+from tests.utils.openai_server import OpenAIServer, openai_server, text  # noqa: F401
+
+
+async def _statements_of_a_turn(services: Services, chat: Chat, server: OpenAIServer, words: int) -> list[str]:
+    server.script(text(*[f" w{i}" for i in range(words)]))
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(" ".join(statement.split())[:60])
+
+    engine = services.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        events = await run_turn(services, chat, f"say {words} words")
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert sum(1 for e in events if e.type == "text-delta") == words
+    assert events[-1].type == "finish"
+    return statements
+
+
+async def test_a_200_token_turn_runs_the_statements_of_a_5_token_one(
+    services: Services,
+    chat: Chat,  # noqa: F811
+    openai_server: OpenAIServer,  # noqa: F811
+) -> None:
+    await _statements_of_a_turn(services, chat, openai_server, 3)  # warm: the first turn's one-off reads
+    short = await _statements_of_a_turn(services, chat, openai_server, 5)
+    long = await _statements_of_a_turn(services, chat, openai_server, 200)
+
+    assert len(long) == len(short), (short, long)
+    assert sorted(long) == sorted(short)
+    # The start (the chat, its agent, history and tools; the user's message and the draft) and the end
+    # (the answer written over the draft, the chat's time): 10 on SQLite and PostgreSQL, 12-13 before.
+    assert len(long) <= 10, long
+    assert sum(1 for st in long if st.startswith("DELETE")) == 0  # the answer took the draft's place
+    messages = await saved_messages(services, chat)
+    assert messages[-1].content == "".join(f" w{i}" for i in range(200))
