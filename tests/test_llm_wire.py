@@ -125,7 +125,7 @@ def _chunk(content: str) -> str:
 async def test_an_error_event_in_an_openai_stream_is_raised_after_the_text_before_it() -> None:
     wire = _wire(_chunk("Par"), _chunk("tial"), json.dumps({"error": {"message": "Upstream overloaded"}}))
     got = []
-    with pytest.raises(openai_wire.StreamErrorEvent, match="Upstream overloaded"):
+    with pytest.raises(openai_wire.StreamEventError, match="Upstream overloaded"):
         async for piece in wire.texts():
             got.append(piece)
     assert got == ["Par", "tial"]
@@ -146,7 +146,7 @@ async def test_an_error_event_reads_as_a_sentence() -> None:
     from core.chat.llm import _as_llm_error
 
     exc = _as_llm_error(
-        litellm_module(), openai_wire.StreamErrorEvent("The engine is overloaded", {}), REAL, streamed=True
+        litellm_module(), openai_wire.StreamEventError("The engine is overloaded", {}), REAL, streamed=True
     )
     assert isinstance(exc, LLMError)
     assert exc.message.endswith("The engine is overloaded") and REAL in exc.message

@@ -12,7 +12,7 @@ For the providers whose chunks LiteLLM passes on as OpenAI sends them (`FAST_PRO
 HTTP response under LiteLLM's wrapper before anything has read its body, and `WireStream` reads
 its SSE events as plain JSON: the text as it comes, and at the end the tool calls (fragments
 keyed by `index`, as `StreamAssembly` keys them), the finish reason and the usage chunk. An
-`error` event in the stream is raised as `StreamErrorEvent`; LiteLLM's check that a model does
+`error` event in the stream is raised as `StreamEventError`; LiteLLM's check that a model does
 not repeat one chunk over and over is kept. Every other provider (Anthropic, Gemini, Bedrock,
 the demo model, ...) goes through LiteLLM's wrapper as before. This module imports neither
 litellm nor openai.
@@ -28,15 +28,18 @@ from typing import Any
 import httpx
 
 from core.chat.llm_stream import ModelResult, ToolCall, Usage
+from core.errors import AppError
 
-__all__ = ["FAST_PROVIDERS", "StreamErrorEvent", "WireStream", "raw_response", "wire_result"]
+__all__ = ["FAST_PROVIDERS", "StreamEventError", "WireStream", "raw_response", "wire_result"]
 
 #: LiteLLM providers whose stream is the openai SDK's over an OpenAI-shaped wire, read here directly.
 FAST_PROVIDERS = frozenset({"openai"})
 
 
-class StreamErrorEvent(Exception):
+class StreamEventError(AppError):
     """The server sent an `error` event in the middle of the stream (as the openai SDK would raise it)."""
+
+    code = "model_stream_error"
 
     def __init__(self, message: str, body: Any) -> None:
         super().__init__(message)
@@ -76,7 +79,7 @@ class WireStream:
         """The text pieces, in order, until `[DONE]` or the end of the body.
 
         Raises:
-            StreamErrorEvent: the server sent an error in the stream.
+            StreamEventError: the server sent an error in the stream.
             RuntimeError: the model repeated one chunk `repeat_limit` times in a row (LiteLLM's check).
             httpx.HTTPError: the connection failed, or nothing came within the read timeout.
         """
@@ -115,7 +118,7 @@ class WireStream:
         error = chunk.get("error")
         if error is not None:
             message = error.get("message") if isinstance(error, dict) else None
-            raise StreamErrorEvent(str(message or "An error occurred during streaming"), error)
+            raise StreamEventError(str(message or "An error occurred during streaming"), error)
         usage = chunk.get("usage")
         if usage:
             self.usage = usage

@@ -17,12 +17,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import HTTPException
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.errors import AppError
-from core.i18n import negotiate, use_language
+from core.i18n import _, negotiate, use_language
 
 __all__ = ["STATUS_CODES", "ApiError", "LanguageMiddleware", "error_code", "install_error_handlers"]
 
@@ -90,9 +92,34 @@ async def api_error_response(request: Request, exc: Exception) -> Response:
     return Response(body.encode(), status_code=exc.status_code, media_type="application/json", headers=headers)
 
 
+#: How long a caller is told to wait when Redis (a cluster's shared streams) is out of reach.
+REDIS_RETRY_AFTER_S = 5
+
+
+async def redis_down_response(request: Request, exc: Exception) -> Response:
+    """503 `redis_unavailable` with `Retry-After`: a cluster's Redis is out of reach (never a plain-text 500)."""
+    body = {
+        "detail": _("The server cannot reach Redis, which it needs for this request; try again in a few seconds."),
+        "code": "redis_unavailable",
+    }
+    headers = {"Retry-After": str(REDIS_RETRY_AFTER_S)}
+    return Response(json.dumps(body).encode(), status_code=503, media_type="application/json", headers=headers)
+
+
+async def unexpected_error_response(request: Request, exc: Exception) -> Response:
+    """A failure the app did not expect, for the API: a JSON 500 with `internal_error` (the traceback is logged)."""
+    body = {"detail": _("Something went wrong on the server; try again."), "code": "internal_error"}
+    return Response(json.dumps(body).encode(), status_code=500, media_type="application/json")
+
+
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer the API's HTTP errors with a `code` (NiceGUI keeps its 404 page for page addresses)."""
+    """Answer the API's errors with a `code` (NiceGUI keeps its 404 page for page addresses).
+
+    HTTP errors keep their status; Redis out of reach is 503 with `Retry-After`; anything else unexpected
+    is a JSON 500 (Starlette still logs its traceback).
+    """
     page_404 = app.exception_handlers.get(404)
+    page_500 = app.exception_handlers.get(Exception)  # NiceGUI's error page, for a page's failure
 
     async def not_found(request: Request, exc: Exception) -> Response:
         routed = request.scope.get("endpoint") is not None
@@ -112,4 +139,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(StarletteHTTPException, api_error_response)
+    app.add_exception_handler(RedisConnectionError, redis_down_response)
+    app.add_exception_handler(RedisTimeoutError, redis_down_response)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        if request.url.path.startswith(API_PREFIXES) or page_500 is None:
+            return await unexpected_error_response(request, exc)
+        answer = page_500(request, exc)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    app.add_exception_handler(Exception, unexpected)
     app.add_middleware(LanguageMiddleware)
