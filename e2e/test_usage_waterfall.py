@@ -71,5 +71,8 @@ def test_an_answers_usage_and_the_waterfall_of_its_delegation_chain(sized_page: 
     )
     for track_left, track_right, bar_left, bar_right in boxes:
         assert track_left - 1 <= bar_left <= bar_right <= track_right + 1
+    # One time line: every row's track as wide as the others, and wide enough to read.
+    widths = {round(right - left) for left, right, _, _ in boxes}
+    assert len(widths) == 1 and widths.pop() >= 150, f"the tracks are {boxes}"
     assert boxes[1][2] >= boxes[0][2] - 1
     fits_the_screen(page)
