@@ -24,9 +24,14 @@ replicas, one follower task per key (`XREAD BLOCK`) hands them to their subscrib
 of the state hashes, kept fresh by a pub/sub channel and by `refresh(key)`, which callers
 await before they start to read a stream another replica may have opened.
 
+While Redis is out of reach, the replica that writes a stream counts its ids itself: its turn goes on, its
+own readers get every event, and the events wait in `redis_outage` until Redis is back, then go to Redis in
+order (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
+
 The parts: `redis_scripts` (the keys and the Lua scripts), `redis_batches` (appends sent
 together), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name,
-its leases, cancels and changes); `RedisStreamHub` here writes and holds the mirror.
+its leases, cancels and changes), `redis_outage` (events held while Redis is out of reach);
+`RedisStreamHub` here writes and holds the mirror.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,6 +49,7 @@ from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
 from core.streaming.redis_batches import AppendBatches
 from core.streaming.redis_mirror import BufferMirror
+from core.streaming.redis_outage import OUT_OF_REACH, OutageBuffer, RedisReach
 from core.streaming.redis_readers import RedisSubscription, StreamReaders
 from core.streaming.redis_replica import DuplicateReplicaError, ReplicaLeases
 from core.streaming.redis_scripts import (
@@ -55,12 +62,22 @@ from core.streaming.redis_scripts import (
     register_scripts,
 )
 
+#: How long connecting to Redis may take before a command fails (Redis out of reach: a turn's events wait).
+CONNECT_TIMEOUT_S = 5.0
+#: A pooled connection idle this long is checked (PING) before its next command: after an outage the pools hold
+#: connections the cut closed, and without the check each would fail one command before it reconnects.
+HEALTH_CHECK_S = 1
+
 # Importers name these here: `refresh` (any hub) and `DuplicateReplicaError` came from this module first.
 __all__ = ["DuplicateReplicaError", "RedisStreamHub", "RedisSubscription", "refresh"]
 
 
 class RedisStreamHub:
     """`StreamHub`'s interface on Redis Streams (see the module docstring).
+
+    Over 300 lines on purpose: it is the one front of the parts (`redis_readers`, `redis_replica`,
+    `redis_outage`, ...) that `StreamHubBackend` and the cluster's callers see; each method only delegates
+    or does the one write it names.
 
     Args:
         redis: a client with `decode_responses=True`, for the hub's commands.
@@ -71,6 +88,7 @@ class RedisStreamHub:
         owner: this replica's `INSTANCE_ID`.
         lease_s: how long this replica's claim on an open buffer lasts without renewal.
         max_events, ttl_s, subscriber_queue: as for `StreamHub`.
+        outage_events: events this replica holds at most while Redis is out of reach (`redis_outage`).
     """
 
     @classmethod
@@ -84,10 +102,21 @@ class RedisStreamHub:
         """
         commands = Redis(
             connection_pool=BlockingConnectionPool.from_url(
-                url, decode_responses=True, max_connections=command_connections, timeout=COMMAND_WAIT_S
+                url,
+                decode_responses=True,
+                max_connections=command_connections,
+                timeout=COMMAND_WAIT_S,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                health_check_interval=HEALTH_CHECK_S,
             )
         )
-        readers = Redis.from_url(url, decode_responses=True, max_connections=MAX_FOLLOWED_STREAMS)
+        readers = Redis.from_url(
+            url,
+            decode_responses=True,
+            max_connections=MAX_FOLLOWED_STREAMS,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            health_check_interval=HEALTH_CHECK_S,
+        )
         return cls(commands, readers=readers, **options)
 
     def __init__(
@@ -101,6 +130,7 @@ class RedisStreamHub:
         max_events: int = 20_000,
         ttl_s: float = 300.0,
         subscriber_queue: int = 10_000,
+        outage_events: int = 50_000,
     ) -> None:
         self.redis = redis
         self.prefix = f"{prefix}hub:"
@@ -116,9 +146,24 @@ class RedisStreamHub:
         self.open_set = self._keys.open_set
         infos: dict[str, BufferInfo] = {}
         self._owned: set[str] = set()
+        self._next: dict[str, int] = {}  # the next id of each stream this replica opened (it counts them)
+        self._in_flight: Counter[str] = Counter()  # appends of a key on their way to Redis
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
-        self._appends = AppendBatches(redis, self._scripts["append"])
+        self._appends = AppendBatches(redis, self._scripts["append_at"])
+        self.reach = RedisReach()
+        self._outage = OutageBuffer(
+            redis,
+            self._keys,
+            self._scripts,
+            self.reach,
+            owner=owner,
+            max_events=max_events,
+            ttl_s=ttl_s,
+            limit=outage_events,
+            in_flight=lambda key: self._in_flight[key] > 0,
+            written=self._let_go,
+        )
         self._readers = StreamReaders(
             redis,
             readers if readers is not None else redis,
@@ -126,6 +171,7 @@ class RedisStreamHub:
             owned=self._owned,
             mirror=infos,
             subscriber_queue=subscriber_queue,
+            reach=self.reach,
         )
         self._mirror = BufferMirror(redis, self._keys, infos, ttl_s=ttl_s, count=self._readers.count)
         self._replica = ReplicaLeases(
@@ -137,6 +183,7 @@ class RedisStreamHub:
             lease_s=lease_s,
             owned=self._owned,
             refresh=self._mirror.refresh,
+            reach=self.reach,
         )
 
     @property
@@ -182,7 +229,8 @@ class RedisStreamHub:
     async def stop(self) -> None:
         """Stop the listeners and followers (open buffers stay in Redis: their leases run out)."""
         self._replica.stopped = True
-        tasks = [*self._tasks, *self._readers.stop()]
+        drainer = self._outage.stop()
+        tasks = [*self._tasks, *self._readers.stop(), *([drainer] if drainer is not None else [])]
         for task in tasks:
             task.cancel()
         if tasks:  # bounded: a read cut off by the cancel must not hold the stop
@@ -221,26 +269,66 @@ class RedisStreamHub:
         if first == -1:
             raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
+        self._next[key] = first
         return self._mirror.opened(key, first, meta or {})
 
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
         """Add one event (one Lua call); returns its id.
 
+        On a stream this replica opened, the id is counted here: while Redis is out of reach the event goes
+        to this replica's readers at once and waits for Redis (`redis_outage`), so the turn goes on.
+
         Raises:
             UnknownStreamError: no buffer under `key`.
-            StreamClosedError: the buffer is finished.
+            StreamClosedError: the buffer is finished (or, on a stream opened here, another replica ended it).
         """
-        # A cancel (Stop) during the call must not leave it half known: the caller has counted the event (a turn
-        # saves the text it appended), so the append completes, then the cancel goes on.
-        call = self._appends.submit(
-            [self._keys.stream(key), self._keys.hash(key)], [type, json.dumps(data or {}, default=str), self.max_events]
-        )
+        payload = json.dumps(data or {}, default=str)
+        keys = [self._keys.stream(key), self._keys.hash(key)]
+        counted = self._next.get(key)
+        if counted is None:  # a stream opened elsewhere (a reaper ending it): Redis gives the id
+            event_id = as_int(await self._scripts["append"](keys=keys, args=[type, payload, self.max_events]))
+            return self._appended(key, event_id, type, data)
+        self._next[key] = counted + 1
+        if self._outage.holds(key):  # its earlier events wait for Redis: this one waits behind them
+            self._outage.add(key, counted, type, payload)
+            return self._appended(key, counted, type, data)
+        self._in_flight[key] += 1
+        call = self._appends.submit(keys, [type, payload, self.max_events, counted, self.owner, "1"])
         try:
-            event_id = as_int(await asyncio.shield(call))
+            await asyncio.shield(call)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
+            # A cancel (Stop) during the call must not leave it half known: the caller has counted the event (a
+            # turn saves the text it appended), so the append completes, then the cancel goes on.
+            with contextlib.suppress(BaseException):
                 await call
+            with contextlib.suppress(Exception):
+                self._settle(key, counted, type, payload, data, call)
             raise
+        except Exception:
+            pass  # settled below
+        return self._settle(key, counted, type, payload, data, call)
+
+    def _settle(
+        self, key: str, event_id: int, type: str, payload: str, data: dict[str, Any] | None, call: asyncio.Future[Any]
+    ) -> int:
+        """What an owner's append came to: written, held for Redis (out of reach, or an earlier id waits), refused."""
+        self._in_flight[key] -= 1
+        if not self._in_flight[key]:
+            del self._in_flight[key]
+        if not call.done() or call.cancelled():
+            return event_id
+        exc = call.exception()
+        if exc is not None and not isinstance(exc, OUT_OF_REACH):
+            raise exc
+        if exc is not None:
+            self.reach.failed(exc)
+        result = as_int(call.result()) if exc is None else -3
+        if result == -3:
+            self._outage.add(key, event_id, type, payload)
+            result = event_id
+        return self._appended(key, result, type, data)
+
+    def _appended(self, key: str, event_id: int, type: str, data: dict[str, Any] | None) -> int:
         if event_id == -2:
             raise UnknownStreamError(key)
         if event_id == -1:
@@ -252,20 +340,51 @@ class RedisStreamHub:
         return event_id
 
     async def finish(self, key: str, *, error: str | None = None) -> None:
-        """Mark the buffer done (or errored with `error`); every replica's subscribers end after what they have."""
-        last = as_int(
-            await self._scripts["finish"](
-                keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
-                args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel],
+        """Mark the buffer done (or errored with `error`); every replica's subscribers end after what they have.
+
+        On a stream opened here whose events wait for Redis (or when Redis fails the end), the end waits behind
+        them: this replica's readers end now, the others when Redis has it (`redis_outage`).
+        """
+        counted = self._next.get(key)
+        if counted is not None and self._outage.holds(key):
+            self._finish_later(key, error, counted)
+            return
+        try:
+            last = as_int(
+                await self._scripts["finish"](
+                    keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
+                    args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel, counted or 0],
+                )
             )
-        )
+        except OUT_OF_REACH as exc:
+            if counted is None:
+                raise
+            self.reach.failed(exc)
+            self._finish_later(key, error, counted)
+            return
         owned = key in self._owned
         self._owned.discard(key)
+        self._next.pop(key, None)
         if last == -2:
             raise UnknownStreamError(key)
         self._mirror.finished(key, error)
         if owned and last >= 0:
             self._readers.deliver(key, ("end", last, StreamEvent(last, END_TYPE, {"error": error})))
+
+    def _finish_later(self, key: str, error: str | None, next_id: int) -> None:
+        """End `key` for this replica's readers now; in Redis once what waits is written (its lease is kept)."""
+        self._outage.finish(key, error, next_id)
+        self._mirror.finished(key, error)
+        self._readers.deliver(key, ("end", next_id - 1, StreamEvent(next_id - 1, END_TYPE, {"error": error})))
+
+    def _let_go(self, key: str) -> None:
+        """The end of `key` held during an outage is in Redis (or another replica ended it): no more leases."""
+        self._owned.discard(key)
+        self._next.pop(key, None)
+
+    def held_events(self) -> int:
+        """Events this replica holds for Redis (it is out of reach, or was a moment ago)."""
+        return self._outage.size
 
     async def update_meta(self, key: str, **meta: Any) -> None:
         """Merge `meta` into the buffer's metadata."""
@@ -329,8 +448,18 @@ class RedisStreamHub:
         return await self._replica.wait_closed(key, timeout=timeout)
 
     async def expired(self) -> list[str]:
-        """Open buffers whose owner's lease has run out (the owner stopped or lost Redis)."""
-        return await self._replica.expired()
+        """Open buffers whose owner's lease has run out (the owner stopped or lost Redis).
+
+        None until this replica has reached Redis without a failure for a whole lease: after an outage every
+        owner gets a lease's time to renew (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
+        """
+        if not self.reach.quiet_for(self.lease_s):
+            return []
+        try:
+            return await self._replica.expired()
+        except OUT_OF_REACH as exc:
+            self.reach.failed(exc)
+            raise
 
     async def take_over(self, key: str) -> bool:
         """Become the owner of an open buffer whose lease expired (to end it); False when it was not expired."""

@@ -17,6 +17,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from core.streaming.hub import BufferInfo, BufferState, StreamEvent, SubscriberOverflowError
+from core.streaming.redis_outage import OUT_OF_REACH, RETRY_S, RedisReach
 from core.streaming.redis_scripts import FOLLOW_BLOCK_MS, REPLAY_BATCH, HubKeys, decode_event, entry_id
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ _END = object()
 
 #: A stream entry (id, fields) as a client with `decode_responses=True` returns it (the stubs say bytes | str).
 Entry = tuple[str, dict[str, str]]
+
+#: How long a replay or a fill waits for Redis to come back before its reader fails.
+OUTAGE_READ_WAIT_S = 30.0
 
 #: What a follower or an append hands a subscriber: ("event" | "end", event number, event).
 LiveItem = tuple[str, int, StreamEvent]
@@ -145,6 +149,7 @@ class StreamReaders:
         owned: the keys this replica writes (shared with the hub): their appends deliver to their subscribers.
         mirror: this replica's view of each buffer's state (shared with the hub); a follower moves `last_id`.
         subscriber_queue: live items one subscriber may lag behind before it is cut off.
+        reach: this replica's record of Redis's failures (a follower waits out an outage and goes on).
     """
 
     def __init__(
@@ -156,6 +161,7 @@ class StreamReaders:
         owned: set[str],
         mirror: dict[str, BufferInfo],
         subscriber_queue: int,
+        reach: RedisReach | None = None,
     ) -> None:
         self.redis = redis
         self.client = client
@@ -166,6 +172,7 @@ class StreamReaders:
         self.followers: dict[str, asyncio.Task[None]] = {}
         self._owned = owned
         self._mirror = mirror
+        self.reach = reach if reach is not None else RedisReach()
 
     def count(self, key: str) -> int:
         """How many subscribers of `key` this replica has."""
@@ -177,12 +184,26 @@ class StreamReaders:
         return min(sub.position for sub in subs) if subs else None
 
     async def range(self, key: str, start: int, up_to: int | None) -> list[tuple[int, int, StreamEvent]]:
-        """Entries from event `start` on (before event `up_to` when given): (number, seq, event); seq > 0: an end."""
+        """Entries from event `start` on (before event `up_to` when given): (number, seq, event); seq > 0: an end.
+
+        While Redis is out of reach it tries again for up to `OUTAGE_READ_WAIT_S` (a reader waits out a short
+        outage), then raises.
+        """
         out: list[tuple[int, int, StreamEvent]] = []
         low = f"{start - 1}-1"  # event `start` and an end entry right after event `start - 1`
         high = f"({up_to}-0" if up_to is not None else "+"
+        give_up = asyncio.get_running_loop().time() + OUTAGE_READ_WAIT_S
         while True:
-            entries = cast("list[Entry]", await self.redis.xrange(self.keys.stream(key), low, high, count=REPLAY_BATCH))
+            try:
+                entries = cast(
+                    "list[Entry]", await self.redis.xrange(self.keys.stream(key), low, high, count=REPLAY_BATCH)
+                )
+            except OUT_OF_REACH as exc:
+                self.reach.failed(exc)
+                if asyncio.get_running_loop().time() > give_up:
+                    raise
+                await asyncio.sleep(RETRY_S)
+                continue
             for raw_id, fields in entries:
                 number, seq = entry_id(raw_id)
                 out.append((number, seq, decode_event(number, fields)))
@@ -233,20 +254,27 @@ class StreamReaders:
         """This replica's one reader of a stream: hands each new entry to the local subscribers of `key`.
 
         From the newest entry on (its subscribers replay what came before), or from the entries
-        after event `after` (the end entry after it included).
+        after event `after` (the end entry after it included). While Redis is out of reach it tries again
+        every `RETRY_S` from where it was: its subscribers wait, and get what the owner held meanwhile.
         """
         stream = self.keys.stream(key)
+        cursor = None if after is None else f"{after}-0"
         try:
-            if after is None:
-                top = cast("list[Entry]", await self.client.xrevrange(stream, "+", "-", count=1))
-                cursor = top[0][0] if top else "0-0"
-            else:
-                cursor = f"{after}-0"
             while self.subscribers.get(key) and not self.stopped:
-                reply = cast(
-                    "list[tuple[str, list[Entry]]] | None",
-                    await self.client.xread({stream: cursor}, block=FOLLOW_BLOCK_MS, count=REPLAY_BATCH),
-                )
+                try:
+                    if cursor is None:
+                        top = cast("list[Entry]", await self.client.xrevrange(stream, "+", "-", count=1))
+                        cursor = top[0][0] if top else "0-0"
+                    reply = cast(
+                        "list[tuple[str, list[Entry]]] | None",
+                        await self.client.xread({stream: cursor}, block=FOLLOW_BLOCK_MS, count=REPLAY_BATCH),
+                    )
+                except OUT_OF_REACH as exc:
+                    if self.stopped:
+                        return
+                    self.reach.failed(exc)
+                    await asyncio.sleep(RETRY_S)
+                    continue
                 for _name, entries in reply or ():
                     for raw_id, fields in entries:
                         cursor = raw_id

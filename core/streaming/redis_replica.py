@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from core.errors import AppError
 from core.streaming.hub import BufferInfo
+from core.streaming.redis_outage import OUT_OF_REACH, RETRY_S, RedisReach
 from core.streaming.redis_readers import StreamReaders
 from core.streaming.redis_scripts import HubKeys, now_ms
 
@@ -91,6 +92,7 @@ class ReplicaLeases:
         lease_s: how long a claim (on the name, on an open buffer) lasts without renewal.
         owned: the keys this replica writes (shared with the hub).
         refresh: reads a buffer's state from Redis into the hub's mirror.
+        reach: this replica's record of Redis's failures (a failed renewal is tried again every `RETRY_S`).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class ReplicaLeases:
         lease_s: float,
         owned: set[str],
         refresh: Callable[[str], Awaitable[BufferInfo | None]],
+        reach: RedisReach | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -116,6 +119,7 @@ class ReplicaLeases:
         self._readers = readers
         self._owned = owned
         self._refresh = refresh
+        self.reach = reach if reach is not None else RedisReach()
         self._replica_key = keys.replica(owner)
         self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
 
@@ -176,13 +180,24 @@ class ReplicaLeases:
     # -- leases ------------------------------------------------------------------------
 
     async def renew_forever(self) -> None:
-        """Renew the name and the leases, every third of a lease, until the hub stops."""
+        """Renew the name and the leases, every third of a lease, until the hub stops.
+
+        A renewal that fails because Redis is out of reach is tried again every `RETRY_S`, so the leases (and the
+        name) are taken back as soon as Redis answers: a lease that ran out meanwhile is still this replica's while
+        no reaper took it, and reapers wait a lease after an outage (docs/ARCHITECTURE.md, "Cluster").
+        """
         interval = max(0.2, self.lease_s / 3)
+        delay = interval
         # `stopped`, not only the cancel: redis-py may turn a cancelled read into its TimeoutError.
         while not self.stopped:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(delay)
             try:
                 await self.renew()
+                self.reach.reached()
+                delay = interval
+            except OUT_OF_REACH as exc:
+                self.reach.failed(exc)
+                delay = min(interval, RETRY_S)
             except RedisError as exc:
                 log.warning("could not renew the leases of %d running streams: %s", len(self._owned), exc)
 
@@ -295,7 +310,10 @@ class ReplicaLeases:
             except Exception as exc:
                 if self.stopped:
                     return
-                log.warning("the hub's change channel was interrupted (%s); reconnecting", exc)
+                if isinstance(exc, OUT_OF_REACH):
+                    self.reach.failed(exc)  # logged once per outage
+                else:
+                    log.warning("the hub's change channel was interrupted (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
             finally:
                 with contextlib.suppress(Exception):

@@ -55,12 +55,32 @@ redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd
 return id
 """
 
-# KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel. The last event's id (-1: not open).
+# KEYS: stream, hash; ARGV: type, data JSON, max events, id, owner, strict ('1': refuse to skip ids).
+# The owner's append at the id it counted (docs/ARCHITECTURE.md, "Cluster", outages): the id, -1 (not open, or
+# not this owner's any more), -2 (no buffer), -3 (strict, and an earlier id is not written yet). An id below
+# `next` is written already (a retry after a lost answer) and returns as written.
+_APPEND_AT = """
+local state = redis.call('HGET', KEYS[2], 'state')
+if not state then return -2 end
+if state ~= 'open' or redis.call('HGET', KEYS[2], 'owner') ~= ARGV[5] then return -1 end
+local id = tonumber(ARGV[4])
+local nxt = tonumber(redis.call('HGET', KEYS[2], 'next'))
+if id < nxt then return id end
+if id > nxt and ARGV[6] == '1' then return -3 end
+redis.call('HSET', KEYS[2], 'next', id + 1)
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
+return id
+"""
+
+# KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel, the owner's next id (0: none; ids it
+# counted but never wrote, past an outage's bound, are skipped). The last event's id (-1: not open).
 _FINISH = """
 local state = redis.call('HGET', KEYS[2], 'state')
 if not state then return -2 end
 if state ~= 'open' then return -1 end
-local last = tonumber(redis.call('HGET', KEYS[2], 'next')) - 1
+local nxt = math.max(tonumber(redis.call('HGET', KEYS[2], 'next')), tonumber(ARGV[5] or '0'))
+redis.call('HSET', KEYS[2], 'next', nxt)
+local last = nxt - 1
 local gen = redis.call('HGET', KEYS[2], 'gen')
 redis.call('XADD', KEYS[1], last .. '-' .. gen, 't', '__end__', 'd', ARGV[2])
 redis.call('HSET', KEYS[2], 'state', ARGV[2] ~= '' and 'error' or 'done', 'error', ARGV[2], 'lease', '0')
@@ -164,6 +184,7 @@ def register_scripts(redis: Redis) -> dict[str, AsyncScript]:
         for name, body in {
             "create": _CREATE,
             "append": _APPEND,
+            "append_at": _APPEND_AT,
             "finish": _FINISH,
             "meta": _UPDATE_META,
             "renew": _RENEW,
