@@ -118,6 +118,7 @@ class Services:
                 prefix=settings.redis.key_prefix,
                 owner=settings.instance_id,
                 lease_s=settings.cluster_lease_s,
+                outage_events=settings.cluster_outage_buffer_events,
                 max_events=settings.stream_buffer_max_events,
                 ttl_s=settings.stream_buffer_ttl_s,
                 subscriber_queue=settings.stream_subscriber_queue,

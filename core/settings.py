@@ -254,6 +254,13 @@ class Settings(BaseSettings):
         description="How long a replica's claim on a running "
         "turn or task lasts without renewal; another replica ends it after that (cluster)",
     )
+    cluster_outage_buffer_events: int = Field(
+        50_000,
+        ge=0,
+        description="Events of running turns and tasks a replica holds while Redis is out of reach, written "
+        "to Redis when it is back; past it Redis skips them (the replica's own readers and the saved answers "
+        "keep them) (cluster)",
+    )
     # Outbound fetches (agent cards, remote agents' endpoints, agents' model endpoints; core/web/outbound_policy.py):
     # non-public addresses are refused unless their host name, address or network is listed here; metadata never.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(

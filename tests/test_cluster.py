@@ -8,6 +8,7 @@ quickly. One pair serves the whole module (start-up costs seconds); the kill -9 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from core.db import alembic_config
 from tests.conftest import unavailable
 from tests.utils.app_process import ROOT, app_process, child_env
 from tests.utils.cluster import ADMIN, ClusterBackends, Replica, add_account, cluster_backends, start_replicas, wait_for
+from tests.utils.tcp_proxy import ThreadedTcpProxy, threaded_proxy
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres]
 
@@ -367,6 +369,93 @@ def test_a_replica_with_the_instance_id_of_a_running_one_refuses_to_start(
     with app_process(tmp_path / "data", **backends.env(INSTANCE_ID=taken, REPLICA_URL="http://127.0.0.1:1")) as app:
         assert app.process.wait(timeout=60) != 0
     assert f"another replica runs with INSTANCE_ID='{taken}'" in app.output, app.output
+
+
+# -- Redis out of reach (issue 41) -------------------------------------------------------------------------
+
+CUT_S = 10.0
+OUTAGE_COMMAND = "/slow 300 50"  # about 15 s of tokens: the turns run before, through and after the cut
+
+
+@pytest.fixture
+def cut_replicas(
+    backends: ClusterBackends, replicas: list[Replica], tmp_path: Path
+) -> Iterator[tuple[list[Replica], ThreadedTcpProxy]]:
+    """Two more replicas (the default lease) that reach Redis through a proxy the test cuts.
+
+    Their keys are under a prefix of their own, so the module's pair (not cut) never sees their streams;
+    the database (and its account, made for `replicas`) is the same.
+    """
+    with threaded_proxy(backends.redis_url) as proxy:
+        proxied = dataclasses.replace(backends, redis_url=proxy.url, key_prefix=f"{backends.key_prefix}outage:")
+        with start_replicas(proxied, tmp_path, name="outage", DEMO_MODEL_DELAY_MS="5") as started:
+            for replica in started:
+                warm_up(replica)
+            yield started, proxy
+
+
+async def test_a_10_s_redis_cut_during_4_turns_on_two_replicas_costs_no_turn(
+    cut_replicas: tuple[list[Replica], ThreadedTcpProxy],
+) -> None:
+    """Issue 41: every turn completes with its whole text saved, its SSE readers on both replicas get every token
+    and the end after the cut, and sends during the cut get 503 with a code (docs/ARCHITECTURE.md, "Cluster").
+    """
+    (a, b), proxy = cut_replicas
+    async with a.client(timeout=120) as on_a, b.client(timeout=120) as on_b:
+        owners = [on_a, on_b, on_a, on_b]
+        sessions = [await new_chat(client) for client in owners]
+        spares = [await new_chat(client) for client in (on_a, on_b)]
+        afters = []
+        for client, session_id in zip(owners, sessions, strict=True):
+            started = await send(client, session_id, OUTAGE_COMMAND)
+            assert started.status_code == 202, started.text
+            afters.append(started.json()["afterEventId"])
+        readers = [
+            asyncio.create_task(read_sse(client, f"/api/sessions/{session_id}/stream", last_event_id=after))
+            for session_id, after in zip(sessions, afters, strict=True)
+            for client in (on_a, on_b)
+        ]
+        await asyncio.sleep(2.0)  # tokens flow on both replicas
+
+        await asyncio.to_thread(proxy.cut)
+        cut_at = time.monotonic()
+        try:
+            for client, spare in zip((on_a, on_b), spares, strict=True):
+                refused = await send(client, spare, "hello during the cut")
+                assert refused.status_code == 503, refused.text
+                assert refused.json()["code"] == "redis_unavailable" and refused.headers["retry-after"], refused.text
+                health = await client.get("/a2a/health")
+                assert health.status_code == 503, health.text
+                dependencies = health.json()["dependencies"]
+                assert dependencies["redis"]["ok"] is False and dependencies["database"]["ok"] is True, dependencies
+            assert not any(reader.done() for reader in readers)  # nobody was told the turn failed
+            await asyncio.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
+        finally:
+            await asyncio.to_thread(proxy.restore)
+
+        results = await asyncio.wait_for(asyncio.gather(*readers), timeout=180)
+        expected = words(OUTAGE_COMMAND)
+        for n, events in enumerate(results):
+            after = afters[n // 2]
+            ids = [i for i, _ in events]
+            assert ids == list(range(after + 1, after + 1 + len(ids))), (n, ids)
+            assert events[0][1]["type"] == "start" and events[-1][1]["type"] == "finish", (n, events[-3:])
+            assert not any(d.get("type") == "error" for _, d in events), (n, events)
+            assert text_of(events) == expected, n
+
+        for client, session_id in zip(owners, sessions, strict=True):
+            saved = await messages(client, session_id)
+            assert [m["role"] for m in saved] == ["user", "assistant"], saved
+            assert saved[-1]["content"] == expected and saved[-1]["status"] == "complete", saved[-1]
+
+        async def healthy(client: httpx.AsyncClient) -> bool:
+            return (await client.get("/a2a/health")).status_code == 200
+
+        for client, spare in zip((on_a, on_b), spares, strict=True):
+            await wait_for(lambda client=client: healthy(client), timeout_s=30, what="health ok after the cut")
+            again = await send(client, spare, "/slow 3 10")
+            assert again.status_code == 202, again.text
+            await read_sse(client, f"/api/sessions/{spare}/stream", last_event_id=again.json()["afterEventId"])
 
 
 # -- a replica that dies ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from core.chat.engine import ChatError, SessionChange
 from core.i18n import N_, _
 from core.streaming.backend import HubSubscription
 from core.streaming.hub import SubscriberOverflowError, UnknownStreamError
+from core.web.errors import REDIS_UNREACHABLE, redis_down_text
 from ui.agent_invoke_panel import AgentInvokePanel
 from ui.agent_picker import AgentPicker
 from ui.auth import current_user_id
@@ -227,6 +228,9 @@ class ChatPage:
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
             return
+        except REDIS_UNREACHABLE:  # a cluster's Redis is out of reach: nothing was saved, the text stays to resend
+            ui.notify(redis_down_text(), color="negative")
+            return
         self.input.value = ""
         self.files.clear()
         if is_new:  # the new chat joins the list now; an existing one moves up when its answer ends
@@ -240,6 +244,8 @@ class ChatPage:
             await self.services.chat.regenerate(session_id=self.session_id, user_id=self.user_id)
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
+        except REDIS_UNREACHABLE:
+            ui.notify(redis_down_text(), color="negative")
 
     async def resend(self, message_id: int, text: str) -> bool:
         """Give the user's last message a new text and answer it anew; False (and why) when refused."""
@@ -251,6 +257,9 @@ class ChatPage:
             )
         except ChatError as exc:
             ui.notify(exc.message, color="negative")
+            return False
+        except REDIS_UNREACHABLE:
+            ui.notify(redis_down_text(), color="negative")
             return False
         return True
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any, Protocol
+
+from sqlalchemy import text
 
 from core.broker.cluster import DirectoryEntry
 from core.broker.connection import AgentConnection, ConnectionStats
@@ -13,6 +16,9 @@ from core.broker.relay import TaskRelay
 from core.broker.reload import ConfigReloader
 from core.broker.replicas import BrokerCluster
 from core.broker.sockets import AgentSockets
+from core.db import Database
+from core.streaming.backend import StreamHubBackend
+from core.streaming.redis_hub import RedisStreamHub
 
 
 class Reported(Protocol):
@@ -51,6 +57,41 @@ def health(self: Reported) -> dict[str, Any]:
             "lastError": self.reloader.last_error,
         },
     }
+
+
+#: How long `/a2a/health` waits for each dependency to answer.
+DEPENDENCY_TIMEOUT_S = 2.0
+
+
+async def dependencies(self: Reported, db: Database, hub: StreamHubBackend) -> dict[str, dict[str, Any]]:
+    """`GET /a2a/health`'s `dependencies`: the database and Redis, each `ok`, `required`, and why not.
+
+    The database is always required; Redis is required in a cluster (its streams and leases live there: a round
+    trip to it is made), and optional otherwise (the return path's state; injects wait in the outbox).
+    docs/ARCHITECTURE.md, "Cluster", "Redis out of reach".
+    """
+    database: dict[str, Any] = {"required": True}
+    try:
+        async with asyncio.timeout(DEPENDENCY_TIMEOUT_S), db.read() as s:
+            await s.exec(text("SELECT 1"))  # type: ignore[call-overload]
+        database["ok"] = True
+    except Exception as exc:  # any driver error, or no answer in time
+        database.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
+    redis: dict[str, Any]
+    if isinstance(hub, RedisStreamHub):
+        redis = {"required": True, "configured": True, "heldEvents": hub.held_events()}
+        try:
+            async with asyncio.timeout(DEPENDENCY_TIMEOUT_S):
+                await hub.redis.ping()
+            redis["ok"] = True
+        except Exception as exc:  # refused, cut, or no answer in time
+            redis.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:200])
+    else:
+        state = self.injects.state
+        redis = {"required": False, "configured": state != "disabled", "ok": state != "down"}
+        if state == "down":
+            redis["error"] = self.injects.last_error
+    return {"database": database, "redis": redis}
 
 
 def stats(self: Reported) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from core import tracing
 from core.a2a import api_keys
 from core.a2a.deps import ApiKeysDep
 from core.auth.deps import SettingsDep, get_services, get_settings
+from core.broker import report
 from core.broker.auth import BrokerRefusedError
 from core.broker.replicas import MAX_INTERNAL_BODY_BYTES
 from core.broker.service import DISPATCH_TOKEN_OWNER, OPEN_OWNER, Broker, user_owner
@@ -264,10 +265,18 @@ def broker_router() -> APIRouter:
         body: InternalCancel = await internal_body(request, InternalCancel)
         return {"canceled": await get_broker(request).cancel_chat(body.chatId, owner=body.owner, local_only=True)}
 
-    @router.get("/a2a/health")
-    async def health(connection: HTTPConnection) -> dict[str, Any]:
-        """Liveness and the return path's state."""
-        return get_broker(connection).health()
+    @router.get("/a2a/health", response_model=None)
+    async def health(connection: HTTPConnection) -> JSONResponse:
+        """Liveness, the return path's state and each dependency's; 503 while a required one is down."""
+        services = get_services(connection)
+        broker = get_broker(connection)
+        body = broker.health()
+        body["dependencies"] = needs = await report.dependencies(broker, services.db, services.hub)
+        down = [name for name, need in needs.items() if need["required"] and not need["ok"]]
+        if down:
+            body["status"] = "unavailable"
+            body["down"] = down
+        return JSONResponse(body, status_code=503 if down else 200)
 
     @router.get("/a2a/stats")
     async def stats(connection: HTTPConnection) -> dict[str, Any]:

@@ -44,6 +44,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
@@ -108,6 +110,10 @@ class RedisStreamHub:
                 timeout=COMMAND_WAIT_S,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 health_check_interval=HEALTH_CHECK_S,
+                # Once more on a fresh connection (a pool's own connections otherwise try once): the health check
+                # reconnects a connection a cut closed. `append_at` is safe to repeat; a `create` repeated after
+                # a lost answer is refused as busy, as a second send would be.
+                retry=Retry(NoBackoff(), 1),
             )
         )
         readers = Redis.from_url(

@@ -26,7 +26,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from core.errors import AppError
 from core.i18n import _, negotiate, use_language
 
-__all__ = ["STATUS_CODES", "ApiError", "LanguageMiddleware", "error_code", "install_error_handlers"]
+__all__ = [
+    "REDIS_UNREACHABLE",
+    "STATUS_CODES",
+    "ApiError",
+    "LanguageMiddleware",
+    "error_code",
+    "install_error_handlers",
+    "redis_down_text",
+]
 
 # The code of an error that names none of its own, by HTTP status.
 STATUS_CODES: dict[int, str] = {
@@ -94,14 +102,18 @@ async def api_error_response(request: Request, exc: Exception) -> Response:
 
 #: How long a caller is told to wait when Redis (a cluster's shared streams) is out of reach.
 REDIS_RETRY_AFTER_S = 5
+#: What redis-py raises when Redis is out of reach (a page catches them as the API's handlers do).
+REDIS_UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+
+
+def redis_down_text() -> str:
+    """The sentence (translated) that says Redis is out of reach: the API's 503 and the pages' notices."""
+    return _("The server cannot reach Redis, which it needs for this request; try again in a few seconds.")
 
 
 async def redis_down_response(request: Request, exc: Exception) -> Response:
     """503 `redis_unavailable` with `Retry-After`: a cluster's Redis is out of reach (never a plain-text 500)."""
-    body = {
-        "detail": _("The server cannot reach Redis, which it needs for this request; try again in a few seconds."),
-        "code": "redis_unavailable",
-    }
+    body = {"detail": redis_down_text(), "code": "redis_unavailable"}
     headers = {"Retry-After": str(REDIS_RETRY_AFTER_S)}
     return Response(json.dumps(body).encode(), status_code=503, media_type="application/json", headers=headers)
 

@@ -133,19 +133,20 @@ class Replica:
 
     def client(self, **kwargs) -> httpx.AsyncClient:
         """An HTTP client of this replica, logged in as the admin (HTTP Basic)."""
-        return httpx.AsyncClient(base_url=self.url, auth=ADMIN, timeout=30, **kwargs)
+        kwargs.setdefault("timeout", 30)
+        return httpx.AsyncClient(base_url=self.url, auth=ADMIN, **kwargs)
 
 
 @contextmanager
 def start_replicas(
-    backends: ClusterBackends, base_dir: Path, count: int = 2, *, wait: bool = True, **env: str
+    backends: ClusterBackends, base_dir: Path, count: int = 2, *, wait: bool = True, name: str = "replica", **env: str
 ) -> Iterator[list[Replica]]:
-    """Start `count` replicas at the same time; each is killed at the end if still running."""
+    """Start `count` replicas at the same time (`<name>-1`, ...); each is killed at the end if still running."""
     with ExitStack() as stack:
         replicas = []
         for n in range(count):
             port = free_port()
-            instance = f"replica-{n + 1}"
+            instance = f"{name}-{n + 1}"
             url = f"http://127.0.0.1:{port}"
             app = stack.enter_context(
                 app_process(
