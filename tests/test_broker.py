@@ -5,6 +5,7 @@ a real Redis subscriber checks the injects (texts, modes, throttling, idle timeo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -611,11 +612,35 @@ async def test_unknown_or_foreign_targets_get_no_agent(tmp_path: Path) -> None:
 
 async def test_health_reports_redis_and_counts(tmp_path: Path) -> None:
     async with running(tmp_path) as (host, services, broker, http):
-        health = (await http.get("/a2a/health")).json()
+        answer = await http.get("/a2a/health")
+        health = answer.json()
+        assert answer.status_code == 200
         assert health["status"] == "ok" and health["redis"] == "disabled" and health["outbox"] == 0
+        assert health["dependencies"] == {
+            "database": {"required": True, "ok": True},
+            "redis": {"required": False, "configured": False, "ok": True},
+        }
     async with running(tmp_path, redis={"url": "redis://127.0.0.1:1/0"}) as (host, services, broker, http):
-        health = (await http.get("/a2a/health")).json()
+        answer = await http.get("/a2a/health")
+        health = answer.json()
         assert health["status"] == "degraded" and health["redis"] == "down" and health["redisError"]
+        # Outside a cluster Redis is optional (injects wait in the outbox): degraded, still 200.
+        assert answer.status_code == 200 and health["dependencies"]["redis"]["ok"] is False
+        assert health["dependencies"]["redis"]["required"] is False and health["dependencies"]["redis"]["error"]
+
+        @contextlib.asynccontextmanager
+        async def unreachable():  # the database gone: the one required dependency is down
+            raise OSError("the database is out of reach")
+            yield
+
+        reading, services.db.read = services.db.read, unreachable
+        try:
+            answer = await http.get("/a2a/health")
+        finally:
+            services.db.read = reading
+        health = answer.json()
+        assert answer.status_code == 503 and health["status"] == "unavailable" and health["down"] == ["database"]
+        assert health["dependencies"]["database"]["ok"] is False and health["dependencies"]["database"]["error"]
 
 
 # -- the app's own chat reaches a WebSocket agent through the one registry -----------------------------------
