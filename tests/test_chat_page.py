@@ -22,6 +22,7 @@ from nicegui import ElementFilter, app, ui
 from nicegui import core as nicegui_core
 from nicegui.testing import User
 from nicegui.testing.user_interaction import UserInteraction
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.auth import accounts
 from core.db import Database
@@ -590,6 +591,24 @@ async def test_a_send_over_the_users_running_turns_limit_says_why_and_keeps_the_
         assert element(user, "msg-input").value == "one more question"  # kept for later
     finally:
         await services().chat.cancel(running)
+
+
+@pytest.mark.parametrize("app_env", [MULTI_USER], indirect=True)
+async def test_a_send_while_redis_is_out_of_reach_says_so_and_keeps_the_text(
+    user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41: a cluster's send fails before it saves anything when Redis is out of reach; the page says so."""
+    await log_in(user, *ALICE)
+
+    async def unreachable(**_: Any) -> None:
+        raise RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(services().chat, "start_turn", unreachable)
+    await send(user, "a question for later")
+    await user.should_see(
+        "The server cannot reach Redis, which it needs for this request; try again in a few seconds.", retries=30
+    )
+    assert element(user, "msg-input").value == "a question for later"  # kept to send again
 
 
 def lands_on_this_site(target: str) -> bool:
