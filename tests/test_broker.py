@@ -641,6 +641,11 @@ async def test_health_reports_redis_and_counts(tmp_path: Path) -> None:
         health = answer.json()
         assert answer.status_code == 503 and health["status"] == "unavailable" and health["down"] == ["database"]
         assert health["dependencies"]["database"]["ok"] is False and health["dependencies"]["database"]["error"]
+        services.db.read = unreachable
+        try:
+            assert (await http.get("/a2a/health?live=1")).status_code == 200  # the process answers (deploy/Caddyfile)
+        finally:
+            services.db.read = reading
 
 
 # -- the app's own chat reaches a WebSocket agent through the one registry -----------------------------------

@@ -266,8 +266,13 @@ def broker_router() -> APIRouter:
         return {"canceled": await get_broker(request).cancel_chat(body.chatId, owner=body.owner, local_only=True)}
 
     @router.get("/a2a/health", response_model=None)
-    async def health(connection: HTTPConnection) -> JSONResponse:
-        """Liveness, the return path's state and each dependency's; 503 while a required one is down."""
+    async def health(connection: HTTPConnection, live: bool = False) -> JSONResponse:
+        """Liveness, the return path's state and each dependency's; 503 while a required one is down.
+
+        `?live=1`: 200 whenever this process answers (the load balancer's check, deploy/Caddyfile): a database or
+        Redis every replica shares is down for all of them at once, and taking them all out would turn away the
+        requests the app answers itself meanwhile (503 with `Retry-After`, running turns' streams).
+        """
         services = get_services(connection)
         broker = get_broker(connection)
         body = broker.health()
@@ -276,7 +281,7 @@ def broker_router() -> APIRouter:
         if down:
             body["status"] = "unavailable"
             body["down"] = down
-        return JSONResponse(body, status_code=503 if down else 200)
+        return JSONResponse(body, status_code=503 if down and not live else 200)
 
     @router.get("/a2a/stats")
     async def stats(connection: HTTPConnection) -> dict[str, Any]:
