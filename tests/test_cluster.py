@@ -2,7 +2,9 @@
 
 The replicas are `python app.py` processes (tests/utils/cluster.py), started together on a fresh
 database and Redis key prefix of this run, with a short lease so a killed replica's turn is ended
-quickly. One pair serves the whole module (start-up costs seconds); the kill -9 test runs last.
+quickly. One pair serves the whole module (start-up costs seconds); the kill -9 test runs last. The Redis cut
+(issue 41) starts a pair of its own, with the default lease, that reaches Redis through a proxy it cuts
+(tests/utils/tcp_proxy.py).
 """
 
 from __future__ import annotations
