@@ -395,7 +395,9 @@ class Services:
         while True:
             try:
                 async with self.db.advisory_lock(REAPER_LOCK_KEY, wait=False) as held:
-                    if held:
+                    # Not within a lease of a Redis outage: every live replica takes its leases (and its broker
+                    # key) back first (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
+                    if held and hub.reach.quiet_for(hub.lease_s):
                         await self.reap_expired(hub)
                         if self.broker is not None:
                             await self.broker.reap_gone_replicas()
