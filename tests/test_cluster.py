@@ -432,6 +432,11 @@ async def test_a_10_s_redis_cut_during_4_turns_on_two_replicas_costs_no_turn(
                 assert dependencies["redis"]["ok"] is False and dependencies["database"]["ok"] is True, dependencies
             assert not any(reader.done() for reader in readers)  # nobody was told the turn failed
             await asyncio.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
+            held = [
+                (await client.get("/a2a/health")).json()["dependencies"]["redis"]["heldEvents"]
+                for client in (on_a, on_b)
+            ]
+            assert all(held), held  # both replicas' turns went on, their events waiting for Redis
         finally:
             await asyncio.to_thread(proxy.restore)
 
