@@ -99,38 +99,49 @@ def migrate_command(settings: Settings) -> int:
 
 def users_command(settings: Settings, args: argparse.Namespace) -> int:
     """`users add|passwd|list|promote`."""
+    from core.admin.service import ACCOUNTS
     from core.auth import accounts
     from core.db import Database
+    from core.db_events import RegistryEvents
 
     db = Database(settings.database)
     db.migrate()
+    # Running replicas of a cluster keep who is an admin in memory: they are told, as of a change in the admin area.
+    events = RegistryEvents(db, "cli", enabled=settings.cluster)
 
     async def run() -> int:
         try:
-            async with db.session() as s:
-                if args.action == "list":
-                    for user in await accounts.list_users(s):
-                        kind = "password" if user.password_hash else "single-user mode"
-                        print(f"{user.username}\t{kind}" + ("\tadmin" if user.is_admin else ""))
-                    return 0
-                if args.action == "promote":
-                    await accounts.promote(s, username=args.name)
-                    print(f"{args.name!r} is an admin: may create, change and delete agents")
-                    return 0
-                password = os.environ.get("APP_USER_PASSWORD") or _ask_password()
-                if args.action == "add":
-                    user = await accounts.create_user(s, username=args.name, password=password, admin=args.admin)
-                    role = " (admin)" if user.is_admin else ""
-                    print(f"created user {args.name!r}{role}; restart the app to switch to multi-user mode")
-                else:
-                    await accounts.set_password(s, username=args.name, password=password)
-                    print(f"changed the password of {args.name!r}")
-                return 0
+            changed = await change()
+            if changed:
+                await events.notify(ACCOUNTS, changed, args.action)
+            return 0
         except accounts.AccountError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         finally:
             await db.close()
+
+    async def change() -> str | None:
+        """Do the action; the name of the account it changed, if any."""
+        async with db.session() as s:
+            if args.action == "list":
+                for user in await accounts.list_users(s):
+                    kind = "password" if user.password_hash else "single-user mode"
+                    print(f"{user.username}\t{kind}" + ("\tadmin" if user.is_admin else ""))
+                return None
+            if args.action == "promote":
+                await accounts.promote(s, username=args.name)
+                print(f"{args.name!r} is an admin: may create, change and delete agents")
+                return str(args.name)
+            password = os.environ.get("APP_USER_PASSWORD") or _ask_password()
+            if args.action == "add":
+                user = await accounts.create_user(s, username=args.name, password=password, admin=args.admin)
+                role = " (admin)" if user.is_admin else ""
+                print(f"created user {args.name!r}{role}; restart the app to switch to multi-user mode")
+            else:
+                await accounts.set_password(s, username=args.name, password=password)
+                print(f"changed the password of {args.name!r}")
+            return str(args.name)
 
     return asyncio.run(run())
 

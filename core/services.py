@@ -198,6 +198,7 @@ class Services:
             events.on(REMOTE_AGENT, services.remote_agents.sync)
             events.on(LOCAL_AGENT, registry.changed)
             events.on_reconnect(services.remote_agents.sync_all)
+            services.admin.follow(events)  # accounts' state and the model connection, the same on every replica
         return services
 
     def prepare(self) -> None:

@@ -36,13 +36,13 @@ class A2AEndpoints(Protocol):
         ...
 
 
-def get_api_keys(request: Request) -> ApiKeys:
+async def get_api_keys(request: Request) -> ApiKeys:
     """Users' API keys for A2A callers."""
     keys: ApiKeys = get_services(request).api_keys
     return keys
 
 
-def get_remote_agents(request: Request) -> RemoteAgentDirectory:
+async def get_remote_agents(request: Request) -> RemoteAgentDirectory:
     """Remote A2A agents registered by card URL."""
     remote_agents: RemoteAgentDirectory = get_services(request).remote_agents
     return remote_agents

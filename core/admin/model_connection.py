@@ -2,7 +2,8 @@
 
 The environment's `DEFAULT_MODEL`, `LLM_API_BASE` and `LLM_API_KEY` stay the defaults; what an admin saves
 (one row of `model_connection`) replaces each one it sets, at once in this process and at the start of
-every process. The key is write-only: sealed at rest (`core/secret_box.py`), never shown or sent back,
+every process; in a cluster the other replicas are told (`follow`: a registry notice, `core/db_events.py`)
+and read the row again. The key is write-only: sealed at rest (`core/secret_box.py`), never shown or sent back,
 and it goes only where `LLM_API_KEY` goes (`core.chat.model_route`: the operator's base URL, or
 `openai/...` models at OpenAI). The base URL is held to the operator's rule: any address but a cloud
 metadata one (`core.web.outbound_policy.OPERATOR_CONFIGURED`), since only an admin sets it.
@@ -14,11 +15,13 @@ of its own, so which key goes where is the same rule as for a saved connection.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from core.chat.llm import LLMError, LLMGateway, model_problem
 from core.db import Database
+from core.db_events import RegistryEvents
 from core.delegation.agent_admin import AgentAdmin
 from core.errors import AppError
 from core.i18n import _
@@ -29,6 +32,7 @@ from models import ModelConnection, utcnow
 __all__ = ["ConnectionRuleError", "ModelConnectionAdmin", "TestOutcome"]
 
 ROW_ID = 1
+MODEL_CONNECTION = "model-connection"  # the kind of registry notice a save sends (core/db_events.py)
 TEST_PROMPT = "Reply with one short sentence: the connection works."
 TEST_TIMEOUT_S = 30.0
 
@@ -71,9 +75,19 @@ class ModelConnectionAdmin:
         self.llm = llm
         self.agent_admin = agent_admin
         self.secrets = secrets
+        self._notify: Callable[[str, str, str], Awaitable[None]] | None = None
+
+    def follow(self, events: RegistryEvents) -> None:
+        """In a cluster: tell the other replicas of each save, and apply theirs (and read again after a missed one)."""
+        self._notify = events.notify
+        events.on(MODEL_CONNECTION, self._saved_elsewhere)
+        events.on_reconnect(self.load)
+
+    async def _saved_elsewhere(self, _row_id: str, _op: str) -> None:
+        await self.load()
 
     async def load(self) -> None:
-        """Apply the saved connection (at start)."""
+        """Apply the saved connection (at start, and when another replica saved one)."""
         async with self.db.read() as s:
             row = await s.get(ModelConnection, ROW_ID)
         self._apply(row)
@@ -145,6 +159,8 @@ class ModelConnectionAdmin:
             await s.commit()
             await s.refresh(row)
         self._apply(row)
+        if self._notify is not None:
+            await self._notify(MODEL_CONNECTION, str(ROW_ID), "saved")
         return await self.view()
 
     async def test(self, fields: dict[str, Any]) -> TestOutcome:

@@ -30,7 +30,7 @@ from core.web.errors import ApiError
 from core.web.schemas import RequestBody
 
 
-def get_admin_area(request: Request) -> AdminArea:
+async def get_admin_area(request: Request) -> AdminArea:
     """The admin area's operations."""
     area: AdminArea = get_services(request).admin
     return area

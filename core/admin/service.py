@@ -3,8 +3,9 @@
 Every method here is for an admin (the routes and the page check it first); the rules of each account
 change are `core.auth.user_admin`'s, the model connection's `core.admin.model_connection`'s. Each
 account change is applied at once to `AuthState` (a disabled account's pages are refused at their next
-request; the navigation shows the admin area to admins) in this process; in a cluster the other
-replicas' pages learn it at their start, while every API call reads the account itself.
+request; the navigation shows the admin area to admins) in this process, and in a cluster on the other
+replicas too (`follow`: a registry notice over PostgreSQL, `core/db_events.py`; each reads the accounts'
+state again); every API call reads the account itself.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from core.broker.service import Broker
 from core.chat import sessions as sessions_store
 from core.chat.engine import ChatEngine
 from core.db import Database, describe_database
+from core.db_events import RegistryEvents
 from core.errors import AppError
 from core.i18n import _
 from core.settings import Settings, describe_redis
 from core.streaming.redis_hub import RedisStreamHub
 from models import User
 
-__all__ = ["AdminArea", "SingleUserModeError"]
+__all__ = ["ACCOUNTS", "AdminArea", "SingleUserModeError"]
+
+ACCOUNTS = "accounts"  # the kind of registry notice an account change sends (core/db_events.py)
 
 
 class SingleUserModeError(AppError, RuntimeError):
@@ -54,6 +58,22 @@ class AdminArea:
         self.chat = chat
         self.broker = broker
         self.model = model
+        self._events: RegistryEvents | None = None
+
+    def follow(self, events: RegistryEvents) -> None:
+        """In a cluster: tell the other replicas of each account change and saved model connection, apply theirs."""
+        self._events = events
+        events.on(ACCOUNTS, self._accounts_changed_elsewhere)
+        events.on_reconnect(self._reload_accounts)
+        self.model.follow(events)
+
+    async def _accounts_changed_elsewhere(self, _user_id: str, _op: str) -> None:
+        await self._reload_accounts()
+
+    async def _accounts_changed(self, user_id: int | None, op: str) -> None:
+        await self._reload_accounts()
+        if self._events is not None:
+            await self._events.notify(ACCOUNTS, str(user_id), op)
 
     async def load(self) -> None:
         """Read the accounts' state and the saved model connection (at start)."""
@@ -95,7 +115,7 @@ class AdminArea:
         self._require_accounts()
         async with self.db.session() as s:
             view = await user_admin.create_account(s, username=username, password=password, admin=admin)
-        await self._reload_accounts()
+        await self._accounts_changed(view.id, "created")
         return {**view.as_json(), "runningTurns": 0}
 
     async def change_account(self, actor: User, user_id: int, changes: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +136,7 @@ class AdminArea:
                 view = next((v for v in await user_admin.list_accounts(s) if v.id == user_id), None)
                 if view is None:
                     raise user_admin.UnknownAccountError(_("There is no such account."))
-        await self._reload_accounts()
+        await self._accounts_changed(user_id, "changed")
         running = sum(1 for turn in await self.running_turns() if turn["userId"] == user_id)
         return {**view.as_json(), "runningTurns": running}
 

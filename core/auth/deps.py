@@ -56,31 +56,35 @@ def get_services(connection: HTTPConnection) -> Any:
     return connection.app.state.services
 
 
-def get_db(request: Request) -> Database:
+# The dependencies below are `async def` although they only read an attribute: FastAPI runs a plain `def`
+# dependency on a worker thread for each request (tests/test_route_dependencies.py says why that mattered).
+
+
+async def get_db(request: Request) -> Database:
     """The database."""
     db: Database = get_services(request).db
     return db
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """The settings the app started with."""
     settings: Settings = get_services(request).settings
     return settings
 
 
-def get_hub(request: Request) -> StreamHubBackend:
+async def get_hub(request: Request) -> StreamHubBackend:
     """The stream hub (turns', delegations' and tasks' event buffers)."""
     hub: StreamHubBackend = get_services(request).hub
     return hub
 
 
-def get_auth_state(request: Request) -> AuthState:
+async def get_auth_state(request: Request) -> AuthState:
     """Single-user or multi-user mode (decided at start-up)."""
     auth: AuthState = get_services(request).auth
     return auth
 
 
-def get_logins(request: Request) -> accounts.PasswordLogin:
+async def get_logins(request: Request) -> accounts.PasswordLogin:
     """Password logins with their throttle."""
     logins: accounts.PasswordLogin = get_services(request).logins
     return logins

@@ -126,7 +126,7 @@ async def internal_body(request: Request, model: type[RequestBody]) -> Any:
 
     Outside cluster mode (or without INTERNAL_TOKEN) these routes do not exist (404).
     """
-    settings = get_settings(request)
+    settings = await get_settings(request)
     if not settings.cluster or not settings.internal_token:
         raise HTTPException(404, "Not Found")
     token = api_keys.bearer_token(request.headers.get("authorization"))

@@ -10,7 +10,7 @@ from core.auth.deps import get_services
 from core.chat.engine import ChatEngine
 
 
-def get_chat(request: Request) -> ChatEngine:
+async def get_chat(request: Request) -> ChatEngine:
     """The chat engine: turns, their cancelling and whether one runs."""
     chat: ChatEngine = get_services(request).chat
     return chat

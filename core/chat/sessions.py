@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete, exists, literal_column, or_, update
-from sqlalchemy.orm import aliased
+from sqlalchemy import Table, delete, exists, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
@@ -341,29 +340,33 @@ async def replace_draft(
 
 
 async def _answer_in_place(session: AsyncSession, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
-    """The answer written over its draft, if the draft is still `streaming` and the last message; the chat bumped."""
+    """The answer written over its draft, if the draft is still `streaming` and the last message; the chat bumped.
+
+    Written against the tables (SQLAlchemy Core), not the ORM entities: an ORM-enabled UPDATE with an
+    aliased entity in its WHERE adapts every column of the statement again at each execution, which
+    was a sixth of a short turn's CPU (bench/bench_model_path.py, issue 38).
+    """
     fresh = AgentMessage(session_id=session_id, **fields)  # every column as an insert would set it
     values = {name: getattr(fresh, name) for name in AgentMessage.model_fields if name not in _KEPT}
-    later = aliased(AgentMessage)
+    messages, later = _MESSAGES, _LATER_MESSAGES
     result = await session.exec(
-        update(AgentMessage)
+        update(messages)
         .where(
-            col(AgentMessage.id) == message_id,
-            col(AgentMessage.status) == STREAMING,
-            ~exists().where(col(later.session_id) == session_id, col(later.sort_order) > col(AgentMessage.sort_order)),
+            messages.c.id == message_id,
+            messages.c.status == STREAMING,
+            ~exists().where(later.c.session_id == session_id, later.c.sort_order > messages.c.sort_order),
         )
         .values(**values)
-        .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:
         return False
-    await session.exec(
-        update(AgentSession)
-        .where(col(AgentSession.id) == session_id)
-        .values(updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    await session.exec(update(_SESSIONS).where(_SESSIONS.c.id == session_id).values(updated_at=utcnow()))
     return True
+
+
+_MESSAGES: Table = AgentMessage.__table__  # type: ignore[attr-defined]  # SQLModel's table, typed loosely
+_LATER_MESSAGES = _MESSAGES.alias("later")
+_SESSIONS: Table = AgentSession.__table__  # type: ignore[attr-defined]
 
 
 #: What an answer written over its draft keeps of the draft's row.

@@ -11,13 +11,13 @@ from core.delegation.agent_admin import AgentAdmin
 from core.delegation.service import DelegationService
 
 
-def get_agent_admin(request: Request) -> AgentAdmin:
+async def get_agent_admin(request: Request) -> AgentAdmin:
     """Agents as people list, create, change and delete them."""
     admin: AgentAdmin = get_services(request).agent_admin
     return admin
 
 
-def get_delegation(request: Request) -> DelegationService:
+async def get_delegation(request: Request) -> DelegationService:
     """Delegated tasks: running them, and reading them back for their owner."""
     delegation: DelegationService = get_services(request).delegation
     return delegation

@@ -1,0 +1,90 @@
+"""What each replica keeps in memory of the accounts and the model connection is the same on every replica (issue 41).
+
+The pages read who is disabled and who is an admin from memory (`AuthState`), and every model call reads
+the model connection in force from the gateway: a change made on one replica (the admin area, or
+`python app.py users` on the command line) reaches the others as a registry notice over PostgreSQL
+(`core/db_events.py`, `AdminArea.follow`), and each reads the state again. Two app instances share one
+PostgreSQL database here, each listening as a replica does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from core.auth import accounts
+from core.cli import users_command
+from core.db import Database
+from core.db_events import RegistryEvents
+from core.services import Services
+from models import User
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.postgres
+
+SECRET_KEY = "test-secret-key-the-same-on-every-replica"
+
+
+async def _eventually(check: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"never: {what}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def two_replicas(tmp_path: Path, postgres_url: str) -> AsyncIterator[tuple[Services, Services, User]]:
+    db = Database(postgres_url)
+    db.migrate()
+    async with db.session() as s:
+        alice = await accounts.create_user(s, username="alice", password="alice-password-1", admin=True)
+    await db.close()
+    built: list[tuple[Services, RegistryEvents]] = []
+    try:
+        for name in ("a", "b"):
+            services = Services.build(
+                make_settings(tmp_path / name, database_url=postgres_url, secret_key=SECRET_KEY, instance_id=name)
+            )
+            services.prepare()
+            await services.start()
+            events = RegistryEvents(services.db, name, enabled=True)
+            services.admin.follow(events)  # as Services.build wires it in cluster mode
+            built.append((services, events))
+            await events.start()
+        yield built[0][0], built[1][0], alice
+    finally:
+        for services, events in built:
+            await events.stop()
+            await services.stop()
+
+
+async def test_account_changes_and_a_saved_model_connection_reach_the_other_replica(
+    two_replicas: tuple[Services, Services, User], tmp_path: Path, postgres_url: str
+) -> None:
+    a, b, alice = two_replicas
+    assert a.auth.multi_user and b.auth.multi_user
+
+    dora = await a.admin.create_account(username="dora", password="dora-password-1", admin=False)
+    await a.admin.change_account(alice, dora["id"], {"admin": True})
+    await _eventually(lambda: dora["id"] in b.auth.admin_ids, "B sees dora promoted on A")
+    assert b.auth.is_admin(dora["id"])
+    await a.admin.change_account(alice, dora["id"], {"disabled": True})
+    await _eventually(lambda: dora["id"] in b.auth.disabled_ids, "B refuses dora's pages once A disabled her")
+    assert not b.auth.is_admin(dora["id"])
+    await b.admin.change_account(alice, dora["id"], {"disabled": False})  # and back, from B to A
+    await _eventually(lambda: dora["id"] not in a.auth.disabled_ids, "A sees dora enabled on B")
+
+    await a.admin.model.save({"defaultModel": "openai/gpt-4o-mini", "apiKey": "sk-saved-on-a"}, user_id=alice.id)
+    await _eventually(lambda: b.agent_admin.default_model == "openai/gpt-4o-mini", "B's new agents get A's model")
+    assert b.llm.api_key == "sk-saved-on-a"  # the key in force on B too (sealed with the cluster's SECRET_KEY)
+
+    # The command line changes an account while the replicas run: they are told as well.
+    async with a.db.session() as s:
+        erin = await accounts.create_user(s, username="erin", password="erin-password-1")
+    cli_settings = make_settings(tmp_path / "cli", database_url=postgres_url, cluster=True)
+    assert await asyncio.to_thread(users_command, cli_settings, argparse.Namespace(action="promote", name="erin")) == 0
+    await _eventually(lambda: erin.id in a.auth.admin_ids and erin.id in b.auth.admin_ids, "both see erin promoted")
