@@ -26,12 +26,18 @@ from tests.test_chat_engine_openai import (  # noqa: F401  (the fixtures)
 from tests.utils.openai_server import OpenAIServer, openai_server, text  # noqa: F401
 
 
-async def _statements_of_a_turn(services: Services, chat: Chat, server: OpenAIServer, words: int) -> list[str]:
+async def _statements_of_a_turn(
+    services: Services, chat: Chat, server: OpenAIServer, words: int, *, units: list[list[str]] | None = None
+) -> list[str]:
+    """The statements of one turn; `units` gets them again, grouped by unit of work (connection checked out)."""
     server.script(text(*[f" w{i}" for i in range(words)]))
     statements: list[str] = []
+    by_connection: dict[int, list[str]] = {}
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(" ".join(statement.split())[:60])
+        short = " ".join(statement.split())[:60]
+        statements.append(short)
+        by_connection.setdefault(id(conn), []).append(short)
 
     engine = services.db.engine.sync_engine
     event.listen(engine, "before_cursor_execute", record)
@@ -41,6 +47,8 @@ async def _statements_of_a_turn(services: Services, chat: Chat, server: OpenAISe
         event.remove(engine, "before_cursor_execute", record)
     assert sum(1 for e in events if e.type == "text-delta") == words
     assert events[-1].type == "finish"
+    if units is not None:
+        units.extend(by_connection.values())
     return statements
 
 
@@ -61,3 +69,27 @@ async def test_a_200_token_turn_runs_the_statements_of_a_5_token_one(
     assert sum(1 for st in long if st.startswith("DELETE")) == 0  # the answer took the draft's place
     messages = await saved_messages(services, chat)
     assert messages[-1].content == "".join(f" w{i}" for i in range(200))
+
+
+async def test_a_turn_start_holds_the_writer_for_its_writes_only(
+    services: Services,
+    chat: Chat,  # noqa: F811
+    openai_server: OpenAIServer,  # noqa: F811
+) -> None:
+    # On SQLite the units of work take turns, and under load each statement waits for the busy event loop
+    # (2-10 ms at 100 sends at once): the start reads its chat, agent, history and tools in read-only units
+    # (which never wait for the writer), so the writer is held for the highest position, the two rows and
+    # the chat's time and title (one UPDATE, no read first): 4 statements, 8 before (docs/ARCHITECTURE.md,
+    # "The path of a chat turn"). The end's unit writes the answer over its draft and the chat's time.
+    await _statements_of_a_turn(services, chat, openai_server, 3)  # warm
+    units: list[list[str]] = []
+    await _statements_of_a_turn(services, chat, openai_server, 5, units=units)
+    [start] = [unit for unit in units if any(st.startswith("INSERT") for st in unit)]
+    kinds = [st.split(" ")[0] + " " + st.split(" ")[2 if st.startswith("INSERT") else 1] for st in start]
+    postgres = services.db.dialect == "postgresql"
+    assert kinds == [
+        *(["SELECT agent_sessions.id"] if postgres else []),  # PostgreSQL: the chat's row, FOR UPDATE
+        "SELECT max(agent_messages.sort_order)",
+        *(["INSERT agent_messages"] * (1 if postgres else 2)),  # PostgreSQL: both rows in one INSERT
+        "UPDATE agent_sessions",
+    ], start

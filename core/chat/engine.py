@@ -202,26 +202,25 @@ class ChatEngine:
         claim: TurnClaim | None = None
         limit = self.max_running_turns_per_user
         try:
-            async with self.db.session() as s:
+            # What the turn reads is read before its unit of work, which only writes: on SQLite the units of
+            # work take turns, and under load each statement waits milliseconds for the event loop to come
+            # back to it, so with 100 sends at once the starts queued behind each other's reads
+            # (docs/ARCHITECTURE.md, "The path of a chat turn").
+            async with self.db.read() as r:
                 # Whose chat it is comes before whether it is busy: someone else's busy chat is "not
                 # found", never "still answering" (and the API's route need not read the row first).
-                chat = await sessions_store.get_user_session(s, session_id=session_id, user_id=user_id)
-                if chat is None:
-                    raise SessionNotFoundError(_("There is no such chat session."))
-                claim = await self._turns.claim_shared(
-                    session_id,
-                    _("This chat is still answering; wait for it or press Stop."),
-                    user_id=user_id,
-                    limit=limit,
-                )
-                if limit is not None and self._shared:
-                    # A cluster: the user's turns on every replica are their drafts in the database. The user's
-                    # starts take turns (a lock held until this transaction commits its draft), so the count
-                    # sees every start before this one and none slips past it.
-                    await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
-                    if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
-                        raise TooManyRunningTurnsError(limit_message(limit))
-                agent = await agents_store.get_agent(s, chat.agent_id)
+                chat = await sessions_store.get_user_session(r, session_id=session_id, user_id=user_id)
+            if chat is None:
+                raise SessionNotFoundError(_("There is no such chat session."))
+            claim = await self._turns.claim_shared(
+                session_id,
+                _("This chat is still answering; wait for it or press Stop."),
+                user_id=user_id,
+                limit=limit,
+            )
+            # After the claim: a turn that just ended saved its answer before it gave the chat back.
+            async with self.db.read() as r:
+                agent = await agents_store.get_agent(r, chat.agent_id)
                 if agent is None or agent.deleted_at is not None:
                     raise AgentNotFoundError(
                         _(
@@ -230,8 +229,16 @@ class ChatEngine:
                         )
                     )
                 assert agent.id is not None  # a row read from the database
-                history = await sessions_store.list_messages(s, session_id=session_id)
-                tool_rows = await agents_store.agent_tool_rows(s, agent.id)
+                history = await sessions_store.list_messages(r, session_id=session_id)
+                tool_rows = await agents_store.agent_tool_rows(r, agent.id)
+            async with self.db.session() as s:
+                if limit is not None and self._shared:
+                    # A cluster: the user's turns on every replica are their drafts in the database. The user's
+                    # starts take turns (a lock held until this transaction commits its draft), so the count
+                    # sees every start before this one and none slips past it.
+                    await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
+                    if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
+                        raise TooManyRunningTurnsError(limit_message(limit))
                 turn = await prepare(s, session_id, agent, history)  # saved and committed
             return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)
         finally:

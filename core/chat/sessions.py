@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, delete, exists, literal_column, or_, update
+from sqlalchemy import Table, case, delete, exists, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
@@ -159,6 +159,10 @@ async def list_messages(session: AsyncSession, *, session_id: str) -> list[Agent
     return list((await session.exec(query)).all())
 
 
+#: The title of a chat until its first user message names it (`_title_untitled`).
+UNTITLED = "New chat"
+
+
 async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
     """The highest sort order used in the session (0 when empty)."""
     result = await session.exec(select(func.max(AgentMessage.sort_order)).where(AgentMessage.session_id == session_id))
@@ -230,22 +234,25 @@ async def append_messages(
         rows.append(row)
     first_user = _first_user_message(messages)
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
-    if chat is None and first_user is None:
-        # Only the time to bump, and the row is not loaded: one UPDATE, no read first. (Every turn's
-        # answer and every task's end come here; a statement is a trip to the database's thread.)
-        await session.exec(
-            update(AgentSession)
-            .where(col(AgentSession.id) == session_id)
-            .values(updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        return rows
-    if chat is None:
-        chat = await session.get(AgentSession, session_id)
-    if chat is not None:
+    if chat is not None:  # loaded in this unit of work: changed there, written at its flush
         chat.updated_at = utcnow()
         _title_untitled(chat, first_user)
         session.add(chat)
+        return rows
+    # Not loaded: one UPDATE bumps the time and titles an untitled chat, without reading it first (every
+    # turn's start and end and every task's end come here, often on SQLite's one writer: a statement is a
+    # trip to the database's thread, milliseconds under load).
+    values: dict[str, Any] = {"updated_at": utcnow()}
+    if first_user is not None:
+        values["title"] = case(
+            (col(AgentSession.title) == UNTITLED, make_title(first_user["content"])), else_=col(AgentSession.title)
+        )
+    await session.exec(
+        update(AgentSession)
+        .where(col(AgentSession.id) == session_id)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
     return rows
 
 
@@ -268,7 +275,7 @@ def _first_user_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None
 
 def _title_untitled(chat: AgentSession, first_user: dict[str, Any] | None) -> None:
     """An untitled session is titled after its first user message."""
-    if first_user is not None and chat.title == "New chat":
+    if first_user is not None and chat.title == UNTITLED:
         chat.title = make_title(first_user["content"])
 
 
