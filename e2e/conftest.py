@@ -40,6 +40,7 @@ SERVER_START_TIMEOUT_S = 30.0
 DEMO_MODEL_DELAY_MS = 15
 CHROMIUM_ARGS = KIT_CHROMIUM_ARGS  # one list: the testing kit's (a2a_chat_testing/panel.py)
 VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORTS = {"desktop": VIEWPORT, "phone": {"width": 390, "height": 844}}  # `sized_page`'s
 # NiceGUI treats a child that inherits these as running under pytest and `ui.run` crashes.
 _PYTEST_ONLY_ENV = ("PYTEST_CURRENT_TEST", "NICEGUI_USER_SIMULATION")
 # App settings from the developer's shell that must not leak into the server under test.
@@ -222,6 +223,17 @@ def page(browser: Browser, base_url: str, request: pytest.FixtureRequest) -> Ite
                 pass
             if errors:
                 print(f"JavaScript errors on the page: {errors}")
+        context.close()
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def sized_page(request: pytest.FixtureRequest, browser: Browser, base_url: str) -> Iterator[Page]:
+    """A fresh browser context and page at 1280×800 (`desktop`), then at 390×844 (`phone`)."""
+    context = browser.new_context(viewport=VIEWPORTS[request.param], base_url=base_url)
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
         context.close()
 
 

@@ -78,6 +78,13 @@ def session_id_of(page: Page) -> str:
     return match.group(1)
 
 
+def register_remote(base_url: str, card_url: str, agent_id: str) -> str:
+    """Register the remote A2A agent whose card is at `card_url` under `agent_id` (201 or fail); returns the id."""
+    created = httpx.post(f"{base_url}/api/a2a/remote-agents", json={"cardUrl": card_url, "id": agent_id}, timeout=30)
+    assert created.status_code == 201, created.text
+    return agent_id
+
+
 def saved_messages(base_url: str, session_id: str) -> list[dict]:
     """The session's messages as the server saved them."""
     response = httpx.get(f"{base_url}/api/sessions/{session_id}/messages", timeout=5.0)

@@ -6,8 +6,6 @@ own process, pausing 40 ms between words so the panel visibly streams.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,9 +13,9 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from e2e.conftest import REPO_ROOT
-from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
-from tests.utils.ports import free_port as _free_port
+from e2e.conftest import VIEWPORTS
+from e2e.helpers import TURN_TIMEOUT_MS, open_chat, register_remote, send, session_id_of, unique, wait_for_turn_end
+from tests.utils.a2a_agents import echo_server
 
 pytestmark = pytest.mark.e2e
 
@@ -25,46 +23,13 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def echo_card_url() -> Iterator[str]:
     """The card URL of a slow echo agent built on the a2a-sdk."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO_ROOT / "tests" / "utils" / "a2a_echo_server.py"),
-            "--port",
-            str(port),
-            "--delay-ms",
-            "40",
-            "--name",
-            "Echo Agent",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the echo agent did not start"
-            time.sleep(0.05)
+    with echo_server("--delay-ms", "40", "--name", "Echo Agent") as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_url: str, echo_card_url: str) -> None:
     """`@<remote id> …`: the panel opens on the remote agent and grows word by word; the exchange is audited."""
-    agent_id = f"echo-{unique('x').split()[1]}"
-    created = httpx.post(
-        f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id}, timeout=30
-    )
-    assert created.status_code == 201, created.text
+    agent_id = register_remote(base_url, echo_card_url, f"echo-{unique('x').split()[1]}")
     # Twenty-odd words at 40 ms each: long enough to see the panel grow even on a loaded machine.
     request = unique(
         "words from far away, one at a time, arriving slowly so that the panel can be seen "
@@ -103,19 +68,12 @@ def test_a_remote_agent_streams_into_the_panel_and_is_audited(page: Page, base_u
     expect(page.get_by_test_id("audit-message").last).to_contain_text(expected)
 
 
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
-
-
 @pytest.mark.parametrize("size", list(VIEWPORTS))
 def test_progress_notes_stay_on_their_own_lines_above_the_answer(
     browser: Browser, base_url: str, echo_card_url: str, size: str
 ) -> None:
     """Issue 36 item 5: `/chunks`' notes ("starting…", "chunk i/N") and its answer in chunks never run together."""
-    agent_id = f"notes-{unique('x').split()[1]}-{size}"
-    created = httpx.post(
-        f"{base_url}/api/a2a/remote-agents", json={"cardUrl": echo_card_url, "id": agent_id}, timeout=30
-    )
-    assert created.status_code == 201, created.text
+    agent_id = register_remote(base_url, echo_card_url, f"notes-{unique('x').split()[1]}-{size}")
     context = browser.new_context(viewport=VIEWPORTS[size], base_url=base_url)
     page = context.new_page()
     try:

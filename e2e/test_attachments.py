@@ -17,13 +17,12 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from e2e.conftest import serve_app
-from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, session_id_of, unique, wait_for_turn_end
+from e2e.conftest import VIEWPORTS, serve_app
+from e2e.helpers import TURN_TIMEOUT_MS, open_chat, register_remote, send, session_id_of, unique, wait_for_turn_end
 from tests.utils.a2a_files_agent import PNG, files_agent
 
 pytestmark = pytest.mark.e2e
 
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 _OVERFLOW = "() => document.documentElement.scrollWidth - window.innerWidth"
 _PASTE = """([name, text]) => {
     const data = new DataTransfer();
@@ -42,22 +41,7 @@ _DROP = """([name, text]) => {
 def remote(base_url: str) -> Iterator[tuple[str, list[dict]]]:
     """The recording a2a-sdk agent, registered with the app under a fresh id: (id, what it received)."""
     with files_agent() as (card_url, received):
-        agent_id = f"files-{unique('x').split()[1]}"
-        created = httpx.post(
-            f"{base_url}/api/a2a/remote-agents", json={"cardUrl": card_url, "id": agent_id}, timeout=30
-        )
-        assert created.status_code == 201, created.text
-        yield agent_id, received
-
-
-@pytest.fixture(params=list(VIEWPORTS))
-def sized_page(request: pytest.FixtureRequest, browser: Browser, base_url: str) -> Iterator[Page]:
-    context = browser.new_context(viewport=VIEWPORTS[request.param], base_url=base_url)
-    context.set_default_timeout(10_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+        yield register_remote(base_url, card_url, f"files-{unique('x').split()[1]}"), received
 
 
 def test_a_file_attached_in_the_browser_reaches_a_remote_agent_and_its_image_shows_in_the_panel(

@@ -7,31 +7,18 @@ request the browser makes is recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from e2e.conftest import serve_app
+from e2e.conftest import VIEWPORTS, serve_app
 from e2e.helpers import open_chat, send
 
 pytestmark = pytest.mark.e2e
 
 DOCS_DIR = Path(__file__).resolve().parent.parent / "docs"
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 NICEGUI_PAGES = ["/", "/audit", "/api-keys", "/remote-agents", "/broker"]
-
-
-@pytest.fixture(params=list(VIEWPORTS), ids=list(VIEWPORTS))
-def sized_page(request: pytest.FixtureRequest, browser: Browser, base_url: str) -> Iterator[Page]:
-    """A page at a desktop or a phone size."""
-    context = browser.new_context(viewport=VIEWPORTS[request.param], base_url=base_url)
-    context.set_default_timeout(10_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 def requests_elsewhere(page: Page, base_url: str, open_page) -> list[str]:

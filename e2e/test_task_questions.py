@@ -8,69 +8,26 @@ answer box, and the answer, from the box or over REST, completes the same remote
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from a2a_chat_testing.panel import Panel
-from e2e.conftest import REPO_ROOT
-from e2e.helpers import TURN_TIMEOUT_MS, open_chat, send, unique, wait_for_turn_end
-from tests.utils.ports import free_port
+from e2e.helpers import TURN_TIMEOUT_MS, open_chat, register_remote, send, unique, wait_for_turn_end
+from tests.utils.a2a_agents import asking_server
 
 pytestmark = pytest.mark.e2e
 
-VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 IDS = re.compile(r"\(task (\S+), context (\S+)\)")
 
 
 @pytest.fixture(scope="module")
 def asking_card_url() -> Iterator[str]:
     """The card URL of the asking agent."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(REPO_ROOT / "tests" / "utils" / "a2a_asking_server.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the asking agent did not start"
-            time.sleep(0.05)
+    with asking_server() as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-@pytest.fixture(params=sorted(VIEWPORTS))
-def sized_page(request: pytest.FixtureRequest, browser: Browser, base_url: str) -> Iterator[Page]:
-    """A page at 1280×800 and at 390×844."""
-    context = browser.new_context(viewport=VIEWPORTS[request.param], base_url=base_url)
-    context.set_default_timeout(10_000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
-
-
-def _register(base_url: str, card_url: str) -> str:
-    agent_id = f"asker-{unique('x').split()[1]}"
-    created = httpx.post(f"{base_url}/api/a2a/remote-agents", json={"cardUrl": card_url, "id": agent_id}, timeout=30)
-    assert created.status_code == 201, created.text
-    return agent_id
 
 
 def _fits(page: Page) -> None:
@@ -80,7 +37,7 @@ def _fits(page: Page) -> None:
 
 def _ask(page: Page, base_url: str, card_url: str) -> tuple[str, str]:
     """Delegate to the asking agent; returns the task id and the question, once the panel shows it."""
-    agent_id = _register(base_url, card_url)
+    agent_id = register_remote(base_url, card_url, f"asker-{unique('x').split()[1]}")
     open_chat(page, "/?agent=general-assistant")
     send(page, f"@{agent_id} {unique('what is the weather')}")
     tab = page.get_by_test_id("agent-invoke-tab")

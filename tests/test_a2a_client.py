@@ -7,11 +7,8 @@ a2a-sdk, started as its own process: it answers `Echo: <text>` word by word.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,37 +16,8 @@ import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 
 from tests.test_api import read_sse
+from tests.utils.a2a_agents import LOCAL_AGENTS, echo_server
 from tests.utils.a2a_live import LiveApp, free_port, live_a2a_app, sdk_client, user_message
-
-ECHO_SERVER = Path(__file__).resolve().parent / "utils" / "a2a_echo_server.py"
-LOCAL_AGENTS = ["127.0.0.1"]  # the echo agents run on this machine: allow-list loopback (OUTBOUND_ALLOW_HOSTS)
-
-
-@contextmanager
-def echo_server(*args: str, port: int | None = None) -> Iterator[str]:
-    """Run the plain a2a-sdk echo agent in its own process (on `port`, or a free one); yields its card URL."""
-    port = port or free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(ECHO_SERVER), "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    card_url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the echo agent exited: {process.stdout.read().decode(errors='replace')}")
-            try:
-                if httpx.get(card_url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the echo agent did not start")
-            time.sleep(0.05)
-        yield card_url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from nicegui.testing import User
 
 from core.a2a import api_keys
 from core.services import Services
-from tests.test_a2a_client import echo_server
+from tests.utils.a2a_agents import echo_server
 from tests.utils.simulated_user import simulated_app_user
 
 

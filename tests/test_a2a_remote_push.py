@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.test_a2a_client import LOCAL_AGENTS, chat, echo_server, register, task_events
+from tests.test_a2a_client import chat, register, task_events
+from tests.utils.a2a_agents import LOCAL_AGENTS, echo_server
 from tests.utils.a2a_live import live_a2a_app
 from tests.utils.ports import free_port
 

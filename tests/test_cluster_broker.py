@@ -32,7 +32,7 @@ from core.services import Services
 from core.settings import Settings
 from models import BrokerTaskRecord
 from tests.conftest import make_settings, unavailable
-from tests.test_a2a_client import echo_server
+from tests.utils.a2a_agents import echo_server
 from tests.utils.broker import DISPATCH_HEADERS, RedisListener, redis_test_url
 from tests.utils.broker_replicas import Replicas, echo_agent, listed_agents, two_replicas
 from tests.utils.cluster import cluster_backends, redis_reachable

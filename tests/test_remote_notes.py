@@ -16,7 +16,8 @@ import pytest
 from core.delegation.notes import ANSWER_TEXT_ID, STATUS_TEXT_ID, layout
 from core.delegation.tasks import task_stream_key
 from core.streaming import events as ev
-from tests.test_a2a_client import LOCAL_AGENTS, chat, echo_server, register
+from tests.test_a2a_client import chat, register
+from tests.utils.a2a_agents import LOCAL_AGENTS, echo_server
 from tests.utils.a2a_live import LiveApp, live_a2a_app
 
 S, A = STATUS_TEXT_ID, ANSWER_TEXT_ID

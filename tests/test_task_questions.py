@@ -11,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,44 +21,13 @@ import pytest
 from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
 
 from core.chat.demo_model import plan_reply
-from core.services import Services
-from core.web.errors import install_error_handlers
-from tests.conftest import make_settings
 from tests.test_a2a_client import register
 from tests.test_delegation_api import two_users_api  # noqa: F401 (a fixture)
-from tests.utils.a2a_live import LiveApp, build_a2a_app, create_key, free_port, sdk_client, user_message
+from tests.utils.a2a_agents import LOCAL_AGENTS, asking_server
+from tests.utils.a2a_live import LiveApp, live_a2a_app, sdk_client, user_message
 from tests.utils.accounts import ALICE, BOB
-from tests.utils.live_server import live_server
 
-ASKING_SERVER = Path(__file__).resolve().parent / "utils" / "a2a_asking_server.py"
 IDS = re.compile(r"\(task (\S+), context (\S+)\)")
-
-
-@contextmanager
-def asking_server(*args: str) -> Iterator[str]:
-    """The asking agent in its own process; yields its card URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(ASKING_SERVER), "--port", str(port), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    card_url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, process.stdout.read().decode(errors="replace") if process.stdout else ""
-            try:
-                if httpx.get(card_url, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the asking agent did not start"
-            time.sleep(0.05)
-        yield card_url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -72,28 +38,17 @@ def asker() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def auth_asker() -> Iterator[str]:
-    with asking_server("--auth") as url:
+    with asking_server(auth=True) as url:
         yield url
 
 
 @pytest.fixture
 def app(tmp_path: Path, database_url: str) -> Iterator[LiveApp]:
     """The app on a live port, SQLite and PostgreSQL (its API's errors with their `code`, as app.py serves them)."""
-    port = free_port()
-    settings = make_settings(
-        tmp_path,
-        database_url=database_url,
-        public_base_url=f"http://127.0.0.1:{port}",
-        port=port,
-        demo_model_delay_ms=0,
-        outbound_allow_hosts=["127.0.0.1"],  # the asking agent runs on this machine
-    )
-    services = Services.build(settings)
-    services.prepare()
-    served = build_a2a_app(services)
-    install_error_handlers(served)
-    with live_server(served, port=port) as url:
-        yield LiveApp(url=url, services=services, key=create_key(url))
+    with live_a2a_app(
+        tmp_path, error_codes=True, database_url=database_url, demo_model_delay_ms=0, outbound_allow_hosts=LOCAL_AGENTS
+    ) as live:
+        yield live
 
 
 def start_chat(app: LiveApp, text: str, agent: str = "general-assistant") -> str:

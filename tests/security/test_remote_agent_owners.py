@@ -9,7 +9,7 @@ import httpx
 from core.auth import accounts
 from core.services import Services
 from tests.conftest import make_settings
-from tests.test_a2a_client import echo_server
+from tests.utils.a2a_agents import echo_server
 from tests.utils.a2a_live import build_a2a_app
 from tests.utils.live_server import live_server
 from tests.utils.sync import run_sync

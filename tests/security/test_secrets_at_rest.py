@@ -16,7 +16,7 @@ from core.secret_box import SecretBox, SecretUnreadableError
 from core.services import Services
 from models import RemoteA2AAgent
 from tests.conftest import make_settings
-from tests.test_a2a_client import echo_server
+from tests.utils.a2a_agents import echo_server
 from tests.utils.a2a_live import live_a2a_app
 from tests.utils.sync import run_sync
 

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from core.a2a.routes import a2a_api_router, a2a_router
 from core.routes import api_router
 from core.services import Services
+from core.web.errors import install_error_handlers
 from tests.conftest import make_settings
 from tests.utils.live_server import live_server, services_app
 from tests.utils.ports import free_port
@@ -48,9 +49,12 @@ def create_key(url: str, name: str = "tests") -> str:
 
 @contextmanager
 def live_a2a_app(
-    tmp_path: Path, *, data_dir: Path | None = None, port: int | None = None, **settings
+    tmp_path: Path, *, data_dir: Path | None = None, port: int | None = None, error_codes: bool = False, **settings
 ) -> Iterator[LiveApp]:
-    """Serve the app on a free port whose URL is also its `PUBLIC_BASE_URL` (the cards' absolute URLs)."""
+    """Serve the app on a free port whose URL is also its `PUBLIC_BASE_URL` (the cards' absolute URLs).
+
+    With `error_codes` the API's errors carry their `code`, as app.py serves them (`install_error_handlers`).
+    """
     port = port or free_port()
     values = {
         "database_url": f"sqlite:///{(data_dir or tmp_path / 'data') / 'app.db'}",
@@ -60,7 +64,10 @@ def live_a2a_app(
     }
     services = Services.build(make_settings(tmp_path, **values))
     services.prepare()
-    with live_server(build_a2a_app(services), port=port) as url:
+    served = build_a2a_app(services)
+    if error_codes:
+        install_error_handlers(served)
+    with live_server(served, port=port) as url:
         yield LiveApp(url=url, services=services, key=create_key(url))
 
 
