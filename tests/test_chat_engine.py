@@ -308,11 +308,21 @@ async def test_the_drafts_of_turns_running_together_are_written_together(
     services = Services.build(make_settings(tmp_path, database_url=database_url, demo_model_delay_ms=20))
     services.prepare()
     batches: list[dict[int, str]] = []
+    statements: list[list[str]] = []  # of each batch
     save_drafts = sessions_store.save_drafts
 
     async def counted(session, drafts: dict[int, str]) -> None:
         batches.append(dict(drafts))
-        await save_drafts(session, drafts)
+        statements.append([])
+
+        def record(conn, cursor, statement: str, *args) -> None:
+            statements[-1].append(statement.split()[0])
+
+        event.listen(services.db.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            await save_drafts(session, drafts)
+        finally:
+            event.remove(services.db.engine.sync_engine, "before_cursor_execute", record)
 
     monkeypatch.setattr(sessions_store, "save_drafts", counted)
     try:
@@ -331,6 +341,8 @@ async def test_the_drafts_of_turns_running_together_are_written_together(
     assert 8 <= written <= 8 * 3  # about once a second each
     assert len(batches) < written / 2, [sorted(b) for b in batches]  # not one transaction per draft
     assert {draft.id for draft in drafts.values()} == {i for batch in batches for i in batch}
+    # However many drafts a batch holds, one UPDATE writes them (run for each, in one trip to the database).
+    assert all(kinds == ["UPDATE"] for kinds in statements), statements
 
 
 async def test_a_draft_left_by_a_crash_is_kept_as_interrupted_at_the_next_start(tmp_path, database_url: str) -> None:
