@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete, exists, literal_column, or_, update
+from sqlalchemy import bindparam, delete, exists, literal_column, or_, update
 from sqlalchemy.orm import aliased
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
@@ -298,13 +298,20 @@ async def remove_messages_after(
 async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     """Write running turns' text so far into their drafts (message id -> text), in one transaction.
 
-    One UPDATE per draft; a draft that is gone (its turn has ended) is simply not found.
+    One UPDATE per draft, sent together (one `executemany`: on PostgreSQL psycopg pipelines them,
+    one round trip for the batch instead of one per draft; issue 41); a draft that is gone (its
+    turn has ended) is simply not found.
     """
-    for message_id, content in drafts.items():
-        await session.exec(
-            update(AgentMessage)
-            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == STREAMING)
-            .values(content=content)
+    if drafts:
+        table = AgentMessage.__table__  # type: ignore[attr-defined]
+        statement = (
+            update(table)
+            .where(table.c.id == bindparam("draft_id"), table.c.status == STREAMING)
+            .values(content=bindparam("draft_content"))
+        )
+        connection = await session.connection()
+        await connection.execute(
+            statement, [{"draft_id": message_id, "draft_content": text} for message_id, text in drafts.items()]
         )
     await session.commit()
 
