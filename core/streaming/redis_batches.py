@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 
 class AppendBatches:
@@ -35,6 +35,28 @@ class AppendBatches:
             self._writer = loop.create_task(self._write(), name="redis hub: appends")
         return done
 
+    async def _pipelined(self, batch: list[tuple[list[Any], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        """The batch's scripts in one pipeline, by their SHA.
+
+        Not through the script object: a pipeline that holds one asks `SCRIPT EXISTS` first, a round
+        trip (and a command on Redis) more for every batch. A script Redis does not know (restarted,
+        flushed) fails with NOSCRIPT without running; those run again one by one, in order, through
+        the script object, which loads it.
+        """
+        pipe = self._redis.pipeline(transaction=False)
+        sha = self._script.sha
+        for keys, args, _ in batch:
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, result in enumerate(results):
+            if isinstance(result, NoScriptError):
+                keys, args, _ = batch[i]
+                try:
+                    results[i] = await self._script(keys=keys, args=args)
+                except Exception as exc:
+                    results[i] = exc
+        return results
+
     async def _write(self) -> None:
         batch: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
         try:
@@ -46,10 +68,7 @@ class AppendBatches:
                         keys, args, _ = batch[0]
                         results: list[Any] = [await self._script(keys=keys, args=args)]
                     else:
-                        pipe = self._redis.pipeline(transaction=False)
-                        for keys, args, _ in batch:
-                            await self._script(keys=keys, args=args, client=pipe)
-                        results = await pipe.execute(raise_on_error=False)
+                        results = await self._pipelined(batch)
                 except Exception as exc:  # the connection failed: every append of the batch fails with it
                     results = [exc] * len(batch)
                 for (_, _, done), result in zip(batch, results, strict=True):
