@@ -213,19 +213,14 @@ class RedisStreamHub:
             StreamBusyError: a buffer under `key` is open (on any replica).
         """
         meta_json = json.dumps(meta or {})
-        echo = self._replica.expect_echo(key)
-        try:
-            first = as_int(
-                await self._scripts["create"](
-                    keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
-                    args=[key, meta_json, self.owner, self._replica.lease_until(), self.changes_channel],
-                )
-            )
-        except BaseException:
-            self._replica.withdraw_echo(key, echo)
-            raise
+        first = await self._replica.changing(
+            key,
+            self._scripts["create"](
+                keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
+                args=[key, meta_json, self.owner, self._replica.lease_until(), self.changes_channel],
+            ),
+        )
         if first == -1:
-            self._replica.withdraw_echo(key, echo)
             raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
         return self._mirror.opened(key, first, meta or {})
@@ -260,19 +255,13 @@ class RedisStreamHub:
 
     async def finish(self, key: str, *, error: str | None = None) -> None:
         """Mark the buffer done (or errored with `error`); every replica's subscribers end after what they have."""
-        echo = self._replica.expect_echo(key)
-        try:
-            last = as_int(
-                await self._scripts["finish"](
-                    keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
-                    args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel],
-                )
-            )
-        except BaseException:
-            self._replica.withdraw_echo(key, echo)
-            raise
-        if last < 0:  # not open: nothing changed, nothing published
-            self._replica.withdraw_echo(key, echo)
+        last = await self._replica.changing(
+            key,
+            self._scripts["finish"](
+                keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
+                args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel],
+            ),
+        )
         owned = key in self._owned
         self._owned.discard(key)
         if last == -2:
@@ -283,16 +272,13 @@ class RedisStreamHub:
 
     async def update_meta(self, key: str, **meta: Any) -> None:
         """Merge `meta` into the buffer's metadata."""
-        echo = self._replica.expect_echo(key)
-        try:
-            done = await self._scripts["meta"](
+        done = await self._replica.changing(
+            key,
+            self._scripts["meta"](
                 keys=[self._keys.hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
-            )
-        except BaseException:
-            self._replica.withdraw_echo(key, echo)
-            raise
+            ),
+        )
         if done == -1:
-            self._replica.withdraw_echo(key, echo)
             if await self.redis.exists(self._keys.hash(key)):
                 raise StreamClosedError(f"stream {key!r} is finished")
             raise UnknownStreamError(key)

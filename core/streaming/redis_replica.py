@@ -15,6 +15,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -23,7 +24,7 @@ from redis.exceptions import RedisError
 from core.errors import AppError
 from core.streaming.hub import BufferInfo
 from core.streaming.redis_readers import StreamReaders
-from core.streaming.redis_scripts import HubKeys, now_ms
+from core.streaming.redis_scripts import HubKeys, as_int, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,22 @@ class ReplicaLeases:
         #: Changes this replica made itself whose message has not come back yet: key -> when each was made.
         self._echoes: dict[str, deque[list[float]]] = {}
         self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
+
+    async def changing(self, key: str, script: Awaitable[Any]) -> int:
+        """Await a hub script that changes `key` and publishes it on the changes channel when it answers >= 0.
+
+        Its message is expected before the script is sent, so it cannot come back unexpected; the
+        expectation is withdrawn when the script failed or answered < 0 (nothing changed or published).
+        """
+        mark = self.expect_echo(key)
+        try:
+            result = as_int(await script)
+        except BaseException:
+            self.withdraw_echo(key, mark)
+            raise
+        if result < 0:
+            self.withdraw_echo(key, mark)
+        return result
 
     def expect_echo(self, key: str) -> list[float]:
         """Before this replica changes `key` (a script that publishes it): its message will come back.
