@@ -254,6 +254,13 @@ class Settings(BaseSettings):
         description="How long a replica's claim on a running "
         "turn or task lasts without renewal; another replica ends it after that (cluster)",
     )
+    cluster_append_gather_ms: float = Field(
+        2.0,
+        ge=0.0,
+        le=50.0,
+        description="While tokens keep coming, how long a replica lets a batch of stream appends "
+        "fill before it sends it to Redis (cluster; 0: send each batch as soon as the last one is back)",
+    )
     # Outbound fetches (agent cards, remote agents' endpoints, agents' model endpoints; core/web/outbound_policy.py):
     # non-public addresses are refused unless their host name, address or network is listed here; metadata never.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(

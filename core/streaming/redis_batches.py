@@ -17,12 +17,17 @@ class AppendBatches:
     any time: one `EVALSHA` each, with its own connection checkout, write and read. Here the
     appends submitted while a batch is on its way wait for it and go together in the next one
     (a pipeline without a transaction: each script still runs on its own, in order). One batch at
-    a time keeps the order in which they were submitted.
+    a time keeps the order in which they were submitted. With `gather_s`, a batch that follows
+    another waits that long for more appends first: fewer, larger batches, each append at most
+    `gather_s` later (the first append after a quiet spell goes at once). Redis's CPU per append is
+    about 55 µs in batches of one and 15 µs in batches of ten or more (`bench_cluster.py --cost`).
     """
 
-    def __init__(self, redis: Redis, script: AsyncScript) -> None:
+    def __init__(self, redis: Redis, script: AsyncScript, *, gather_s: float = 0.0) -> None:
         self._redis = redis
         self._script = script
+        #: While appends keep coming, how long the writer lets the next batch fill after one has gone (issue 41).
+        self.gather_s = gather_s
         self._pending: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -78,6 +83,9 @@ class AppendBatches:
                         done.set_exception(result)
                     else:
                         done.set_result(result)
+                batch = []
+                if self.gather_s:  # busy: the next batch fills a little before it goes
+                    await asyncio.sleep(self.gather_s)
         finally:  # canceled (the hub stops): no append waits for an answer that will not come
             for _, _, done in [*batch, *self._pending]:
                 if not done.done():

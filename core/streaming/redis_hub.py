@@ -71,6 +71,7 @@ class RedisStreamHub:
         owner: this replica's `INSTANCE_ID`.
         lease_s: how long this replica's claim on an open buffer lasts without renewal.
         max_events, ttl_s, subscriber_queue: as for `StreamHub`.
+        append_gather_s: while appends keep coming, how long a batch of them fills before it goes (`AppendBatches`).
     """
 
     @classmethod
@@ -101,6 +102,7 @@ class RedisStreamHub:
         max_events: int = 20_000,
         ttl_s: float = 300.0,
         subscriber_queue: int = 10_000,
+        append_gather_s: float = 0.0,
     ) -> None:
         self.redis = redis
         self.prefix = f"{prefix}hub:"
@@ -118,7 +120,7 @@ class RedisStreamHub:
         self._owned: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
-        self._appends = AppendBatches(redis, self._scripts["append"])
+        self._appends = AppendBatches(redis, self._scripts["append"], gather_s=append_gather_s)
         self._readers = StreamReaders(
             redis,
             readers if readers is not None else redis,
