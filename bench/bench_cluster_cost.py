@@ -10,6 +10,9 @@ Interleaved in each run, on the same work, one after the other:
 - **replica**: one `python app.py` with `CLUSTER=true` on a PostgreSQL database of the run's own
   and a Redis key prefix of its own (`tests/utils/cluster.py`), with an account.
 
+With `--replica-env NAME=VALUE ...`, a third app in each run: a replica with those settings too
+(mode `replica*`; e.g. `CLUSTER_APPEND_GATHER_MS=0`), to measure one setting within one run.
+
 For each N, two phases, each on N chats made before the clock (HTTP Basic, the same account):
 
 - **start**: N turns of `/lorem 1` at once (one token each): what a turn start costs;
@@ -95,6 +98,7 @@ class Services:
             "redis_in": float(stats["total_net_input_bytes"]),
             "redis_out": float(stats["total_net_output_bytes"]),
             "redis_calls": float(sum(v["calls"] for v in commands.values())),
+            **{f"cmd_{name[8:]}": float(v["calls"]) for name, v in commands.items()},
             **_postgres_cpu(),
         }
         self.pg.execute("select pg_stat_clear_snapshot()")
@@ -252,7 +256,7 @@ async def one_app(mode: str, args, services: Services, tmp: Path, run_no: int) -
     url = f"http://127.0.0.1:{port}"
     # One account sends every turn: no per-user limit on running turns (config/server.json's is 20).
     env = {"DEMO_MODEL_DELAY_MS": str(args.delay_ms), "PUBLIC_BASE_URL": url, "MAX_RUNNING_TURNS_PER_USER": "100000"}
-    data = tmp / f"{mode}-{run_no}" / "data"
+    data = tmp / f"{mode.rstrip('*')}{len(mode)}-{run_no}" / "data"
     if mode == "process":
         add_account(data)
     else:
@@ -266,9 +270,11 @@ async def one_app(mode: str, args, services: Services, tmp: Path, run_no: int) -
             REDIS_KEY_PREFIX=services.prefix,
             STORAGE_SECRET="bench-cost-secret-" + services.prefix,
             INTERNAL_TOKEN="bench-cost-token-" + services.prefix,
-            INSTANCE_ID=f"bench-cost-{run_no}",
+            INSTANCE_ID=f"bench-cost-{run_no}-{len(mode)}",
             REPLICA_URL=url,
         )
+    if mode == "replica*":  # the variant: the replica with these settings too
+        env.update(item.split("=", 1) for item in args.replica_env)
     server = spawn(data, port=port, env_extra=env)
     if args.pin:
         os.sched_setaffinity(server.proc.pid, {1})
@@ -281,7 +287,7 @@ async def one_app(mode: str, args, services: Services, tmp: Path, run_no: int) -
             start = await phase(server, services, n, "/lorem 1")
             spy = None
             if args.profile == n and shutil.which("py-spy", path=str(Path(PYTHON).parent)):
-                spy = tmp / f"profile-{mode}-{run_no}-{n}.txt"
+                spy = (Path(args.profile_dir) if args.profile_dir else tmp) / f"profile-{mode}-{run_no}-{n}.txt"
             stream = await phase(server, services, n, f"/lorem {args.tokens}", spy)
             out[n] = {"start": start, "stream": stream, "load": load()}
             print(
@@ -310,6 +316,7 @@ FIGURES = [
     ("PG statements", "pg_statements", 1),
     ("PG round trips", "pg_round_trips", 1),
     ("PG xacts", "pg_xacts", 1),
+    ("PG connections", "wire_connections", 1),
     ("PG bytes", "pg_bytes", 1),
     ("Redis commands (and in scripts)", "redis_calls", 1),
     ("Redis bytes", "redis_bytes", 1),
@@ -335,7 +342,7 @@ def report(results: list[dict[str, dict[int, dict]]], args) -> None:
     rows, ratios, margins = [], [], []
     for run_no, got in enumerate(results, 1):
         for n in args.sizes:
-            for mode in MODES:
+            for mode in got:
                 f = got[mode][n]
                 s = f["stream"]
                 tok, start = per_token(f), per_start(f, n)
@@ -346,22 +353,39 @@ def report(results: list[dict[str, dict[int, dict]]], args) -> None:
                 )
                 m = marginal(f)
                 margins.append([run_no, n, mode] + [f"{m[key]:,.2f}" for _, key, _ in FIGURES])
-            p, r = per_token(got["process"][n]), per_token(got["replica"][n])
-            own = r["app_cpu"] / p["app_cpu"]
-            with_services = (r["app_cpu"] + r["redis_cpu"] + r["pg_db_cpu"]) / p["app_cpu"]
-            with_all = (r["app_cpu"] + r["redis_cpu"] + r["pg_all_cpu"]) / (p["app_cpu"] + p["pg_all_cpu"])
-            ratios.append([run_no, n, f"{own:.2f}", f"{with_services:.2f}", f"{with_all:.2f}"])
+            p = per_token(got["process"][n])
+            for mode in got:
+                if mode == "process":
+                    continue
+                r = per_token(got[mode][n])
+                own = r["app_cpu"] / p["app_cpu"]
+                with_services = (r["app_cpu"] + r["redis_cpu"] + r["pg_db_cpu"]) / p["app_cpu"]
+                with_all = (r["app_cpu"] + r["redis_cpu"] + r["pg_all_cpu"]) / (p["app_cpu"] + p["pg_all_cpu"])
+                ratios.append([run_no, n, mode, f"{own:.2f}", f"{with_services:.2f}", f"{with_all:.2f}"])
     print(f"\nper streamed token / per turn start: N chats at once, /lorem {args.tokens} at {args.delay_ms} ms a token")
     head = ["run", "N", "mode", "tokens/s", "added p99 ms"] + [label for label, _, _ in FIGURES] + ["short", "load"]
     print(table(head, rows))
     print("\nper token beyond the turn's start: (stream phase - start phase) / their difference in tokens")
     print(table(["run", "N", "mode"] + [label for label, _, _ in FIGURES], margins))
+    print("\nRedis commands of the replica's phases (and those its scripts ran), per turn start / per streamed token:")
+    for run_no, got in enumerate(results, 1):
+        for n in args.sizes:
+            f = got["replica"][n]
+            start, stream = f["start"], f["stream"]
+            names = sorted((k for k in stream if k.startswith("cmd_")), key=lambda k: -stream[k])[:10]
+            print(
+                f"  run {run_no} N={n}: "
+                + ", ".join(
+                    f"{k[4:]} {start.get(k, 0) / n:.1f} / {stream[k] / max(stream['tokens'], 1):.2f}" for k in names
+                )
+            )
     print("\nreplica / process, CPU per streamed token (goals: own ≤ 1.15; with Redis and PostgreSQL ≤ 1.3)")
     print(
         table(
             [
                 "run",
                 "N",
+                "mode",
                 "app's own",
                 "+ Redis + PG backends of its db",
                 "+ Redis + all postgres (each side's)",
@@ -400,7 +424,8 @@ async def run(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-cluster-cost-") as tmpdir:
             add_account(Path(tmpdir) / "cli" / "data", DATABASE_URL=db)
             for run_no in range(1, args.runs + 1):
-                results.append({mode: await one_app(mode, args, services, Path(tmpdir), run_no) for mode in MODES})
+                modes = [*MODES, *(["replica*"] if args.replica_env else [])]
+                results.append({mode: await one_app(mode, args, services, Path(tmpdir), run_no) for mode in modes})
     finally:
         services.close()
         if proxy is not None:
@@ -421,6 +446,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=2, help="interleaved runs (process, then replica, each run)")
     p.add_argument("--pin", action="store_true", help="the app on CPU 1; this client and the proxy on CPU 0")
     p.add_argument("--profile", type=int, default=None, help="py-spy each app during its stream phase at this N")
+    p.add_argument(
+        "--replica-env",
+        nargs="+",
+        default=None,
+        metavar="NAME=VALUE",
+        help="also run a variant replica (mode replica*) with these settings, interleaved",
+    )
+    p.add_argument("--profile-dir", default=None, help="keep py-spy's raw profiles here (default: dropped)")
     p.add_argument("--pg-log", default=None, help="the proxy writes each statement's first bytes to this file")
     p.add_argument("--no-pg-proxy", action="store_true", help="no counting proxy: no statements or bytes for PG")
     return p
