@@ -255,7 +255,7 @@ class Settings(BaseSettings):
         "turn or task lasts without renewal; another replica ends it after that (cluster)",
     )
     cluster_append_gather_ms: float = Field(
-        2.0,
+        0.0,
         ge=0.0,
         le=50.0,
         description="While tokens keep coming, how long a replica lets a batch of stream appends "

@@ -19,8 +19,11 @@ class AppendBatches:
     (a pipeline without a transaction: each script still runs on its own, in order). One batch at
     a time keeps the order in which they were submitted. With `gather_s`, a batch that follows
     another waits that long for more appends first: fewer, larger batches, each append at most
-    `gather_s` later (the first append after a quiet spell goes at once). Redis's CPU per append is
-    about 55 µs in batches of one and 15 µs in batches of ten or more (`bench_cluster.py --cost`).
+    `gather_s` later (the first append after a quiet spell goes at once). Redis's CPU for the append
+    script, measured alone: about 55 µs in batches of one, 15 µs in batches of ten or more. With the
+    hub alone (100 streams at 50 appends/s), 2 ms took batches from 4-5 to about 30 appends and cut
+    Redis's CPU per append by a third; in the app the difference stayed within the noise
+    (`bench_cluster.py --cost`, bench/README.md), so it is off (0) unless configured (issue 41).
     """
 
     def __init__(self, redis: Redis, script: AsyncScript, *, gather_s: float = 0.0) -> None:
