@@ -13,6 +13,11 @@ fewer events and concurrency steps. The load generator runs in this process: on 
 competes with the replicas for CPU, so compare figures of one run, and read them with `uptime`.
 
     .venv/bin/python bench/bench_cluster.py [--quick]
+    .venv/bin/python bench/bench_cluster.py --cost [bench_cluster_cost.py's options]
+
+`--cost` runs `bench_cluster_cost.py` (issue 41): one process and one replica interleaved on the
+same turns, the replica's CPU per token and per turn start against the process's, with what Redis
+and PostgreSQL carry (CPU, statements, round trips, bytes), pinned with `--pin`.
 """
 
 from __future__ import annotations
@@ -280,8 +285,15 @@ async def loop_block(work: Path) -> float:
 
 
 def main() -> None:
+    if "--cost" in sys.argv:  # issue 41: a replica's cost against a process, and the shared services'
+        from bench import bench_cluster_cost
+
+        sys.argv = [a for a in sys.argv if a != "--cost"]
+        asyncio.run(bench_cluster_cost.run(bench_cluster_cost.parser().parse_args()))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer events and concurrency steps")
+    parser.add_argument("--cost", action="store_true", help="bench_cluster_cost.py: a replica's cost (issue 41)")
     args = parser.parse_args()
     from tests.utils.broker import redis_test_url
 

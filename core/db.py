@@ -130,9 +130,16 @@ class Database:
         self.url = url
         self.dialect = make_url(url).get_backend_name()
         self.engine: AsyncEngine = self._make_async_engine()
-        # Its connections begin deferred on SQLite (`_sqlite_begin_immediate`); the same pool.
+        # The same pool. Its connections begin deferred on SQLite (`_sqlite_begin_immediate`). On PostgreSQL
+        # they are in autocommit: a read's statements each see what was committed before they ran, as they
+        # would in a READ COMMITTED transaction, without its BEGIN and ROLLBACK (two round trips of three
+        # for a request's check of its caller; issue 41).
         self._read_engine = (
-            self.engine.execution_options(**{_READ_ONLY: True}) if self.dialect == "sqlite" else self.engine
+            self.engine.execution_options(**{_READ_ONLY: True})
+            if self.dialect == "sqlite"
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else self.engine
         )
         self._turn_lock: asyncio.Lock | None = None
         self._turn_loop: asyncio.AbstractEventLoop | None = None
@@ -206,7 +213,11 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        """A read-only unit of work: a consistent snapshot, no writes (flushing a change raises).
+        """A read-only unit of work: no writes (flushing a change raises).
+
+        On SQLite a consistent snapshot (one deferred transaction); on PostgreSQL each statement
+        sees what was committed before it ran (autocommit: the READ COMMITTED the writes use, without
+        a BEGIN and a ROLLBACK around the reads).
 
         On SQLite it does not take a turn (`session`): in WAL mode readers neither wait for the
         writer nor hold it up, so the checks every request makes (who is calling, do they own

@@ -122,6 +122,7 @@ class Services:
                 max_events=settings.stream_buffer_max_events,
                 ttl_s=settings.stream_buffer_ttl_s,
                 subscriber_queue=settings.stream_subscriber_queue,
+                append_gather_s=settings.cluster_append_gather_ms / 1000,
             )
         else:
             hub = StreamHub(

@@ -261,6 +261,13 @@ class Settings(BaseSettings):
         "to Redis when it is back; past it Redis skips them (the replica's own readers and the saved answers "
         "keep them) (cluster)",
     )
+    cluster_append_gather_ms: float = Field(
+        0.0,
+        ge=0.0,
+        le=50.0,
+        description="While tokens keep coming, how long a replica lets a batch of stream appends "
+        "fill before it sends it to Redis (cluster; 0: send each batch as soon as the last one is back)",
+    )
     # Outbound fetches (agent cards, remote agents' endpoints, agents' model endpoints; core/web/outbound_policy.py):
     # non-public addresses are refused unless their host name, address or network is listed here; metadata never.
     outbound_allow_hosts: Annotated[list[str], NoDecode] = Field(

@@ -305,7 +305,8 @@ async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     """Write running turns' text so far into their drafts (message id -> text), in one transaction.
 
     One UPDATE run for all the drafts at once (`executemany`: one trip to the database's thread on
-    SQLite, however many turns run); a draft that is gone (its turn has ended) is simply not found.
+    SQLite, however many turns run; on PostgreSQL psycopg pipelines it, one round trip for the batch,
+    issue 41); a draft that is gone (its turn has ended) is simply not found.
     One statement per draft held SQLite's one writer for a hundred trips at 100 turns, each waiting
     milliseconds for the busy event loop, while the sends of new turns queued behind it (issue 38).
     """

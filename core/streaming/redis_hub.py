@@ -91,6 +91,7 @@ class RedisStreamHub:
         lease_s: how long this replica's claim on an open buffer lasts without renewal.
         max_events, ttl_s, subscriber_queue: as for `StreamHub`.
         outage_events: events this replica holds at most while Redis is out of reach (`redis_outage`).
+        append_gather_s: while appends keep coming, how long a batch of them fills before it goes (`AppendBatches`).
     """
 
     @classmethod
@@ -137,6 +138,7 @@ class RedisStreamHub:
         ttl_s: float = 300.0,
         subscriber_queue: int = 10_000,
         outage_events: int = 50_000,
+        append_gather_s: float = 0.0,
     ) -> None:
         self.redis = redis
         self.prefix = f"{prefix}hub:"
@@ -156,7 +158,7 @@ class RedisStreamHub:
         self._in_flight: Counter[str] = Counter()  # appends of a key on their way to Redis
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
-        self._appends = AppendBatches(redis, self._scripts["append_at"])
+        self._appends = AppendBatches(redis, self._scripts["append_at"], gather_s=append_gather_s)
         self.reach = RedisReach()
         self._outage = OutageBuffer(
             redis,
@@ -190,6 +192,7 @@ class RedisStreamHub:
             owned=self._owned,
             refresh=self._mirror.refresh,
             reach=self.reach,
+            infos=infos,
         )
 
     @property
@@ -266,11 +269,12 @@ class RedisStreamHub:
             StreamBusyError: a buffer under `key` is open (on any replica).
         """
         meta_json = json.dumps(meta or {})
-        first = as_int(
-            await self._scripts["create"](
+        first = await self._replica.changing(
+            key,
+            self._scripts["create"](
                 keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
                 args=[key, meta_json, self.owner, self._replica.lease_until(), self.changes_channel],
-            )
+            ),
         )
         if first == -1:
             raise StreamBusyError(f"stream {key!r} is still open")
@@ -356,11 +360,12 @@ class RedisStreamHub:
             self._finish_later(key, error, counted)
             return
         try:
-            last = as_int(
-                await self._scripts["finish"](
+            last = await self._replica.changing(
+                key,
+                self._scripts["finish"](
                     keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
                     args=[key, error or "", max(1, int(self.ttl_s)), self.changes_channel, counted or 0],
-                )
+                ),
             )
         except OUT_OF_REACH as exc:
             if counted is None:
@@ -394,8 +399,11 @@ class RedisStreamHub:
 
     async def update_meta(self, key: str, **meta: Any) -> None:
         """Merge `meta` into the buffer's metadata."""
-        done = await self._scripts["meta"](
-            keys=[self._keys.hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
+        done = await self._replica.changing(
+            key,
+            self._scripts["meta"](
+                keys=[self._keys.hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
+            ),
         )
         if done == -1:
             if await self.redis.exists(self._keys.hash(key)):

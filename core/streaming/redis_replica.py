@@ -13,7 +13,9 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -23,12 +25,15 @@ from core.errors import AppError
 from core.streaming.hub import BufferInfo
 from core.streaming.redis_outage import OUT_OF_REACH, RETRY_S, RedisReach
 from core.streaming.redis_readers import StreamReaders
-from core.streaming.redis_scripts import HubKeys, now_ms
+from core.streaming.redis_scripts import HubKeys, as_int, now_ms
 
 log = logging.getLogger(__name__)
 
 
 # What a cluster's Redis must be set to (README, "Running as several replicas"), and what is lost otherwise.
+#: How long a change this replica made waits for its message to come back before it is no longer counted on.
+ECHO_WAIT_S = 10.0
+
 REQUIRED_REDIS_SETTINGS = {
     "appendonly": (
         "yes",
@@ -93,6 +98,7 @@ class ReplicaLeases:
         owned: the keys this replica writes (shared with the hub).
         refresh: reads a buffer's state from Redis into the hub's mirror.
         reach: this replica's record of Redis's failures (a failed renewal is tried again every `RETRY_S`).
+        infos: the hub's mirror (shared): a change this replica made itself is read there, not from Redis.
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class ReplicaLeases:
         owned: set[str],
         refresh: Callable[[str], Awaitable[BufferInfo | None]],
         reach: RedisReach | None = None,
+        infos: dict[str, BufferInfo] | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -121,7 +128,61 @@ class ReplicaLeases:
         self._refresh = refresh
         self.reach = reach if reach is not None else RedisReach()
         self._replica_key = keys.replica(owner)
+        self._infos: dict[str, BufferInfo] = infos if infos is not None else {}
+        #: Changes this replica made itself whose message has not come back yet: key -> when each was made.
+        self._echoes: dict[str, deque[list[float]]] = {}
         self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
+
+    async def changing(self, key: str, script: Awaitable[Any]) -> int:
+        """Await a hub script that changes `key` and publishes it on the changes channel when it answers >= 0.
+
+        Its message is expected before the script is sent, so it cannot come back unexpected; the
+        expectation is withdrawn when the script failed or answered < 0 (nothing changed or published).
+        """
+        mark = self.expect_echo(key)
+        try:
+            result = as_int(await script)
+        except BaseException:
+            self.withdraw_echo(key, mark)
+            raise
+        if result < 0:
+            self.withdraw_echo(key, mark)
+        return result
+
+    def expect_echo(self, key: str) -> list[float]:
+        """Before this replica changes `key` (a script that publishes it): its message will come back.
+
+        Returns the expectation, for `withdraw_echo` when the script did not publish (refused, failed).
+        Made before the script is sent, so the message cannot come back before it is expected.
+        """
+        mark = [time.monotonic()]
+        self._echoes.setdefault(key, deque()).append(mark)
+        return mark
+
+    def withdraw_echo(self, key: str, mark: list[float]) -> None:
+        """The change of `key` was not made (or may not have been): its message is not counted on."""
+        sent = self._echoes.get(key)
+        if sent is not None:
+            with contextlib.suppress(ValueError):
+                sent.remove(mark)
+            if not sent:
+                del self._echoes[key]
+
+    def _own_echo(self, key: str) -> bool:
+        """Whether a change message of `key` is taken as this replica's own (its mirror has the change).
+
+        Messages come in the order they were published. Another replica's change that comes while
+        this one's is expected is taken for it: the refresh then skipped is made at this replica's
+        own message, which comes after it and reads the state both left. An expectation older than
+        `ECHO_WAIT_S` is not counted on (its message was lost): the change is read from Redis.
+        """
+        sent = self._echoes.get(key)
+        if not sent:
+            return False
+        [at] = sent.popleft()
+        if not sent:
+            del self._echoes[key]
+        return time.monotonic() - at < ECHO_WAIT_S and key in self._infos
 
     def lease_until(self) -> int:
         """When a lease taken now runs out (ms since the epoch)."""
@@ -290,6 +351,7 @@ class ReplicaLeases:
             pubsub = self.redis.pubsub()
             try:
                 await pubsub.subscribe(self.keys.changes_channel, self.keys.cancel_channel)
+                self._echoes.clear()  # what was sent while not subscribed does not come back
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
@@ -298,7 +360,8 @@ class ReplicaLeases:
                         if key in self._owned:
                             asyncio.create_task(self.run_cancel_handlers(key), name=f"cancel {key}")
                     else:  # every replica mirrors every buffer's state (`get`, `is_running` read it)
-                        info = await self._refresh(key)
+                        # This replica's own change: its mirror has it already, no read of Redis.
+                        info = self._infos.get(key) if self._own_echo(key) else await self._refresh(key)
                         if info is not None and key not in self._owned:
                             for handler in self.change_handlers:
                                 try:
