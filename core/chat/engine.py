@@ -61,8 +61,9 @@ from core.chat.errors import (
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
-from core.chat.turns import SessionChange, SessionWatchers, TurnClaim, TurnClaims, TurnStarted, limit_message
-from core.db import RUNNING_WORK_LOCK_KEY, Database
+from core.chat.turn_starts import TurnStarts, running_turns_check
+from core.chat.turns import SessionChange, SessionWatchers, TurnClaim, TurnClaims, TurnStarted
+from core.db import Database
 from core.i18n import _, current_language, format_number, set_language
 from core.streaming import events as ev
 from core.streaming.backend import StreamHubBackend
@@ -141,6 +142,7 @@ class ChatEngine:
         self.runner.prepare_messages = partial(attachments.prepare_for_agent, db)  # attached files (issue 36)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
+        self._starts = TurnStarts(db)  # on SQLite, new messages of turns that start together are written together
         self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
         self._watchers = SessionWatchers()
         # A cluster (docs/ARCHITECTURE.md, "Cluster"): the session's turn is also claimed in the shared hub (its
@@ -231,15 +233,8 @@ class ChatEngine:
                 assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(r, session_id=session_id)
                 tool_rows = await agents_store.agent_tool_rows(r, agent.id)
-            async with self.db.session() as s:
-                if limit is not None and self._shared:
-                    # A cluster: the user's turns on every replica are their drafts in the database. The user's
-                    # starts take turns (a lock held until this transaction commits its draft), so the count
-                    # sees every start before this one and none slips past it.
-                    await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
-                    if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
-                        raise TooManyRunningTurnsError(limit_message(limit))
-                turn = await prepare(s, session_id, agent, history)  # saved and committed
+            check = running_turns_check(self.db, user_id, limit) if limit is not None and self._shared else None
+            turn = await self._starts.save(prepare, session_id, agent, history, check=check)  # saved and committed
             return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)
         finally:
             if claim is not None:

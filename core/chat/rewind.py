@@ -29,7 +29,7 @@ from core.chat.errors import MessageNotFoundError, NothingToAnswerAgainError, No
 from core.i18n import _
 from models import Agent, AgentMessage
 
-__all__ = ["PrepareTurn", "PreparedTurn", "answer_again", "edit_last_message", "new_message"]
+__all__ = ["NewMessage", "PrepareTurn", "PreparedTurn", "answer_again", "edit_last_message", "new_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +52,42 @@ class PreparedTurn:
 PrepareTurn = Callable[[AsyncSession, str, Agent, list[AgentMessage]], Awaitable[PreparedTurn]]
 
 
-def new_message(text: str, files: list[dict[str, Any]] | None = None) -> PrepareTurn:
-    """Append the user's message (already validated) and the draft (`add_messages` commits, as each of these)."""
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """Sending: the user's message (already validated) and the draft appended (a `PrepareTurn`).
 
-    async def prepare(s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]) -> PreparedTurn:
-        user_row, draft = await sessions_store.add_messages(
-            s,
-            session_id=session_id,
-            messages=[
-                {"role": "user", "content": text, "source": "user", "attachments": files or None},
-                draft_fields(agent),
-            ],
-        )
+    Called, it appends them in the unit of work it is given and commits (`add_messages`); on SQLite the
+    new messages of turns that start together are written together instead (`core.chat.turn_starts`),
+    with `rows` and `prepared`.
+    """
+
+    text: str
+    files: list[dict[str, Any]] | None = None
+
+    def rows(self, agent: Agent) -> list[dict[str, Any]]:
+        """The fields of the two rows: the user's message, the turn's draft answer."""
+        return [
+            {"role": "user", "content": self.text, "source": "user", "attachments": self.files or None},
+            draft_fields(agent),
+        ]
+
+    def prepared(self, history: list[AgentMessage], rows: list[AgentMessage]) -> PreparedTurn:
+        """What the turn runs on, once `rows` are saved."""
+        user_row, draft = rows
         return PreparedTurn([*history, user_row], user_row, draft)
 
-    return prepare
+    async def __call__(
+        self, s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]
+    ) -> PreparedTurn:
+        """Append both rows in the unit of work `s` and commit."""
+        return self.prepared(
+            history, await sessions_store.add_messages(s, session_id=session_id, messages=self.rows(agent))
+        )
+
+
+def new_message(text: str, files: list[dict[str, Any]] | None = None) -> NewMessage:
+    """Append the user's message (already validated) and the draft (`add_messages` commits, as each of these)."""
+    return NewMessage(text, files)
 
 
 def answer_again() -> PrepareTurn:

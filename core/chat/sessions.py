@@ -232,7 +232,7 @@ async def append_messages(
         row = AgentMessage(session_id=session_id, sort_order=order, **fields)
         session.add(row)
         rows.append(row)
-    first_user = _first_user_message(messages)
+    first_user = first_user_message(messages)
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
         chat.updated_at = utcnow()
@@ -265,11 +265,12 @@ def add_first_messages(session: AsyncSession, chat: AgentSession, messages: list
     """
     rows = [AgentMessage(session_id=chat.id, sort_order=order, **fields) for order, fields in enumerate(messages, 1)]
     session.add_all(rows)
-    _title_untitled(chat, _first_user_message(messages))
+    _title_untitled(chat, first_user_message(messages))
     return rows
 
 
-def _first_user_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+def first_user_message(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first of `messages` that is a user's, with text (what names an untitled chat)."""
     return next((m for m in messages if m.get("role") == "user" and m.get("content")), None)
 
 
