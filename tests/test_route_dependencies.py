@@ -11,13 +11,13 @@ own routers (`core.*`) is `async def`, and this test names any that is not.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute, iter_route_contexts
+
+from tests.security.test_surfaces import built_app_routes  # noqa: F401  (the fixture: the app as the page tests run it)
 
 
 def _runs_on_the_loop(call: Any) -> bool:
@@ -40,24 +40,11 @@ def _name(call: Any) -> str:
     return f"{getattr(call, '__module__', '?')}.{getattr(call, '__qualname__', type(call).__qualname__)}"
 
 
-@pytest.fixture
-async def app_routes(
-    isolated_env: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> AsyncIterator[list]:
-    from nicegui import app
-
-    from tests.utils.simulated_user import simulated_app_user
-
-    monkeypatch.setenv("NICEGUI_STORAGE_PATH", str(isolated_env / "nicegui-storage"))
-    async with simulated_app_user(request):
-        yield list(app.routes)
-
-
-async def test_no_dependency_or_endpoint_of_the_apps_routes_runs_in_the_thread_pool(app_routes: list) -> None:
+async def test_no_dependency_or_endpoint_of_the_apps_routes_runs_in_the_thread_pool(built_app_routes: list) -> None:
     # Included routers are kept whole by this FastAPI: their routes are read as its OpenAPI reads them.
     ours = [
         c
-        for c in iter_route_contexts(app_routes)
+        for c in iter_route_contexts(built_app_routes)
         if isinstance(c.original_route, APIRoute) and (c.endpoint.__module__ or "").startswith("core.")
     ]
     assert len(ours) > 50  # the app's REST and A2A routes were found

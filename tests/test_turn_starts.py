@@ -17,21 +17,15 @@ from sqlalchemy import event
 from core.chat import turn_starts
 from core.services import Services
 from models import AgentSession
-from tests.conftest import make_settings
 from tests.test_chat_engine import new_chat, saved
 
 SENDS = 20
 
 
 @pytest.fixture
-async def services(tmp_path: Path):
-    built = Services.build(make_settings(tmp_path, database_url=f"sqlite:///{tmp_path / 'data' / 'app.db'}"))
-    built.prepare()
-    await built.start()
-    try:
-        yield built
-    finally:
-        await built.stop()
+def database_url(tmp_path: Path) -> str:
+    """SQLite only (conftest's `services` serves on it): PostgreSQL writes each start in its own unit of work."""
+    return f"sqlite:///{tmp_path / 'data' / 'app.db'}"
 
 
 async def _send_all(services: Services, chats: list[str]) -> list[set[int]]:

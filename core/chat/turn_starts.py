@@ -126,7 +126,6 @@ class TurnStarts:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.batched = db.dialect == "sqlite"
-        self.units = 0  # units of work that wrote batched starts (the tests read it)
         self._pending: list[_Start] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -166,7 +165,6 @@ class TurnStarts:
                         chats = [(session_id, messages) for session_id, messages, _ in batch]
                         rows = await append_to_chats(s, chats)
                         await s.commit()
-                    self.units += 1
                 except Exception:
                     if len(batch) > 1:
                         log.warning("writing %d turn starts together failed; writing each on its own", len(batch))
