@@ -72,6 +72,11 @@ class RegistryEvents:
         except Exception:
             log.warning("could not tell the other replicas that %s %s was %s", kind, agent_id, op, exc_info=True)
 
+    @property
+    def listening(self) -> bool:
+        """Whether the other replicas' notices are being received now (always, without cluster mode: none are sent)."""
+        return not self.enabled or self._listening.is_set()
+
     async def start(self) -> None:
         """Listen (returns once listening, or after a few seconds if the database does not answer)."""
         if not self.enabled:
@@ -94,17 +99,18 @@ class RegistryEvents:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    self._listening.set()
-                    if not first:
+                    if not first:  # (notices that come meanwhile wait in the connection)
                         for resync in self._on_reconnect:
                             await resync()
                     first = False
+                    self._listening.set()  # after the resync: what was kept before it is not trusted until then
                     async for notice in conn.notifies():
                         await self._handle(notice.payload)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("listening for registry notices failed; listening again", exc_info=True)
+            self._listening.clear()  # notices sent meanwhile are missed: `listening` says so until resynced
             await asyncio.sleep(RECONNECT_S)
 
     async def _handle(self, payload: str) -> None:

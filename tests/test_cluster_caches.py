@@ -1,6 +1,7 @@
 """What each replica keeps in memory of the accounts and the model connection is the same on every replica (issue 41).
 
-The pages read who is disabled and who is an admin from memory (`AuthState`), and every model call reads
+The pages read who is disabled and who is an admin from memory (`AuthState`), the API the accounts' rows it
+keeps there (issue 38), and every model call reads
 the model connection in force from the gateway: a change made on one replica (the admin area, or
 `python app.py users` on the command line) reaches the others as a registry notice over PostgreSQL
 (`core/db_events.py`, `AdminArea.follow`), and each reads the state again. Two app instances share one
@@ -72,9 +73,13 @@ async def test_account_changes_and_a_saved_model_connection_reach_the_other_repl
     await a.admin.change_account(alice, dora["id"], {"admin": True})
     await _eventually(lambda: dora["id"] in b.auth.admin_ids, "B sees dora promoted on A")
     assert b.auth.is_admin(dora["id"])
+    kept_on_b = await b.auth.account(b.db, dora["id"])  # the row B's API keeps for dora's requests
+    assert kept_on_b is not None and kept_on_b.is_admin and dora["id"] in b.auth.accounts
     await a.admin.change_account(alice, dora["id"], {"disabled": True})
     await _eventually(lambda: dora["id"] in b.auth.disabled_ids, "B refuses dora's pages once A disabled her")
     assert not b.auth.is_admin(dora["id"])
+    now_on_b = await b.auth.account(b.db, dora["id"])  # and her API calls: the kept row was forgotten
+    assert now_on_b is not None and not accounts.is_enabled(now_on_b)
     await b.admin.change_account(alice, dora["id"], {"disabled": False})  # and back, from B to A
     await _eventually(lambda: dora["id"] not in a.auth.disabled_ids, "A sees dora enabled on B")
 

@@ -5,7 +5,7 @@ change are `core.auth.user_admin`'s, the model connection's `core.admin.model_co
 account change is applied at once to `AuthState` (a disabled account's pages are refused at their next
 request; the navigation shows the admin area to admins) in this process, and in a cluster on the other
 replicas too (`follow`: a registry notice over PostgreSQL, `core/db_events.py`; each reads the accounts'
-state again); every API call reads the account itself.
+state again, and the API's kept account rows are forgotten: `AuthState.account`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class AdminArea:
     def follow(self, events: RegistryEvents) -> None:
         """In a cluster: tell the other replicas of each account change and saved model connection, apply theirs."""
         self._events = events
+        self.auth.accounts_followed = lambda: events.listening
         events.on(ACCOUNTS, self._accounts_changed_elsewhere)
         events.on_reconnect(self._reload_accounts)
         self.model.follow(events)
@@ -80,6 +81,7 @@ class AdminArea:
         async with self.db.read() as s:
             self.auth.disabled_ids = await user_admin.disabled_ids(s)
             self.auth.admin_ids = await user_admin.admin_ids(s)
+        self.auth.forget_accounts()
         await self.model.load()
 
     # -- accounts ------------------------------------------------------------------------
@@ -141,6 +143,7 @@ class AdminArea:
         return {**view.as_json(), "runningTurns": running}
 
     async def _reload_accounts(self) -> None:
+        self.auth.forget_accounts()  # first: an API request in the meantime reads the row afresh
         async with self.db.read() as s:
             self.auth.disabled_ids = await user_admin.disabled_ids(s)
             self.auth.admin_ids = await user_admin.admin_ids(s)

@@ -12,6 +12,7 @@ of them read the one composition `app.py` sets on `app.state.services`, by attri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -39,16 +40,43 @@ class AuthState:
 
     multi_user: bool
     local_user_id: int | None
-    # Kept by the admin area (loaded at start, changed with each admin action of this process): the pages
-    # read them on every request without a database trip. The API reads the account itself.
+    # Kept by the admin area (loaded at start, read again at each account change of this process and, in a
+    # cluster, of another replica): the pages read them on every request without a database trip.
     disabled_ids: set[int] = field(default_factory=set)
     admin_ids: set[int] = field(default_factory=set)
+    # The accounts' rows as last read, for the API's `CurrentUser` (one read per account, not one per
+    # request; docs/ARCHITECTURE.md "Cluster: the broker across replicas"): forgotten at each account
+    # change, as the sets above are read again, so a disabled or demoted account is refused at its next
+    # request. Shared, read-only rows: never added to a session.
+    accounts: dict[int, User] = field(default_factory=dict)
+    accounts_generation: int = 0  # counts the forgettings: a read that began before one is not kept
+    # In a cluster, whether this replica is receiving the other replicas' notices (while it is not, a
+    # change there would go unseen here: the rows are read at each request, as without this snapshot).
+    accounts_followed: Callable[[], bool] = field(default=lambda: True)
 
     def is_admin(self, user_id: int | None) -> bool:
         """Whether the page's user may open the admin area (`local` in single-user mode)."""
         if not self.multi_user:
             return user_id is not None and user_id == self.local_user_id
         return user_id is not None and user_id in self.admin_ids and user_id not in self.disabled_ids
+
+    def forget_accounts(self) -> None:
+        """An account changed (here or on another replica): the rows kept are read again when next asked for."""
+        self.accounts = {}
+        self.accounts_generation += 1
+
+    async def account(self, db: Database, user_id: int) -> User | None:
+        """The account's row: the one kept, else read (and kept unless an account changed meanwhile)."""
+        followed = self.accounts_followed()
+        user = self.accounts.get(user_id) if followed else None
+        if user is not None:
+            return user
+        generation = self.accounts_generation
+        async with db.read() as s:
+            user = await accounts.get_user(s, user_id)
+        if user is not None and followed and generation == self.accounts_generation:
+            self.accounts[user_id] = user
+        return user
 
 
 def get_services(connection: HTTPConnection) -> Any:
@@ -110,17 +138,16 @@ async def get_current_user(
     logins: LoginsDep,
     credentials: Annotated[HTTPBasicCredentials | None, Depends(_basic)],
 ) -> User:
-    """The user making the request, or 401."""
-    async with db.read() as s:
-        if not auth.multi_user:
-            user = await accounts.get_user(s, auth.local_user_id or 0)
-            if user is not None:
-                return user
-        user_id = _browser_user_id(request)
-        if user_id is not None:
-            user = await accounts.get_user(s, user_id)
-            if user is not None and accounts.is_enabled(user):
-                return user
+    """The user making the request, or 401 (the account's row as `AuthState` keeps it: no read per request)."""
+    if not auth.multi_user:
+        user = await auth.account(db, auth.local_user_id or 0)
+        if user is not None:
+            return user
+    user_id = _browser_user_id(request)
+    if user_id is not None:
+        user = await auth.account(db, user_id)
+        if user is not None and accounts.is_enabled(user):
+            return user
     if credentials is not None:
         try:
             user = await logins.authenticate(
