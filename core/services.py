@@ -150,6 +150,7 @@ class Services:
             open_secret=secrets.open,
         )
         registry = AgentRegistry(db)
+        registry.on_change(chat.agents.forget)  # an agent changed, here or on another replica: read it again
         delegation = DelegationService(db, hub, chat, tools, registry)
         delegation.files.inline_max_bytes = settings.a2a_file_inline_max_bytes
         delegation.files.link = partial(attachment_link, settings.base_url.rstrip("/"), secrets)
@@ -199,6 +200,7 @@ class Services:
             events.on(REMOTE_AGENT, services.remote_agents.sync)
             events.on(LOCAL_AGENT, registry.changed)
             events.on_reconnect(services.remote_agents.sync_all)
+            events.on_reconnect(chat.agents.forget_soon)  # notices may have been missed meanwhile
             services.admin.follow(events)  # accounts' state and the model connection, the same on every replica
         return services
 

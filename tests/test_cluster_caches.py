@@ -1,4 +1,4 @@
-"""What each replica keeps in memory of the accounts and the model connection is the same on every replica (issue 41).
+"""What each replica keeps in memory of the accounts, the model connection and the agents is the same on every replica.
 
 The pages read who is disabled and who is an admin from memory (`AuthState`), the API the accounts' rows it
 keeps there (issue 38), and every model call reads
@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 from core.auth import accounts
+from core.chat import agents
 from core.cli import users_command
 from core.db import Database
 from core.db_events import RegistryEvents
+from core.delegation.agent_admin import LOCAL_AGENT
 from core.services import Services
 from models import User
 from tests.conftest import make_settings
@@ -54,6 +56,8 @@ async def two_replicas(tmp_path: Path, postgres_url: str) -> AsyncIterator[tuple
             await services.start()
             events = RegistryEvents(services.db, name, enabled=True)
             services.admin.follow(events)  # as Services.build wires it in cluster mode
+            services.agent_admin.notify = events.notify
+            events.on(LOCAL_AGENT, services.registry.changed)
             built.append((services, events))
             await events.start()
         yield built[0][0], built[1][0], alice
@@ -93,3 +97,40 @@ async def test_account_changes_and_a_saved_model_connection_reach_the_other_repl
     cli_settings = make_settings(tmp_path / "cli", database_url=postgres_url, cluster=True)
     assert await asyncio.to_thread(users_command, cli_settings, argparse.Namespace(action="promote", name="erin")) == 0
     await _eventually(lambda: erin.id in a.auth.admin_ids and erin.id in b.auth.admin_ids, "both see erin promoted")
+
+
+async def test_an_agent_edited_on_one_replica_is_what_the_others_next_turn_starts_with(
+    two_replicas: tuple[Services, Services, User],
+) -> None:
+    # Turns start with the agent and its tools kept in memory (`AgentCache`, issue 41: two statements fewer per
+    # turn start); an edit forgets them here at once and on the other replica at its notice.
+    a, b, _ = two_replicas
+    view = await a.agent_admin.get("coding-assistant")
+    async with a.db.read() as r:
+        agent = await agents.get_agent_by_slug(r, view.id)
+    assert agent is not None and agent.id is not None
+    for replica in (a, b):
+        kept, tools = await replica.chat.agents.get(agent.id)
+        assert kept is not None and "a new prompt" not in kept.system_prompt and tools == []
+
+    await a.agent_admin.update(
+        view.id, {"system_prompt": "a new prompt", "tools": [{"type": "agent-invoke", "config": {}}]}
+    )
+    kept, tools = await a.chat.agents.get(agent.id)  # here: at once
+    assert kept is not None and kept.system_prompt == "a new prompt" and [t for t, _ in tools] == ["agent-invoke"]
+    seen: list[str] = []
+
+    async def b_sees_it() -> None:
+        kept, _ = await b.chat.agents.get(agent.id)
+        seen.append(kept.system_prompt if kept is not None else "")
+
+    deadline = asyncio.get_running_loop().time() + 15
+    while not seen or seen[-1] != "a new prompt":
+        assert asyncio.get_running_loop().time() < deadline, f"B still starts turns with {seen[-1]!r}"
+        await asyncio.sleep(0.05)
+        await b_sees_it()
+
+    await a.agent_admin.delete(view.id)
+    await _eventually(lambda: not b.chat.agents._by_id, "B forgets the agents once A deleted one")
+    kept, _ = await b.chat.agents.get(agent.id)
+    assert kept is not None and kept.deleted_at is not None  # the start refuses it (AgentNotFoundError)

@@ -161,6 +161,7 @@ async def test_the_turn_limit_costs_no_statement_outside_a_cluster(
                     limited = await send_and_count(client)
         else:
             async with httpx.AsyncClient(base_url=url, auth=ALICE, timeout=30) as client:
+                await send_and_count(client)  # warm: the agent and its tools are read once (`AgentCache`)
                 limited = await send_and_count(client)
                 services.chat.max_running_turns_per_user = None
                 unlimited = await send_and_count(client)

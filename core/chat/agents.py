@@ -14,6 +14,7 @@ from typing import Any
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from core.db import Database
 from core.errors import AppError
 from models import Agent, AgentTool, utcnow
 
@@ -115,6 +116,49 @@ async def agent_tool_rows(session: AsyncSession, agent_id: int) -> list[tuple[st
         select(AgentTool).where(AgentTool.agent_id == agent_id, AgentTool.enabled).order_by(AgentTool.tool_type)
     )
     return [(row.tool_type, dict(row.config or {})) for row in rows.all()]
+
+
+class AgentCache:
+    """Each agent's row and enabled tools, read once per process and kept until an agent changes.
+
+    A turn start needs both (`ChatEngine`); reading them each time was two of a turn start's
+    statements on PostgreSQL (issue 41, docs/ARCHITECTURE.md "What the shared services carry").
+    `forget` drops everything: `AgentAdmin` calls it (through `AgentRegistry.changed`) after each
+    create, edit or delete here, and in a cluster each replica on the registry notice of another's
+    (`core/db_events.py`) and when its listening connection comes back (notices may have been missed).
+    A read still on its way when `forget` runs is returned but not kept.
+
+    Args:
+        db: the database.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._by_id: dict[int, tuple[Agent | None, list[tuple[str, dict[str, Any]]]]] = {}
+        self._generation = 0
+
+    async def get(self, agent_id: int) -> tuple[Agent | None, list[tuple[str, dict[str, Any]]]]:
+        """The agent (None when there is no such row) and its enabled tools (`agent_tool_rows`)."""
+        kept = self._by_id.get(agent_id)
+        if kept is None:
+            generation = self._generation
+            async with self.db.read() as r:
+                agent = await get_agent(r, agent_id)
+                tools = await agent_tool_rows(r, agent_id) if agent is not None and agent.deleted_at is None else []
+            kept = (agent, tools)
+            if generation == self._generation:
+                self._by_id[agent_id] = kept
+        agent, tools = kept
+        return agent, [(tool_type, dict(config)) for tool_type, config in tools]  # a turn may not change the kept
+
+    def forget(self, *_: object) -> None:
+        """An agent was created, edited or deleted (any agent: a deletion edits others' allowed lists)."""
+        self._by_id.clear()
+        self._generation += 1
+
+    async def forget_soon(self) -> None:
+        """`forget`, as an awaitable (`RegistryEvents.on_reconnect`)."""
+        self.forget()
 
 
 async def tools_by_agent(session: AsyncSession) -> dict[int, dict[str, dict[str, Any]]]:

@@ -142,6 +142,7 @@ class ChatEngine:
         self.runner.prepare_messages = partial(attachments.prepare_for_agent, db)  # attached files (issue 36)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
+        self.agents = agents_store.AgentCache(db)  # the agents and tools turns start with (`AgentCache.forget`)
         self._starts = TurnStarts(db)  # on SQLite, new messages of turns that start together are written together
         self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
         self._watchers = SessionWatchers()
@@ -220,19 +221,18 @@ class ChatEngine:
                 user_id=user_id,
                 limit=limit,
             )
+            agent, tool_rows = await self.agents.get(chat.agent_id)  # kept until an agent changes
+            if agent is None or agent.deleted_at is not None:
+                raise AgentNotFoundError(
+                    _(
+                        "The agent of this chat was deleted; its messages stay readable. "
+                        "Start a new chat with another agent."
+                    )
+                )
+            assert agent.id is not None  # a row read from the database
             # After the claim: a turn that just ended saved its answer before it gave the chat back.
             async with self.db.read() as r:
-                agent = await agents_store.get_agent(r, chat.agent_id)
-                if agent is None or agent.deleted_at is not None:
-                    raise AgentNotFoundError(
-                        _(
-                            "The agent of this chat was deleted; its messages stay readable. "
-                            "Start a new chat with another agent."
-                        )
-                    )
-                assert agent.id is not None  # a row read from the database
                 history = await sessions_store.list_messages(r, session_id=session_id)
-                tool_rows = await agents_store.agent_tool_rows(r, agent.id)
             check = running_turns_check(self.db, user_id, limit) if limit is not None and self._shared else None
             turn = await self._starts.save(prepare, session_id, agent, history, check=check)  # saved and committed
             return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)

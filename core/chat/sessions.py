@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Table, bindparam, case, delete, exists, literal_column, or_, update
+from sqlalchemy import Table, bindparam, case, delete, exists, insert, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
@@ -224,24 +224,21 @@ async def append_messages(
     highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
     The caller commits, with whatever else belongs to the same unit of work.
     """
-    await _lock_session(session, session_id)
-    order = await max_sort_order(session, session_id=session_id)
-    rows = []
-    for fields in messages:
-        order += 1
-        row = AgentMessage(session_id=session_id, sort_order=order, **fields)
-        session.add(row)
-        rows.append(row)
     first_user = first_user_message(messages)
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
+        await _lock_session(session, session_id)
+        order = await max_sort_order(session, session_id=session_id)
+        rows = [AgentMessage(session_id=session_id, sort_order=order + i, **f) for i, f in enumerate(messages, 1)]
+        session.add_all(rows)
         chat.updated_at = utcnow()
         _title_untitled(chat, first_user)
         session.add(chat)
         return rows
-    # Not loaded: one UPDATE bumps the time and titles an untitled chat, without reading it first (every
-    # turn's start and end and every task's end come here, often on SQLite's one writer: a statement is a
-    # trip to the database's thread, milliseconds under load).
+    # Not loaded: two statements (four before, issue 41). One UPDATE bumps the time and titles an untitled chat
+    # without reading it first; on PostgreSQL it also locks the chat's row, as `_lock_session` would. Then one
+    # INSERT numbers the rows after the highest sort order it reads itself (its snapshot is taken after that
+    # lock) and returns their ids and positions: no read of the highest position before it, no ORM flush.
     values: dict[str, Any] = {"updated_at": utcnow()}
     if first_user is not None:
         values["title"] = case(
@@ -253,6 +250,24 @@ async def append_messages(
         .values(**values)
         .execution_options(synchronize_session=False)
     )
+    rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
+    highest = (
+        select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))
+        .where(_MESSAGES.c.session_id == session_id)
+        .scalar_subquery()
+    )
+    inserted = await session.exec(
+        insert(_MESSAGES)
+        .values(
+            [
+                {**{name: getattr(row, name) for name in _INSERTED}, "sort_order": highest + i}
+                for i, row in enumerate(rows, 1)
+            ]
+        )
+        .returning(_MESSAGES.c.id, _MESSAGES.c.sort_order)
+    )
+    for row, (row_id, sort_order) in zip(rows, sorted(inserted.all(), key=lambda r: r[1]), strict=True):
+        row.id, row.sort_order = row_id, sort_order
     return rows
 
 
@@ -387,6 +402,8 @@ _SAVE_DRAFT = (
 
 #: What an answer written over its draft keeps of the draft's row.
 _KEPT = frozenset({"id", "session_id", "sort_order"})
+#: The columns `append_messages` gives each new row (its id and position come from the INSERT).
+_INSERTED = tuple(name for name in AgentMessage.model_fields if name not in {"id", "sort_order"})
 
 
 async def mark_interrupted(session: AsyncSession) -> int:

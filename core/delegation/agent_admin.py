@@ -110,6 +110,7 @@ class AgentAdmin:
         self.notify: Callable[[str, str, str], Awaitable[None]] | None = None
 
     async def _told(self, agent_id: str, op: str) -> None:
+        await self.registry.changed(agent_id, op)  # this process's listeners (`AgentCache.forget`)
         if self.notify is not None:
             await self.notify(LOCAL_AGENT, agent_id, op)
 
