@@ -49,7 +49,7 @@ from redis.backoff import NoBackoff
 
 from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
-from core.streaming.redis_batches import AppendBatches
+from core.streaming.redis_batches import HELD, Append, AppendBatches
 from core.streaming.redis_mirror import BufferMirror
 from core.streaming.redis_outage import OUT_OF_REACH, OutageBuffer, RedisReach
 from core.streaming.redis_readers import RedisSubscription, StreamReaders
@@ -158,7 +158,14 @@ class RedisStreamHub:
         self._in_flight: Counter[str] = Counter()  # appends of a key on their way to Redis
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
-        self._appends = AppendBatches(redis, self._scripts["append_at"], gather_s=append_gather_s)
+        self._appends = AppendBatches(
+            redis,
+            self._scripts["append_at"],
+            owner=owner,
+            max_events=max_events,
+            lease_ok=lambda key: self._replica.lease_valid(key),
+            gather_s=append_gather_s,
+        )
         self.reach = RedisReach()
         self._outage = OutageBuffer(
             redis,
@@ -171,6 +178,7 @@ class RedisStreamHub:
             limit=outage_events,
             in_flight=lambda key: self._in_flight[key] > 0,
             written=self._let_go,
+            released=self._written_up_to_now,
         )
         self._readers = StreamReaders(
             redis,
@@ -269,21 +277,24 @@ class RedisStreamHub:
             StreamBusyError: a buffer under `key` is open (on any replica).
         """
         meta_json = json.dumps(meta or {})
+        lease = self._replica.lease_until()
         first = await self._replica.changing(
             key,
             self._scripts["create"](
                 keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
-                args=[key, meta_json, self.owner, self._replica.lease_until(), self.changes_channel],
+                args=[key, meta_json, self.owner, lease, self.changes_channel],
             ),
         )
         if first == -1:
             raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
+        self._replica.leased(key, lease)
         self._next[key] = first
+        self._appends.stored[key] = first - 1
         return self._mirror.opened(key, first, meta or {})
 
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
-        """Add one event (one Lua call); returns its id.
+        """Add one event; returns its id.
 
         On a stream this replica opened, the id is counted here: while Redis is out of reach the event goes
         to this replica's readers at once and waits for Redis (`redis_outage`), so the turn goes on.
@@ -303,7 +314,7 @@ class RedisStreamHub:
             self._outage.add(key, counted, type, payload)
             return self._appended(key, counted, type, data)
         self._in_flight[key] += 1
-        call = self._appends.submit(keys, [type, payload, self.max_events, counted, self.owner, "1"])
+        call = self._appends.submit(Append(key, counted, keys, type, payload))
         try:
             await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -332,8 +343,8 @@ class RedisStreamHub:
             raise exc
         if exc is not None:
             self.reach.failed(exc)
-        result = as_int(call.result()) if exc is None else -3
-        if result == -3:
+        result = as_int(call.result()) if exc is None else HELD
+        if result == HELD:
             self._outage.add(key, event_id, type, payload)
             result = event_id
         return self._appended(key, result, type, data)
@@ -374,8 +385,7 @@ class RedisStreamHub:
             self._finish_later(key, error, counted)
             return
         owned = key in self._owned
-        self._owned.discard(key)
-        self._next.pop(key, None)
+        self._let_go(key)
         if last == -2:
             raise UnknownStreamError(key)
         self._mirror.finished(key, error)
@@ -389,9 +399,16 @@ class RedisStreamHub:
         self._readers.deliver(key, ("end", next_id - 1, StreamEvent(next_id - 1, END_TYPE, {"error": error})))
 
     def _let_go(self, key: str) -> None:
-        """The end of `key` held during an outage is in Redis (or another replica ended it): no more leases."""
+        """The end of `key` is in Redis (or another replica ended it): no more leases, no more appends here."""
         self._owned.discard(key)
         self._next.pop(key, None)
+        self._appends.stored.pop(key, None)
+
+    def _written_up_to_now(self, key: str) -> None:
+        """Every event of `key` held during an outage is in Redis (or skipped past the bound): appends go direct."""
+        counted = self._next.get(key)
+        if counted is not None:
+            self._appends.stored[key] = counted - 1
 
     def held_events(self) -> int:
         """Events this replica holds for Redis (it is out of reach, or was a moment ago)."""

@@ -132,6 +132,8 @@ class ReplicaLeases:
         #: Changes this replica made itself whose message has not come back yet: key -> when each was made.
         self._echoes: dict[str, deque[list[float]]] = {}
         self._boot = secrets.token_hex(8)  # this process, among processes that might share the name by mistake
+        #: The lease each buffer this replica writes holds in Redis, as it last wrote it (ms since the epoch).
+        self._leases: dict[str, int] = {}
 
     async def changing(self, key: str, script: Awaitable[Any]) -> int:
         """Await a hub script that changes `key` and publishes it on the changes channel when it answers >= 0.
@@ -187,6 +189,19 @@ class ReplicaLeases:
     def lease_until(self) -> int:
         """When a lease taken now runs out (ms since the epoch)."""
         return now_ms() + int(self.lease_s * 1000)
+
+    def leased(self, key: str, until: int) -> None:
+        """This replica wrote the lease `until` on `key` (opened it, or renewed it)."""
+        self._leases[key] = until
+
+    def lease_valid(self, key: str) -> bool:
+        """True while this replica's lease on `key` has over a third of a lease left: nobody can have taken it over.
+
+        The owner's appends are then plain `XADD`s, without the script that checks the stream is still its own
+        (docs/ARCHITECTURE.md, "Cluster", "What the shared services carry"); the margin covers clocks that differ
+        between replicas and the time an append takes to reach Redis.
+        """
+        return key in self._owned and now_ms() < self._leases.get(key, 0) - int(self.lease_s * 1000 / 3)
 
     # -- the name ----------------------------------------------------------------------
 
@@ -268,6 +283,8 @@ class ReplicaLeases:
             await self.redis.pexpire(self._replica_key, int(self.lease_s * 1000))
         else:  # expired during a long pause: take the name back unless another process has it
             await self.redis.set(self._replica_key, self._boot, nx=True, px=int(self.lease_s * 1000))
+        for gone in self._leases.keys() - self._owned:
+            del self._leases[gone]
         keys = list(self._owned)
         if not keys:
             return
@@ -281,7 +298,9 @@ class ReplicaLeases:
                 after = self._readers.lowest_position(key)
                 if after is not None:  # its live events now come from the replica that has it, from what each has
                     self._readers.follow_soon(key, after=after)
-            elif flag == 1:
+                continue
+            self._leases[key] = until
+            if flag == 1:
                 await self.run_cancel_handlers(key)  # the nudge was missed: the durable flag covers it
 
     async def expired(self) -> list[str]:
