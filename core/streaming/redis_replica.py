@@ -289,9 +289,12 @@ class ReplicaLeases:
         if not keys:
             return
         until = self.lease_until()
-        results = []
-        for key in keys:  # one short script each; tens of keys per replica at most
-            results.append(await self._scripts["renew"](keys=[self.keys.hash(key)], args=[self.owner, until]))
+        # One round trip for all: renewed one by one, 100 streams under load took seconds, and the owner's appends
+        # fall back to the checked script while a lease has less than a third left (`lease_valid`).
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            await self._scripts["renew"](keys=[self.keys.hash(key)], args=[self.owner, until], client=pipe)
+        results = await pipe.execute()
         for key, flag in zip(keys, results, strict=True):
             if flag == -1:
                 self._owned.discard(key)  # finished, or taken over by the reaper after a long pause
