@@ -88,6 +88,9 @@ class DuplicateReplicaError(AppError, RuntimeError):
 class ReplicaLeases:
     """This replica's name, its leases on the buffers it writes, and the cancels and changes other replicas send.
 
+    Over 300 lines on purpose: the leases, what they allow (`lease_valid`), the name renewed with them and the
+    cancels and changes read on the same renewals are one replica's standing in the cluster, over one set of keys.
+
     Args:
         redis: the client of the hub's commands.
         keys: the hub's key layout.
@@ -195,11 +198,9 @@ class ReplicaLeases:
         self._leases[key] = until
 
     def lease_valid(self, key: str) -> bool:
-        """True while this replica's lease on `key` has over a third of a lease left: nobody can have taken it over.
+        """True while this replica's lease on `key` has over a third left: no reaper can have taken `key` over.
 
-        The owner's appends are then plain `XADD`s, without the script that checks the stream is still its own
-        (docs/ARCHITECTURE.md, "Cluster", "What the shared services carry"); the margin covers clocks that differ
-        between replicas and the time an append takes to reach Redis.
+        Its appends are then plain `XADD`s (docs/ARCHITECTURE.md, "Cluster"); the margin covers clocks that differ.
         """
         return key in self._owned and now_ms() < self._leases.get(key, 0) - int(self.lease_s * 1000 / 3)
 

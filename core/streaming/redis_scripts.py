@@ -3,7 +3,9 @@
 Per key, under `redis.key_prefix` + `hub:` (docs/ARCHITECTURE.md, "Cluster"): the stream `s:<key>`
 (event N is the entry `N-0`; a buffer's end is the entry `<last>-<generation>`), the state hash
 `h:<key>`, the set `open` of open keys, the channels `changes` and `cancel`, and `replica:<owner>`
-(the name a live replica holds). Each write is one script, so it checks and changes in one step.
+(the name a live replica holds). Each write is one script, so it checks and changes in one step, except the
+owner's appends under a valid lease: plain `XADD`s at the ids it counted (`redis_batches.py`), which is why the
+scripts take the next id from the stream's newest entry as well as from the hash.
 """
 
 from __future__ import annotations
