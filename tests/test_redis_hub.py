@@ -285,3 +285,58 @@ async def test_appends_sent_together_keep_their_order_and_fail_one_by_one(hubs) 
     await b.refresh("batch-1")
     received = [event async for event in b.subscribe("batch-1")]
     assert [event.data["n"] for event in received] == list(range(50))
+
+
+async def test_an_owners_append_under_its_lease_is_one_xadd_and_others_still_read_its_last_id(
+    hubs, monkeypatch
+) -> None:
+    """Per token, Redis runs one plain `XADD` at the owner's id, no script (docs/ARCHITECTURE.md, "Cluster")."""
+    from redis.asyncio.client import Pipeline
+
+    a, b = hubs
+    sent: list[str] = []
+    for name in ("xadd", "evalsha"):
+        original = getattr(Pipeline, name)
+        monkeypatch.setattr(
+            Pipeline, name, lambda self, *args, _o=original, _n=name, **kw: sent.append(_n) or _o(self, *args, **kw)
+        )
+    await a.create("plain")
+    assert [await a.append("plain", "e", {"n": n}) for n in range(5)] == [1, 2, 3, 4, 5]
+    assert sent == ["xadd"] * 5
+    info = await b.refresh("plain")  # the state hash does not count them: the stream's newest entry does
+    assert info is not None and info.last_id == 5
+    assert [event.id for event in await b.events("plain")] == [1, 2, 3, 4, 5]
+    await a.finish("plain")
+    await a.create("plain")  # the next buffer goes on after them
+    assert await a.append("plain", "e", {}) == 6
+
+
+async def test_an_append_is_held_behind_a_missing_id_and_a_stored_one_is_not_written_twice(hubs) -> None:
+    from core.streaming.redis_batches import HELD, Append
+
+    a, _b = hubs
+    await a.create("order")
+    keys = [a._keys.stream("order"), a._keys.hash("order")]
+    assert await a._appends.submit(Append("order", 2, keys, "e", "{}")) == HELD  # 1 is not stored: 2 waits
+    first, second = (
+        a._appends.submit(Append("order", 1, keys, "e", "{}")),
+        a._appends.submit(Append("order", 2, keys, "e", "{}")),
+    )
+    assert (await first, await second) == (1, 2)  # in one batch, in order
+    assert await a._appends.submit(Append("order", 1, keys, "e", "{}")) == 1  # a replay: stored already
+    assert [event.id for event in await a.events("order")] == [1, 2]
+
+
+async def test_an_owner_whose_lease_ran_out_appends_through_the_checked_script(hubs) -> None:
+    """A stalled owner does not write plain entries into a stream the reaper ended: its appends are refused."""
+    a, b = hubs
+    await a.create("stalled")
+    await a.append("stalled", "e", {})
+    for task in a._tasks:  # a stalls: no more renewals
+        task.cancel()
+    await asyncio.sleep(1.3)
+    assert await b.take_over("stalled") is True
+    await b.finish("stalled", error="interrupted")
+    with pytest.raises(StreamClosedError):
+        await a.append("stalled", "e", {})
+    assert [event.id for event in await b.events("stalled")] == [1]

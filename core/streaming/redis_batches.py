@@ -1,85 +1,147 @@
-"""The appends of a Redis stream hub, batched: those ready together go to Redis in one round trip."""
+"""The owner's appends to a Redis stream hub, batched: plain `XADD`s at the ids it counted, in one round trip.
+
+docs/ARCHITECTURE.md, "Cluster" ("What the shared services carry") says why: the `append_at` script cost Redis about
+15 µs per token, a plain `XADD` about 3 µs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+#: `XADD`'s answer to an id at or below the stream's newest entry: that event was stored already.
+_STORED = "equal or smaller than the target stream top item"
+#: An append not sent because an earlier id of its stream is not known to be stored (it waits for Redis).
+HELD = -3
+
+
+@dataclass(slots=True)
+class Append:
+    """One event of a stream this replica opened, at the id it counted."""
+
+    key: str
+    event_id: int
+    keys: list[str]  # the stream, the state hash
+    type: str
+    payload: str
 
 
 class AppendBatches:
-    """The appends of a replica, sent in order, those that are ready together in one round trip.
+    """The owner's appends, sent in order, those that are ready together in one pipelined round trip.
 
-    A turn awaits each append before the next, so 80 turns streaming are 80 appends in flight at
-    any time: one `EVALSHA` each, with its own connection checkout, write and read. Here the
-    appends submitted while a batch is on its way wait for it and go together in the next one
-    (a pipeline without a transaction: each script still runs on its own, in order). One batch at
-    a time keeps the order in which they were submitted. With `gather_s`, a batch that follows
-    another waits that long for more appends first: fewer, larger batches, each append at most
-    `gather_s` later (the first append after a quiet spell goes at once). Redis's CPU for the append
-    script, measured alone: about 55 µs in batches of one, 15 µs in batches of ten or more. With the
-    hub alone (100 streams at 50 appends/s), 2 ms took batches from 4-5 to about 30 appends and cut
-    Redis's CPU per append by a third; in the app the difference stayed within the noise
-    (`bench_cluster.py --cost`, bench/README.md), so it is off (0) unless configured (issue 41).
+    A turn awaits each append before the next, so 80 turns streaming are 80 appends in flight at any time.
+    Here the appends submitted while a batch is on its way wait for it and go together in the next one (a
+    pipeline without a transaction), one batch at a time so that they keep their order.
+
+    While this replica's lease on the stream is valid (`lease_ok`: nobody can have taken it over), each append is
+    one `XADD stream MAXLEN ~ max <id>-0`: no script, no state hash (the hub's scripts read the next id off
+    the stream). An id at or below the stream's newest entry is refused by Redis: it was stored already (a
+    retry after a lost answer, an outage's replay), so it counts as written. Otherwise (the lease may have run
+    out: an outage, a stalled loop) each goes through the `append_at` script, which also checks the stream is
+    still open and this owner's.
+
+    Ids are kept in order per stream: `stored` has the newest id of each stream known to be in Redis, and an
+    append whose previous id is neither stored nor ahead of it in the same batch is not sent (`HELD`: it waits
+    behind the earlier one in the outage buffer), so a later event never lands before an earlier one that
+    failed, which `XADD` would then refuse as stored. With `gather_s`, a batch that follows another waits that
+    long for more appends first (measured with the `append_at` script: batches of 4-5 became about 30 and
+    Redis's CPU per append fell by a third with the hub alone, not beyond the noise in the app; off unless
+    configured, issue 41).
     """
 
-    def __init__(self, redis: Redis, script: AsyncScript, *, gather_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        script: AsyncScript,
+        *,
+        owner: str,
+        max_events: int,
+        lease_ok: Callable[[str], bool],
+        gather_s: float = 0.0,
+    ) -> None:
         self._redis = redis
         self._script = script
+        self._owner = owner
+        self._max_events = max_events
+        self._lease_ok = lease_ok
         #: While appends keep coming, how long the writer lets the next batch fill after one has gone (issue 41).
         self.gather_s = gather_s
-        self._pending: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
+        #: The newest id of each stream this replica writes that Redis is known to have.
+        self.stored: dict[str, int] = {}
+        self._pending: list[tuple[Append, asyncio.Future[Any]]] = []
         self._writer: asyncio.Task[None] | None = None
 
-    def submit(self, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
-        """Queue one append; the future has what the script returned (or its error)."""
+    def submit(self, append: Append) -> asyncio.Future[Any]:
+        """Queue one append; its future: the id (written, or stored already), `HELD`, -1/-2 (the script), an error."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((keys, args, done))
+        self._pending.append((append, done))
         if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._write(), name="redis hub: appends")
         return done
 
-    async def _pipelined(self, batch: list[tuple[list[Any], list[Any], asyncio.Future[Any]]]) -> list[Any]:
-        """The batch's scripts in one pipeline, by their SHA.
+    def _script_args(self, append: Append) -> list[Any]:
+        return [append.type, append.payload, self._max_events, append.event_id, self._owner, "1"]
 
-        Not through the script object: a pipeline that holds one asks `SCRIPT EXISTS` first, a round
-        trip (and a command on Redis) more for every batch. A script Redis does not know (restarted,
-        flushed) fails with NOSCRIPT without running; those run again one by one, in order, through
-        the script object, which loads it.
+    async def _send(self, batch: list[Append]) -> list[Any]:
+        """The batch in one pipeline: each an `XADD` (or the checked script), or `HELD` when an earlier id is missing.
+
+        The script goes by its SHA, not through the script object: a pipeline that holds one asks `SCRIPT EXISTS`
+        first, a round trip more. A script Redis does not know (restarted, flushed) fails with NOSCRIPT without
+        running; those run again one by one, in order, through the script object, which loads it.
         """
+        expect = dict(self.stored)
+        results: list[Any] = [HELD] * len(batch)
+        sent: list[int] = []
         pipe = self._redis.pipeline(transaction=False)
-        sha = self._script.sha
-        for keys, args, _ in batch:
-            pipe.evalsha(sha, len(keys), *keys, *args)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
-        for i, result in enumerate(results):
-            if isinstance(result, NoScriptError):
-                keys, args, _ = batch[i]
+        for i, append in enumerate(batch):
+            before = expect.get(append.key)
+            if before is not None and append.event_id > before + 1:
+                continue  # an earlier id of this stream failed or waits: this one waits behind it
+            expect[append.key] = max(append.event_id, before or 0)
+            sent.append(i)
+            if not self._lease_ok(append.key):
+                keys = append.keys
+                pipe.evalsha(self._script.sha, len(keys), *keys, *self._script_args(append))
+            else:
+                fields: dict[Any, Any] = {"t": append.type, "d": append.payload}
+                pipe.xadd(append.keys[0], fields, id=f"{append.event_id}-0", maxlen=self._max_events, approximate=True)
+        if not sent:
+            return results
+        answers: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, answer in zip(sent, answers, strict=True):
+            append = batch[i]
+            if isinstance(answer, NoScriptError):
                 try:
-                    results[i] = await self._script(keys=keys, args=args)
+                    answer = await self._script(keys=append.keys, args=self._script_args(append))
                 except Exception as exc:
-                    results[i] = exc
+                    answer = exc
+            if isinstance(answer, ResponseError) and _STORED in str(answer):
+                answer = append.event_id  # stored already
+            elif isinstance(answer, str):
+                answer = append.event_id  # the `XADD`'s entry id
+            if isinstance(answer, int) and answer >= 0:
+                self.stored[append.key] = max(answer, self.stored.get(append.key, 0))
+            results[i] = answer
         return results
 
     async def _write(self) -> None:
-        batch: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
+        batch: list[tuple[Append, asyncio.Future[Any]]] = []
         try:
             await asyncio.sleep(0)  # what else is appended in this pass of the loop goes along
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    if len(batch) == 1:  # alone: a pipeline would first ask SCRIPT EXISTS, one more round trip
-                        keys, args, _ = batch[0]
-                        results: list[Any] = [await self._script(keys=keys, args=args)]
-                    else:
-                        results = await self._pipelined(batch)
+                    results = await self._send([append for append, _ in batch])
                 except Exception as exc:  # the connection failed: every append of the batch fails with it
                     results = [exc] * len(batch)
-                for (_, _, done), result in zip(batch, results, strict=True):
+                for (_, done), result in zip(batch, results, strict=True):
                     if done.done():
                         continue
                     if isinstance(result, BaseException):
@@ -90,7 +152,7 @@ class AppendBatches:
                 if self.gather_s:  # busy: the next batch fills a little before it goes
                     await asyncio.sleep(self.gather_s)
         finally:  # canceled (the hub stops): no append waits for an answer that will not come
-            for _, _, done in [*batch, *self._pending]:
+            for _, done in [*batch, *self._pending]:
                 if not done.done():
                     done.set_exception(RedisError("the Redis hub stopped before this append was sent"))
             self._pending = []

@@ -1,37 +1,35 @@
 """The stream hub of a cluster: the buffers of `core.streaming.hub` on Redis Streams, shared by every replica.
 
-Same interface as `StreamHub` (`StreamHubBackend`, core/streaming/backend.py: pages, SSE and the
-A2A server do not know which one they have); docs/ARCHITECTURE.md, "Cluster", says how the parts fit. Per key, under
+Same interface as `StreamHub` (`StreamHubBackend`, core/streaming/backend.py: pages, SSE and the A2A server do not
+know which one they have); docs/ARCHITECTURE.md, "Cluster", says how the parts fit. Per key, under
 `redis.key_prefix` + `hub:`:
 
-- `s:<key>`: a Redis stream. Event N has the entry id `N-0`, so SSE ids, `Last-Event-ID`
-  and `after_event_id` stay the hub's integers on every replica. The end of a buffer is
-  the entry `<last>-<generation>` (type `__end__`), after the last event and before the
-  next buffer's first one, so a reader learns of the end in order.
-- `h:<key>`: the state hash: `state` (open, done, error), `next` (the next id), `first`
-  (the first id of the current buffer), `gen`, `meta` (JSON), `error`, `owner` (the
-  replica running it), `lease` (ms since the epoch until which the owner holds it),
-  `cancel` (1 once somebody asked it to stop).
+- `s:<key>`: a Redis stream. Event N has the entry id `N-0`, so SSE ids, `Last-Event-ID` and `after_event_id` stay
+  the hub's integers on every replica. The end of a buffer is the entry `<last>-<generation>` (type `__end__`),
+  after the last event and before the next buffer's first one, so a reader learns of the end in order.
+- `h:<key>`: the state hash: `state` (open, done, error), `next` (the next id, or past the stream's newest entry:
+  the owner's appends do not write it), `first` (the first id of the current buffer), `gen`, `meta` (JSON), `error`,
+  `owner` (the replica running it), `lease` (ms since the epoch until which the owner holds it), `cancel` (1 once
+  somebody asked it to stop).
 - `open`: the set of open keys (the reaper's list).
 
-Each write is one Lua script, so "open" is claimed atomically across replicas (a second
-`create` anywhere raises `StreamBusyError`) and an append checks the state, takes the next id
-and adds the entry in one step. Readers replay with `XRANGE`. Live events reach the
-subscribers of the replica that runs the stream straight from its appends; on the other
-replicas, one follower task per key (`XREAD BLOCK`) hands them to their subscribers.
+Each write is one Lua script, so "open" is claimed atomically across replicas (a second `create` anywhere raises
+`StreamBusyError`); the owner's appends are plain `XADD`s at the ids it counted while its lease is valid
+(`redis_batches`), the checked `append_at` script otherwise. Readers replay with `XRANGE`. Live events reach the
+subscribers of the replica that runs the stream straight from its appends; on the other replicas, one follower task
+per key (`XREAD BLOCK`) hands them to their subscribers.
 
-`get` and `subscribe` are synchronous, as in `StreamHub`: they read this replica's mirror
-of the state hashes, kept fresh by a pub/sub channel and by `refresh(key)`, which callers
-await before they start to read a stream another replica may have opened.
+`get` and `subscribe` are synchronous, as in `StreamHub`: they read this replica's mirror of the state hashes, kept
+fresh by a pub/sub channel and by `refresh(key)`, which callers await before they start to read a stream another
+replica may have opened.
 
-While Redis is out of reach, the replica that writes a stream counts its ids itself: its turn goes on, its
-own readers get every event, and the events wait in `redis_outage` until Redis is back, then go to Redis in
-order (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
+While Redis is out of reach, the replica that writes a stream counts its ids itself: its turn goes on, its own
+readers get every event, and the events wait in `redis_outage` until Redis is back, then go to Redis in order
+(docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
 
-The parts: `redis_scripts` (the keys and the Lua scripts), `redis_batches` (appends sent
-together), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name,
-its leases, cancels and changes), `redis_outage` (events held while Redis is out of reach);
-`RedisStreamHub` here writes and holds the mirror.
+The parts: `redis_scripts` (the keys and the Lua scripts), `redis_batches` (appends sent together), `redis_readers`
+(subscriptions and followers), `redis_replica` (the replica's name, its leases, cancels and changes), `redis_outage`
+(events held while Redis is out of reach); `RedisStreamHub` here writes and holds the mirror.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ from redis.backoff import NoBackoff
 
 from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
-from core.streaming.redis_batches import AppendBatches
+from core.streaming.redis_batches import HELD, Append, AppendBatches
 from core.streaming.redis_mirror import BufferMirror
 from core.streaming.redis_outage import OUT_OF_REACH, OutageBuffer, RedisReach
 from core.streaming.redis_readers import RedisSubscription, StreamReaders
@@ -77,15 +75,13 @@ __all__ = ["DuplicateReplicaError", "RedisStreamHub", "RedisSubscription", "refr
 class RedisStreamHub:
     """`StreamHub`'s interface on Redis Streams (see the module docstring).
 
-    Over 300 lines on purpose: it is the one front of the parts (`redis_readers`, `redis_replica`,
-    `redis_outage`, ...) that `StreamHubBackend` and the cluster's callers see; each method only delegates
-    or does the one write it names.
+    Over 300 lines on purpose: it is the one front of the parts (`redis_readers`, `redis_replica`, `redis_outage`,
+    ...) that `StreamHubBackend` and the cluster's callers see; each method only delegates or does the one write.
 
     Args:
         redis: a client with `decode_responses=True`, for the hub's commands.
-        readers: the client of the followers' blocking reads (default: `redis`). Each followed
-            stream holds one of its connections all the time (`XREAD BLOCK`), so it must allow
-            one per stream this replica follows; `from_url` builds both clients.
+        readers: the client of the followers' blocking reads (default: `redis`). Each followed stream holds one of
+            its connections all the time (`XREAD BLOCK`), so it must allow one per stream it follows (`from_url`).
         prefix: `redis.key_prefix` (keys and channels of the hub go under `<prefix>hub:`).
         owner: this replica's `INSTANCE_ID`.
         lease_s: how long this replica's claim on an open buffer lasts without renewal.
@@ -98,10 +94,9 @@ class RedisStreamHub:
     def from_url(cls, url: str, *, command_connections: int = COMMAND_CONNECTIONS, **options: Any) -> RedisStreamHub:
         """A hub on the Redis at `url`, its commands and its followers' blocking reads on pools of their own.
 
-        Commands share `command_connections` connections; one waits for a free connection, up to
-        `COMMAND_WAIT_S`. On one pool, a replica following many streams (one blocking read each) ran
-        out of connections for its appends: redis-py's limit is 100, and with 80 turns streaming on
-        one replica an append failed with "Too many connections" and ended its turn.
+        Commands share `command_connections` connections; one waits for a free connection, up to `COMMAND_WAIT_S`.
+        On one pool, a replica following many streams (one blocking read each) ran out of connections for its
+        appends: redis-py's limit is 100, and with 80 turns streaming an append failed with "Too many connections".
         """
         commands = Redis(
             connection_pool=BlockingConnectionPool.from_url(
@@ -158,7 +153,14 @@ class RedisStreamHub:
         self._in_flight: Counter[str] = Counter()  # appends of a key on their way to Redis
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
-        self._appends = AppendBatches(redis, self._scripts["append_at"], gather_s=append_gather_s)
+        self._appends = AppendBatches(
+            redis,
+            self._scripts["append_at"],
+            owner=owner,
+            max_events=max_events,
+            lease_ok=lambda key: self._replica.lease_valid(key),  # the leases are made below
+            gather_s=append_gather_s,
+        )
         self.reach = RedisReach()
         self._outage = OutageBuffer(
             redis,
@@ -171,6 +173,7 @@ class RedisStreamHub:
             limit=outage_events,
             in_flight=lambda key: self._in_flight[key] > 0,
             written=self._let_go,
+            released=self._written_up_to_now,
         )
         self._readers = StreamReaders(
             redis,
@@ -265,25 +268,26 @@ class RedisStreamHub:
     async def create(self, key: str, meta: dict[str, Any] | None = None) -> BufferInfo:
         """Open the buffer under `key` on every replica; ids continue after a finished one.
 
-        Raises:
-            StreamBusyError: a buffer under `key` is open (on any replica).
+        Raises StreamBusyError when a buffer under `key` is open (on any replica).
         """
         meta_json = json.dumps(meta or {})
+        lease = self._replica.lease_until()
         first = await self._replica.changing(
             key,
             self._scripts["create"](
                 keys=[self._keys.stream(key), self._keys.hash(key), self.open_set],
-                args=[key, meta_json, self.owner, self._replica.lease_until(), self.changes_channel],
+                args=[key, meta_json, self.owner, lease, self.changes_channel],
             ),
         )
         if first == -1:
             raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
-        self._next[key] = first
+        self._replica.leased(key, lease)
+        self._next[key], self._appends.stored[key] = first, first - 1  # the next id it counts, the last stored
         return self._mirror.opened(key, first, meta or {})
 
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
-        """Add one event (one Lua call); returns its id.
+        """Add one event; returns its id.
 
         On a stream this replica opened, the id is counted here: while Redis is out of reach the event goes
         to this replica's readers at once and waits for Redis (`redis_outage`), so the turn goes on.
@@ -303,7 +307,7 @@ class RedisStreamHub:
             self._outage.add(key, counted, type, payload)
             return self._appended(key, counted, type, data)
         self._in_flight[key] += 1
-        call = self._appends.submit(keys, [type, payload, self.max_events, counted, self.owner, "1"])
+        call = self._appends.submit(Append(key, counted, keys, type, payload))
         try:
             await asyncio.shield(call)
         except asyncio.CancelledError:
@@ -332,8 +336,8 @@ class RedisStreamHub:
             raise exc
         if exc is not None:
             self.reach.failed(exc)
-        result = as_int(call.result()) if exc is None else -3
-        if result == -3:
+        result = as_int(call.result()) if exc is None else HELD
+        if result == HELD:
             self._outage.add(key, event_id, type, payload)
             result = event_id
         return self._appended(key, result, type, data)
@@ -374,8 +378,7 @@ class RedisStreamHub:
             self._finish_later(key, error, counted)
             return
         owned = key in self._owned
-        self._owned.discard(key)
-        self._next.pop(key, None)
+        self._let_go(key)
         if last == -2:
             raise UnknownStreamError(key)
         self._mirror.finished(key, error)
@@ -389,9 +392,15 @@ class RedisStreamHub:
         self._readers.deliver(key, ("end", next_id - 1, StreamEvent(next_id - 1, END_TYPE, {"error": error})))
 
     def _let_go(self, key: str) -> None:
-        """The end of `key` held during an outage is in Redis (or another replica ended it): no more leases."""
+        """The end of `key` is in Redis (or another replica ended it): no more leases, no more appends here."""
         self._owned.discard(key)
         self._next.pop(key, None)
+        self._appends.stored.pop(key, None)
+
+    def _written_up_to_now(self, key: str) -> None:
+        """Every event of `key` held during an outage is in Redis (or skipped past the bound): appends go direct."""
+        if key in self._next:
+            self._appends.stored[key] = self._next[key] - 1
 
     def held_events(self) -> int:
         """Events this replica holds for Redis (it is out of reach, or was a moment ago)."""

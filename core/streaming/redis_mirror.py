@@ -44,7 +44,8 @@ class BufferMirror:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.hash(key))
         pipe.xrange(self.keys.stream(key), "-", "+", count=1)
-        state, head = await pipe.execute()
+        pipe.xrevrange(self.keys.stream(key), "+", "-", count=1)
+        state, head, top = await pipe.execute()
         if not state or "state" not in state:
             self.infos.pop(key, None)
             self._finished_at.pop(key, None)
@@ -58,7 +59,8 @@ class BufferMirror:
             key=key,
             state=BufferState(state["state"]),
             first_id=first,
-            last_id=int(state.get("next", 1)) - 1,
+            # The owner's appends do not touch the hash: its newest entry (an event, or the end after the last) counts.
+            last_id=max(int(state.get("next", 1)) - 1, entry_id(top[0][0])[0] if top else 0),
             dropped=0,
             error=state.get("error") or None,
             meta=json.loads(state.get("meta") or "{}"),

@@ -3,7 +3,8 @@
 docs/ARCHITECTURE.md, "Cluster", says the rules ("Redis out of reach"). The replica that runs a stream counts its
 ids itself, so while Redis is out of reach its turn goes on: each event gets its id at once, goes to this
 replica's own readers, and waits here for Redis. When Redis answers again the events are written in id order
-(`append_at`, which skips what an answer lost on the way had written already), then the end if the turn ended
+(`append_at`, which checks the stream is still this owner's and skips what an answer lost on the way had written
+already), then the end if the turn ended
 meanwhile; the readers on other replicas, whose followers retry meanwhile, take them from the stream as if
 nothing had happened. The buffer is bounded (`limit` events for the whole replica): past it, events still reach
 this replica's readers and the turn's text is saved whole in the database, but the stream in Redis skips them
@@ -87,6 +88,8 @@ class OutageBuffer:
         limit: events held at most (the whole replica); past it they are skipped in Redis.
         in_flight: whether a direct append of a key is still on its way (those go first).
         written: called with a key whose end was written (the hub lets go of it).
+        released: called with a key whose held events are all written while its turn runs on (its next appends go
+            to Redis directly again).
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class OutageBuffer:
         limit: int,
         in_flight: Callable[[str], bool],
         written: Callable[[str], None],
+        released: Callable[[str], None],
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -115,6 +119,7 @@ class OutageBuffer:
         self._scripts = scripts
         self._in_flight = in_flight
         self._written = written
+        self._released = released
         self._held: dict[str, _Held] = {}
         self._drainer: asyncio.Task[None] | None = None
 
@@ -200,6 +205,7 @@ class OutageBuffer:
                 return
         if held.finish is None:  # the turn still runs: its next appends go to Redis again, after these
             del self._held[key]
+            self._released(key)
             return
         await self._scripts["finish"](
             keys=[stream, state, self.keys.open_set],

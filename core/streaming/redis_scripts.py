@@ -3,7 +3,9 @@
 Per key, under `redis.key_prefix` + `hub:` (docs/ARCHITECTURE.md, "Cluster"): the stream `s:<key>`
 (event N is the entry `N-0`; a buffer's end is the entry `<last>-<generation>`), the state hash
 `h:<key>`, the set `open` of open keys, the channels `changes` and `cancel`, and `replica:<owner>`
-(the name a live replica holds). Each write is one script, so it checks and changes in one step.
+(the name a live replica holds). Each write is one script, so it checks and changes in one step, except the
+owner's appends under a valid lease: plain `XADD`s at the ids it counted (`redis_batches.py`), which is why the
+scripts take the next id from the stream's newest entry as well as from the hash.
 """
 
 from __future__ import annotations
@@ -28,10 +30,27 @@ COMMAND_WAIT_S = 10.0
 #: Streams one replica can follow at once: one connection each, for its blocking read.
 MAX_FOLLOWED_STREAMS = 10_000
 
+# The next id of a buffer: the hash's `next` (set by `create`, `finish` and Redis-numbered appends) or past the
+# stream's newest entry, whichever is higher: an owner's appends are plain `XADD`s at the ids it counted and do
+# not touch the hash (docs/ARCHITECTURE.md, "Cluster", "What the shared services carry").
+_NEXT_ID = """
+local function next_id(stream, hash)
+  local nxt = tonumber(redis.call('HGET', hash, 'next') or '1')
+  local top = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  if top then
+    local number = tonumber(string.match(top[1], '^(%d+)'))
+    if number + 1 > nxt then nxt = number + 1 end
+  end
+  return nxt
+end
+"""
+
 # KEYS: stream, hash, open set; ARGV: key, meta JSON, owner, lease until (ms), channel
-_CREATE = """
+_CREATE = (
+    _NEXT_ID
+    + """
 if redis.call('HGET', KEYS[2], 'state') == 'open' then return -1 end
-local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or '1')
+local nxt = next_id(KEYS[1], KEYS[2])
 local gen = redis.call('HINCRBY', KEYS[2], 'gen', 1)
 redis.call('HSET', KEYS[2], 'state', 'open', 'next', nxt, 'first', nxt, 'meta', ARGV[2], 'owner', ARGV[3],
            'lease', ARGV[4], 'cancel', '0', 'error', '')
@@ -44,41 +63,52 @@ redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('PUBLISH', ARGV[5], ARGV[1])
 return nxt
 """
+)
 
 # KEYS: stream, hash; ARGV: type, data JSON, max events
-_APPEND = """
+_APPEND = (
+    _NEXT_ID
+    + """
 local state = redis.call('HGET', KEYS[2], 'state')
 if not state then return -2 end
 if state ~= 'open' then return -1 end
-local id = redis.call('HINCRBY', KEYS[2], 'next', 1) - 1
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
-return id
-"""
-
-# KEYS: stream, hash; ARGV: type, data JSON, max events, id, owner, strict ('1': refuse to skip ids).
-# The owner's append at the id it counted (docs/ARCHITECTURE.md, "Cluster", outages): the id, -1 (not open, or
-# not this owner's any more), -2 (no buffer), -3 (strict, and an earlier id is not written yet). An id below
-# `next` is written already (a retry after a lost answer) and returns as written.
-_APPEND_AT = """
-local state = redis.call('HGET', KEYS[2], 'state')
-if not state then return -2 end
-if state ~= 'open' or redis.call('HGET', KEYS[2], 'owner') ~= ARGV[5] then return -1 end
-local id = tonumber(ARGV[4])
-local nxt = tonumber(redis.call('HGET', KEYS[2], 'next'))
-if id < nxt then return id end
-if id > nxt and ARGV[6] == '1' then return -3 end
+local id = next_id(KEYS[1], KEYS[2])
 redis.call('HSET', KEYS[2], 'next', id + 1)
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
 return id
 """
+)
+
+# KEYS: stream, hash; ARGV: type, data JSON, max events, id, owner, strict ('1': refuse to skip ids).
+# The owner's append at the id it counted, checked (docs/ARCHITECTURE.md, "Cluster", outages): the id, -1 (not
+# open, or not this owner's any more), -2 (no buffer), -3 (strict, and an earlier id is not written yet). An id
+# below the next is written already (a retry after a lost answer) and returns as written. Used where the owner's
+# lease may have run out (after an outage, a stall): under a valid lease the owner's appends are plain `XADD`s
+# (`redis_batches.py`).
+_APPEND_AT = (
+    _NEXT_ID
+    + """
+local state = redis.call('HGET', KEYS[2], 'state')
+if not state then return -2 end
+if state ~= 'open' or redis.call('HGET', KEYS[2], 'owner') ~= ARGV[5] then return -1 end
+local id = tonumber(ARGV[4])
+local nxt = next_id(KEYS[1], KEYS[2])
+if id < nxt then return id end
+if id > nxt and ARGV[6] == '1' then return -3 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
+return id
+"""
+)
 
 # KEYS: stream, hash, open set; ARGV: key, error ('' = none), ttl s, channel, the owner's next id (0: none; ids it
 # counted but never wrote, past an outage's bound, are skipped). The last event's id (-1: not open).
-_FINISH = """
+_FINISH = (
+    _NEXT_ID
+    + """
 local state = redis.call('HGET', KEYS[2], 'state')
 if not state then return -2 end
 if state ~= 'open' then return -1 end
-local nxt = math.max(tonumber(redis.call('HGET', KEYS[2], 'next')), tonumber(ARGV[5] or '0'))
+local nxt = math.max(next_id(KEYS[1], KEYS[2]), tonumber(ARGV[5] or '0'))
 redis.call('HSET', KEYS[2], 'next', nxt)
 local last = nxt - 1
 local gen = redis.call('HGET', KEYS[2], 'gen')
@@ -95,6 +125,7 @@ end
 redis.call('PUBLISH', ARGV[4], ARGV[1])
 return last
 """
+)
 
 # KEYS: hash; ARGV: meta JSON to merge, channel, key
 _UPDATE_META = """
