@@ -1,19 +1,16 @@
 """The LLM gateway: every model call goes through LiteLLM, streaming, with tool calls.
 
-This is the only module that imports litellm. Its import takes 3-5 s, so it is
-imported on first use (or by `warm_up()` in a worker thread after start-up),
-never on the path to the first page.
+This is the only module that imports litellm. Its import takes 3-5 s, so it is imported on first use (or by
+`warm_up()` in a worker thread after start-up), never on the path to the first page.
 
-The offline demo model is a LiteLLM `CustomLLM` registered under the `local/`
-prefix (`local/demo`, `core/chat/demo_provider.py`); what it says is decided in
-`core/chat/demo_model.py`. While LiteLLM is still being imported after a start, the
-demo model's stream is read directly, so the first demo turn does not wait seconds
-for that import. Any other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
-`anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at
-any OpenAI-compatible server. Which key goes to which base URL is
-`core.chat.model_route`'s rule; the base URL is checked against the outbound
-policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md,
-"Model endpoints and keys").
+The offline demo model is a LiteLLM `CustomLLM` registered under the `local/` prefix (`local/demo`,
+`core/chat/demo_provider.py`); what it says is decided in `core/chat/demo_model.py`. While LiteLLM is still
+being imported after a start, the demo model's stream is read directly, so the first demo turn does not wait
+seconds for that import. Any other model string goes to LiteLLM's own providers (`openai/gpt-4o-mini`,
+`anthropic/...`, ...); `LLM_API_BASE`/`LLM_API_KEY` point `openai/...` models at any OpenAI-compatible
+server. Which key goes to which base URL is `core.chat.model_route`'s rule; the base URL is checked against
+the outbound policy (`core.web.outbound_policy`) before every call (docs/ARCHITECTURE.md, "Model endpoints
+and keys"). A call's set-up skips LiteLLM's per-call work the app does not use (`core.chat.llm_setup`).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ import httpx
 from core import tracing
 from core.chat import demo_model, openai_wire
 from core.chat.demo_provider import DemoEnd, demo_stream, make_demo_handler
+from core.chat.llm_setup import install_quiet_metadata, quiet_call
 from core.chat.llm_stream import (
     LLMEvent,
     ModelResult,
@@ -113,6 +111,7 @@ def litellm_module() -> Any:
                 *[p for p in (litellm.custom_provider_map or []) if p.get("provider") != DEMO_PROVIDER],
                 {"provider": DEMO_PROVIDER, "custom_handler": make_demo_handler(litellm)},
             ]
+            install_quiet_metadata(litellm)
             _litellm = litellm
     return _litellm
 
@@ -244,10 +243,13 @@ class LLMGateway:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
             kwargs["temperature"] = temperature
+        setup_on_loop = False  # LiteLLM's set-up on the event loop, not a thread (core/chat/llm_setup.py)
         if model.startswith(f"{DEMO_PROVIDER}/"):
             kwargs["api_base"] = f"demo://delay={self.demo_delay_s}"
         else:
             route = await self.route(model, api_base=api_base, api_key=api_key)
+            provider = route.custom_llm_provider or _provider(litellm, model)
+            setup_on_loop = bool(route.api_key) and provider in openai_wire.FAST_PROVIDERS
             if route.api_base:
                 kwargs["api_base"] = route.api_base
             if route.api_key:
@@ -262,7 +264,8 @@ class LLMGateway:
             "llm.call", kind=tracing.SpanKind.CLIENT, attributes={"gen_ai.request.model": model}
         )
         try:
-            response = await litellm.acompletion(**kwargs)
+            with quiet_call(litellm, setup_on_loop=setup_on_loop):
+                response = await litellm.acompletion(**kwargs)
             if hasattr(response, "_emitted_disqualifying_content"):
                 # LiteLLM checks every delta for eight fields (a pydantic attribute miss each) to decide
                 # whether its Router may continue this stream on another model after a failure; the
@@ -341,17 +344,13 @@ async def model_problem(model: str, *, api_base: str | None = None) -> str | Non
         return "a model is needed (local/demo is the offline demo model)"
     if model.startswith(f"{DEMO_PROVIDER}/") or api_base:
         return None
-    if _knows_model(await _ensure_litellm(), model):
+    if _provider(await _ensure_litellm(), model) is not None:
         return None
     return (
         f"LiteLLM does not know the model {model!r}: write it as provider/model (for example "
         "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest), or give an apiBase of an OpenAI-compatible "
         "server"
     )
-
-
-def _knows_model(litellm: Any, model: str) -> bool:
-    return _provider(litellm, model) is not None
 
 
 def _provider(litellm: Any, model: str) -> str | None:

@@ -147,6 +147,32 @@ async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]
     if not host:
         raise OutboundError("not a valid URL")
     port = url.port or (443 if url.scheme == "https" else 80)
+    addresses = _literal_address(host) or await _resolved(host, port)
+    if not addresses:
+        raise OutboundError("could not resolve the host name")
+    for address in addresses:
+        reason = refusal(address)
+        if reason is not None and not allow.allows(host, address):
+            metrics.OUTBOUND_REFUSED.labels(reason).inc()
+            raise OutboundError(f"not allowed: {reason}")
+    return addresses
+
+
+def _literal_address(host: str) -> list[IPAddress]:
+    """`host` as its one address when it is an address written the canonical way (`127.0.0.1`, `::1`), else [].
+
+    `getaddrinfo` would answer it with itself, from a worker thread (the event loop's executor): a model call
+    to an operator's `LLM_API_BASE=http://10.0.0.5:8000/v1` checks it before every call. Other spellings
+    (`2130706433`, `0x7f.1`, a zone id) are resolved as the system resolves them.
+    """
+    try:
+        return [] if "%" in host else [ipaddress.ip_address(host)]
+    except ValueError:
+        return []
+
+
+async def _resolved(host: str, port: int) -> list[IPAddress]:
+    """The addresses `host` resolves to (the event loop's `getaddrinfo`), each once, in order."""
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -156,13 +182,6 @@ async def checked_addresses(url: httpx.URL, allow: AllowList) -> list[IPAddress]
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         if address not in addresses:
             addresses.append(address)
-    if not addresses:
-        raise OutboundError("could not resolve the host name")
-    for address in addresses:
-        reason = refusal(address)
-        if reason is not None and not allow.allows(host, address):
-            metrics.OUTBOUND_REFUSED.labels(reason).inc()
-            raise OutboundError(f"not allowed: {reason}")
     return addresses
 
 

@@ -168,11 +168,12 @@ def broken(chunks: list[str] | tuple[str, ...] = ()) -> ScriptedResponse:
 
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
-    """What a client sent: path, headers (lower-case names) and the decoded JSON body."""
+    """What a client sent: path, headers (lower-case names), the decoded JSON body, and from where (host, port)."""
 
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    client: tuple[str, int] | None = None  # one port per connection: two requests on one connection share it
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -450,7 +451,8 @@ class OpenAIServer:
             body = {"_raw": raw.decode(errors="replace")}
         headers = {k.lower(): v for k, v in request.headers.items()}
         with self._lock:
-            self.requests.append(RecordedRequest(request.url.path, headers, body))
+            client = (request.client.host, request.client.port) if request.client else None
+            self.requests.append(RecordedRequest(request.url.path, headers, body, client))
             response = self._queue.popleft() if self._queue else None
             self._counter += 1
             completion_id = f"chatcmpl-test{self._counter:04d}"
