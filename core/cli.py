@@ -101,12 +101,14 @@ def users_command(settings: Settings, args: argparse.Namespace) -> int:
     """`users add|passwd|list|promote`."""
     from core.admin.service import ACCOUNTS
     from core.auth import accounts
+    from core.auth.account_mark import AccountsMark
     from core.db import Database
     from core.db_events import RegistryEvents
 
     db = Database(settings.database)
     db.migrate()
-    # Running replicas of a cluster keep who is an admin in memory: they are told, as of a change in the admin area.
+    # A running app keeps who is an admin in memory: replicas of a cluster are told, as of a change in the
+    # admin area; a single app on this data folder sees a file's time move (core/auth/account_mark.py).
     events = RegistryEvents(db, "cli", enabled=settings.cluster)
 
     async def run() -> int:
@@ -114,6 +116,7 @@ def users_command(settings: Settings, args: argparse.Namespace) -> int:
             changed = await change()
             if changed:
                 await events.notify(ACCOUNTS, changed, args.action)
+                AccountsMark(settings.data_dir).touch()
             return 0
         except accounts.AccountError as exc:
             print(f"error: {exc}", file=sys.stderr)

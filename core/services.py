@@ -23,6 +23,7 @@ from core.a2a.api_keys import ApiKeys
 from core.a2a.remote_agents import REMOTE_AGENT, RemoteAgentDirectory
 from core.admin import AdminArea, ModelConnectionAdmin
 from core.auth import accounts
+from core.auth.account_mark import AccountsMark
 from core.auth.deps import AuthState
 from core.auth.login_throttle import RedisLoginFailures
 from core.broker import Broker
@@ -202,6 +203,8 @@ class Services:
             events.on_reconnect(services.remote_agents.sync_all)
             events.on_reconnect(chat.agents.forget_soon)  # notices may have been missed meanwhile
             services.admin.follow(events)  # accounts' state and the model connection, the same on every replica
+        else:  # a single app: the command line's account changes (`users promote`) are seen without a restart
+            services.admin.watch_command_line(AccountsMark(settings.data_dir))
         return services
 
     def prepare(self) -> None:

@@ -8,6 +8,7 @@ between requests, never re-read while nothing changed. The same across replicas:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from core import cli
 from core.auth import accounts, deps
+from core.auth.account_mark import AccountsMark
 from core.auth.deps import AdminUser, CurrentUser, user_id_of
 from core.services import Services
 from core.web.errors import install_error_handlers
@@ -120,3 +123,52 @@ async def test_while_notices_are_not_received_every_request_reads_the_account(ap
         s.add(row)
         await s.commit()
     assert (await client.get("/api/me")).status_code == 401
+
+
+async def test_a_promotion_from_the_command_line_is_seen_by_the_running_app_at_the_next_request(api) -> None:
+    """`python app.py users promote NAME`, the advice of the 403, works without a restart of a single app."""
+    client, services, _alice, dora, _signed_in = api
+    assert (await client.get("/api/admin-only")).status_code == 403
+    assert not services.auth.is_admin(dora.id)
+    assert dora.id in services.auth.accounts  # kept: nothing tells the app but the command line's mark
+
+    args = cli.parse_args(["users", "promote", "dora"])
+    assert await asyncio.to_thread(cli.run_command, services.settings, args) == 0  # another "process"'s change
+
+    assert (await client.get("/api/admin-only")).status_code == 200
+    assert (await client.get("/api/me")).json() == {"id": dora.id, "admin": True}
+    await services.admin._reloading  # the pages' set of admins, read again beside the request
+    assert services.auth.is_admin(dora.id)
+
+
+async def test_the_mark_moves_once_per_change_even_within_the_clock_tick(tmp_path: Path) -> None:
+    mark, writer = AccountsMark(tmp_path), AccountsMark(tmp_path)
+    assert not mark.moved()  # no file yet: nothing changed
+    writer.touch()
+    assert mark.moved() and not mark.moved()  # seen once
+    writer.touch()
+    writer.touch()
+    assert mark.moved() and not mark.moved()
+
+
+async def test_the_auth_state_the_start_decides_on_keeps_the_hooks_of_the_admin_area(api) -> None:
+    """`Services.prepare` replaces the `AuthState` after `follow` and the mark were wired in `Services.build`."""
+    _client, services, _alice, dora, _signed_in = api
+
+    class Notices:  # a cluster's registry notices, whose listening connection is down
+        listening = False
+
+        def on(self, *_args: object) -> None: ...
+
+        def on_reconnect(self, *_args: object) -> None: ...
+
+        async def notify(self, *_args: object) -> None: ...
+
+    services.admin.follow(Notices())  # type: ignore[arg-type]
+    services.admin.auth = deps.AuthState(multi_user=True, local_user_id=None)  # as `prepare` does
+    auth = services.admin.auth
+    assert not auth.accounts_followed()  # not kept while notices may be missed: read at each request
+    await auth.account(services.db, dora.id)
+    assert dora.id not in auth.accounts
+    AccountsMark(services.settings.data_dir).touch()
+    assert auth.changed_elsewhere()  # and the command line's mark is still watched

@@ -10,6 +10,8 @@ state again, and the API's kept account rows are forgotten: `AuthState.account`)
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
@@ -17,6 +19,7 @@ from sqlalchemy import text
 
 from core.admin.model_connection import ModelConnectionAdmin
 from core.auth import user_admin
+from core.auth.account_mark import AccountsMark
 from core.auth.deps import AuthState
 from core.broker.service import Broker
 from core.chat import sessions as sessions_store
@@ -28,6 +31,8 @@ from core.i18n import _
 from core.settings import Settings, describe_redis
 from core.streaming.redis_hub import RedisStreamHub
 from models import User
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ACCOUNTS", "AdminArea", "SingleUserModeError"]
 
@@ -54,19 +59,53 @@ class AdminArea:
     ) -> None:
         self.db = db
         self.settings = settings
-        self.auth = auth
         self.chat = chat
         self.broker = broker
         self.model = model
         self._events: RegistryEvents | None = None
+        self._mark: AccountsMark | None = None
+        self._reloading: asyncio.Task[None] | None = None
+        self.auth = auth
+
+    @property
+    def auth(self) -> AuthState:
+        """The accounts' state the app serves with."""
+        return self._auth
+
+    @auth.setter
+    def auth(self, auth: AuthState) -> None:
+        # Replaced once the auth mode is decided (`Services.prepare`): how it learns of changes made elsewhere
+        # (another replica's notices, the command line's mark) goes along.
+        self._auth = auth
+        events, mark = self._events, self._mark
+        if events is not None:
+            auth.accounts_followed = lambda: events.listening
+        if mark is not None:
+            auth.changed_elsewhere = mark.moved
+            auth.reload_soon = self._reload_soon
 
     def follow(self, events: RegistryEvents) -> None:
         """In a cluster: tell the other replicas of each account change and saved model connection, apply theirs."""
         self._events = events
-        self.auth.accounts_followed = lambda: events.listening
+        self.auth = self.auth  # its accounts are kept only while the notices come in
         events.on(ACCOUNTS, self._accounts_changed_elsewhere)
         events.on_reconnect(self._reload_accounts)
         self.model.follow(events)
+
+    def watch_command_line(self, mark: AccountsMark) -> None:
+        """A single app: the command line's account changes (core/auth/account_mark.py) are seen at the next look."""
+        self._mark = mark
+        self.auth = self.auth
+
+    def _reload_soon(self) -> None:
+        if self._reloading is None or self._reloading.done():
+            self._reloading = asyncio.get_running_loop().create_task(self._reload_logged())
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self._reload_accounts()
+        except Exception:  # the rows are forgotten already: the API reads them afresh; only the pages' sets wait
+            log.warning("could not read the accounts again after a change from the command line", exc_info=True)
 
     async def _accounts_changed_elsewhere(self, _user_id: str, _op: str) -> None:
         await self._reload_accounts()

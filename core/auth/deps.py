@@ -53,12 +53,23 @@ class AuthState:
     # In a cluster, whether this replica is receiving the other replicas' notices (while it is not, a
     # change there would go unseen here: the rows are read at each request, as without this snapshot).
     accounts_followed: Callable[[], bool] = field(default=lambda: True)
+    # A single app (no cluster): whether the command line changed an account since the last look (a file's
+    # time, core/auth/account_mark.py), and what reads the sets above again then (the admin area's).
+    changed_elsewhere: Callable[[], bool] = field(default=lambda: False)
+    reload_soon: Callable[[], None] = field(default=lambda: None)
 
     def is_admin(self, user_id: int | None) -> bool:
         """Whether the page's user may open the admin area (`local` in single-user mode)."""
         if not self.multi_user:
             return user_id is not None and user_id == self.local_user_id
+        self._catch_up()
         return user_id is not None and user_id in self.admin_ids and user_id not in self.disabled_ids
+
+    def _catch_up(self) -> None:
+        """An account changed from the command line: forget the rows kept and read the sets again."""
+        if self.changed_elsewhere():
+            self.forget_accounts()
+            self.reload_soon()
 
     def forget_accounts(self) -> None:
         """An account changed (here or on another replica): the rows kept are read again when next asked for."""
@@ -67,6 +78,7 @@ class AuthState:
 
     async def account(self, db: Database, user_id: int) -> User | None:
         """The account's row: the one kept, else read (and kept unless an account changed meanwhile)."""
+        self._catch_up()
         followed = self.accounts_followed()
         user = self.accounts.get(user_id) if followed else None
         if user is not None:
