@@ -14,6 +14,7 @@ from core.chat import agents as agents_store
 from core.chat import attachments
 from core.chat import sessions as sessions_store
 from core.services import Services
+from models import Agent
 from tests.test_chat_engine_openai import (  # noqa: F401  (fixtures)
     _litellm_imported,
     settings,
@@ -62,3 +63,12 @@ async def test_a_model_without_vision_gets_the_image_named_only(
     content = await content_sent(services, "openai/test-model", openai_server)
     assert [part["type"] for part in content] == ["text", "text", "text", "text"]
     assert content[1]["text"] == f"Attached file: dot.png (image/png, {len(PNG)} bytes)"
+
+
+async def test_a_turn_without_files_does_not_ask_litellm_about_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(attachments, "takes_images", lambda model: asked.append(model) or True)
+    agent = Agent(slug="looker", name="Looker", model="openai/gpt-4o")
+    plain = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    await attachments.prepare_for_agent(None, agent, plain)  # type: ignore[arg-type]  # no file: no database either
+    assert asked == [] and plain[-1]["content"] == "hi"  # with files it is asked: the tests above
