@@ -287,6 +287,7 @@ class ChatEngine:
             "userMessageId": anchor.id,
             "agentSlug": agent.slug,
             "draftId": draft_id,
+            "userId": user_id,  # whose chat: its stream route need not read the chat again (`chat_router`)
         }
         if turn.rewound:
             meta["rewound"] = True
