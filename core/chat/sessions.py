@@ -337,22 +337,12 @@ async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
 async def replace_draft(
     session: AsyncSession, *, session_id: str, message_id: int | None, messages: list[dict[str, Any]]
 ) -> list[AgentMessage]:
-    """End a turn: drop its draft and append the answer's rows (`add_messages`), in one transaction.
+    """End a turn whose answer could not take its draft's place (`answer_in_place`): drop the draft, append the rows.
 
-    The rows go after everything saved while the turn ran (notes of background tasks), as they
-    did before turns kept drafts. An answer of one row while the draft is still the chat's last
-    message takes the draft's place instead: one UPDATE of the draft, no delete, no read of the
-    highest position, no insert (issue 38: two statements at a turn's end instead of four; the
-    row is the one an insert would have made, but for its id and position). Returns the rows
-    appended (none when the answer took the draft's place).
+    In one transaction: the draft is deleted and the answer's rows go after everything saved while the
+    turn ran (notes of background tasks), as they did before turns kept drafts (`add_messages`, which
+    commits). Returns the rows appended.
     """
-    if (
-        message_id is not None
-        and len(messages) == 1
-        and await _answer_in_place(session, session_id, message_id, messages[0])
-    ):
-        await session.commit()
-        return []
     if message_id is not None:
         await session.exec(
             delete(AgentMessage)
@@ -365,8 +355,14 @@ async def replace_draft(
     return []
 
 
-async def _answer_in_place(session: AsyncSession, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
-    """The answer written over its draft, if the draft is still `streaming` and the last message; the chat bumped.
+async def answer_in_place(session: AsyncSession, *, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
+    """The answer (one row) written over its draft if that is still `streaming` and last; the chat's time bumped.
+
+    No delete, no read of the highest position, no insert (issue 38): the row is the one an insert would have
+    made, but for its id and position. On PostgreSQL one statement (the chat's UPDATE runs on what the draft's
+    returns, in a data-modifying `WITH`), so it can run as its own transaction (`Database.single_statement`:
+    no BEGIN and COMMIT round trips, issue 41); SQLite, which has no UPDATE in a `WITH`, runs two. The caller
+    commits. False when the draft is gone or no longer last (nothing written: `replace_draft` then).
 
     Written against the tables (SQLAlchemy Core), not the ORM entities: an ORM-enabled UPDATE with an
     aliased entity in its WHERE adapts every column of the statement again at each execution, which
@@ -375,7 +371,7 @@ async def _answer_in_place(session: AsyncSession, session_id: str, message_id: i
     fresh = AgentMessage(session_id=session_id, **fields)  # every column as an insert would set it
     values = {name: getattr(fresh, name) for name in AgentMessage.model_fields if name not in _KEPT}
     messages, later = _MESSAGES, _LATER_MESSAGES
-    result = await session.exec(
+    answer = (
         update(messages)
         .where(
             messages.c.id == message_id,
@@ -384,9 +380,15 @@ async def _answer_in_place(session: AsyncSession, session_id: str, message_id: i
         )
         .values(**values)
     )
+    bump = update(_SESSIONS).values(updated_at=utcnow())
+    if session.bind is not None and session.bind.dialect.name == "postgresql":
+        answered = answer.returning(messages.c.session_id).cte("answered")
+        result = await session.exec(bump.where(_SESSIONS.c.id.in_(select(answered.c.session_id))))
+        return bool(result.rowcount)  # the chat's row was bumped: its draft was answered
+    result = await session.exec(answer)
     if result.rowcount != 1:
         return False
-    await session.exec(update(_SESSIONS).where(_SESSIONS.c.id == session_id).values(updated_at=utcnow()))
+    await session.exec(bump.where(_SESSIONS.c.id == session_id))
     return True
 
 
