@@ -61,7 +61,7 @@ from core.chat.errors import (
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
-from core.chat.turn_starts import TurnStarts, running_turns_check
+from core.chat.turn_starts import RunningTurnsLimit, TurnStarts
 from core.chat.turns import SessionChange, SessionWatchers, TurnClaim, TurnClaims, TurnStarted
 from core.db import Database
 from core.i18n import _, current_language, format_number, set_language
@@ -233,8 +233,9 @@ class ChatEngine:
             # After the claim: a turn that just ended saved its answer before it gave the chat back.
             async with self.db.read() as r:
                 history = await sessions_store.list_messages(r, session_id=session_id)
-            check = running_turns_check(self.db, user_id, limit) if limit is not None and self._shared else None
-            turn = await self._starts.save(prepare, session_id, agent, history, check=check)  # saved and committed
+            # A cluster counts the user's turns on every replica in the start's transaction (one process: the claims).
+            counted = RunningTurnsLimit(self.db, user_id, limit) if limit is not None and self._shared else None
+            turn = await self._starts.save(prepare, session_id, agent, history, limit=counted)  # saved and committed
             return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)
         finally:
             if claim is not None:

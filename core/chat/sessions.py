@@ -15,11 +15,12 @@ runs, its answer is followed live from the hub.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Table, bindparam, case, delete, exists, insert, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.selectable import ScalarSelect
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -169,9 +170,29 @@ async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
     return result.one() or 0
 
 
-async def add_messages(session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]) -> list[AgentMessage]:
+class CountedCheck(Protocol):
+    """A check whose count comes back with the chat's UPDATE in `append_messages` (no statement of its own).
+
+    `counted` is a scalar subquery the UPDATE returns; the check is called with its value before the rows
+    are inserted and raises to refuse them (the caller's transaction then writes nothing). The per-user
+    limit of running turns in a cluster is one (`turn_starts.RunningTurnsLimit`).
+    """
+
+    @property
+    def counted(self) -> ScalarSelect[Any]:
+        """The count, as a scalar subquery."""
+        ...
+
+    def __call__(self, count: int) -> None:
+        """Raise to refuse the append."""
+        ...
+
+
+async def add_messages(
+    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]], check: CountedCheck | None = None
+) -> list[AgentMessage]:
     """Append messages (dicts of `AgentMessage` fields) after the last one and commit (`append_messages`)."""
-    rows = await append_messages(session, session_id=session_id, messages=messages)
+    rows = await append_messages(session, session_id=session_id, messages=messages, check=check)
     await session.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
     return rows
 
@@ -215,18 +236,21 @@ async def _lock_session(session: AsyncSession, session_id: str) -> None:
 
 
 async def append_messages(
-    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]
+    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]], check: CountedCheck | None = None
 ) -> list[AgentMessage]:
     """Append messages (dicts of `AgentMessage` fields) after the last one, in `session`'s transaction.
 
     Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
     On PostgreSQL the session's row is locked first, so writers on several replicas take turns at the
     highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
+    `check` is called with its count, read by the chat's UPDATE, before the rows are written.
     The caller commits, with whatever else belongs to the same unit of work.
     """
     first_user = first_user_message(messages)
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
+        if check is not None:
+            check((await session.exec(select(check.counted))).one())
         await _lock_session(session, session_id)
         order = await max_sort_order(session, session_id=session_id)
         rows = [AgentMessage(session_id=session_id, sort_order=order + i, **f) for i, f in enumerate(messages, 1)]
@@ -239,17 +263,23 @@ async def append_messages(
     # without reading it first; on PostgreSQL it also locks the chat's row, as `_lock_session` would. Then one
     # INSERT numbers the rows after the highest sort order it reads itself (its snapshot is taken after that
     # lock) and returns their ids and positions: no read of the highest position before it, no ORM flush.
+    # A check's count is returned by the UPDATE (a statement that starts after the caller's own locks, so its
+    # snapshot sees every start that held them before: `turn_starts.RunningTurnsLimit`).
     values: dict[str, Any] = {"updated_at": utcnow()}
     if first_user is not None:
         values["title"] = case(
             (col(AgentSession.title) == UNTITLED, make_title(first_user["content"])), else_=col(AgentSession.title)
         )
-    await session.exec(
+    bump = (
         update(AgentSession)
         .where(col(AgentSession.id) == session_id)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
+    if check is None:
+        await session.exec(bump)
+    else:
+        check((await session.exec(bump.returning(check.counted))).scalar() or 0)  # no row: the INSERT fails
     rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
     highest = (
         select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))
@@ -424,13 +454,19 @@ async def mark_interrupted(session: AsyncSession) -> int:
 
 async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
     """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
-    query = (
+    return (await session.exec(select(running_turns_count(user_id)))).one()
+
+
+def running_turns_count(user_id: int) -> ScalarSelect[int]:
+    """`count_running_turns` as a scalar subquery, for a statement to return beside its own work (`CountedCheck`)."""
+    # Aliased: inside the chat's UPDATE an `agent_sessions` here would stand for the row being updated.
+    running, chats = _MESSAGES.alias("running"), _SESSIONS.alias("users_chats")
+    return (
         select(func.count())
-        .select_from(AgentMessage)
-        .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.user_id) == user_id)
+        .select_from(running.join(chats, chats.c.id == running.c.session_id))
+        .where(running.c.status == _STREAMING_LITERAL, chats.c.user_id == user_id)
+        .scalar_subquery()
     )
-    return (await session.exec(query)).one()
 
 
 async def running_turns(session: AsyncSession) -> list[dict[str, Any]]:
