@@ -45,7 +45,7 @@ from typing import Any
 from core.chat import agents as agents_store
 from core.chat import attachments, rewind
 from core.chat import sessions as sessions_store
-from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
+from core.chat.drafts import DraftSaver, DraftWriter, draft_fields, save_answer
 from core.chat.errors import (
     RUNNING_LIMIT_RETRY_AFTER_S,
     AgentNotFoundError,
@@ -464,17 +464,6 @@ class ChatEngine:
             await draft.settle()
             await self._save_and_finish(session_id, session_id, run.outcome, draft_id)
 
-    async def _save_answer(self, session_id: str, draft_id: int, rows: list[dict[str, Any]]) -> None:
-        """The answer in place of its draft: one row written over it, else the draft dropped and the rows appended."""
-        if len(rows) == 1:
-            # On PostgreSQL one statement, committed on its own: no BEGIN and COMMIT around it (issue 41).
-            async with self.db.single_statement() as s:
-                if await sessions_store.answer_in_place(s, session_id=session_id, message_id=draft_id, fields=rows[0]):
-                    await s.commit()
-                    return
-        async with self.db.session() as s:  # a note saved after the draft, or an answer of several steps
-            await sessions_store.replace_draft(s, session_id=session_id, message_id=draft_id, messages=rows)
-
     async def _save_and_finish(
         self, session_id: str, stream_key: str, outcome: TurnOutcome | None, draft_id: int
     ) -> None:
@@ -484,7 +473,7 @@ class ChatEngine:
         `interrupted`.
         """
         try:
-            await self._save_answer(session_id, draft_id, outcome.rows if outcome is not None else [])
+            await save_answer(self.db, session_id, draft_id, outcome.rows if outcome is not None else [])
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
             await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))
