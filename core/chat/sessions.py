@@ -229,9 +229,13 @@ async def add_notes(session: AsyncSession, *, session_id: str, notes: list[dict[
     return await add_messages(session, session_id=session_id, messages=fresh)
 
 
+def _is_postgresql(session: AsyncSession) -> bool:
+    return session.bind is not None and session.bind.dialect.name == "postgresql"
+
+
 async def _lock_session(session: AsyncSession, session_id: str) -> None:
     """On PostgreSQL, lock the session's row: writers on several replicas take turns at its messages."""
-    if session.bind is not None and session.bind.dialect.name == "postgresql":
+    if _is_postgresql(session):
         await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
 
 
@@ -276,10 +280,12 @@ async def append_messages(
         .values(**values)
         .execution_options(synchronize_session=False)
     )
-    if check is None:
-        await session.exec(bump)
-    else:
+    if check is not None and _is_postgresql(session):
         check((await session.exec(bump.returning(check.counted))).scalar() or 0)  # no row: the INSERT fails
+    else:
+        await session.exec(bump)
+        if check is not None:  # SQLite (whose RETURNING drops the subquery's table names): its own statement
+            check((await session.exec(select(check.counted))).one())
     rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
     highest = (
         select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))

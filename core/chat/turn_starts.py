@@ -55,7 +55,7 @@ class RunningTurnsLimit:
     every start before this one. The count comes back with the chat's UPDATE that the start runs anyway
     (`sessions.CountedCheck`: a statement that begins after the lock's, so its snapshot is taken after it):
     the lock, then the chat's UPDATE with the count, then the rows (issue 41: a count of its own was one
-    statement and one round trip more).
+    statement and one round trip more; on SQLite, which no cluster runs on, it still is).
     """
 
     db: Database
