@@ -158,10 +158,10 @@ class PasswordLogin:
     - A verified credential is remembered for `cache_ttl_s`, keyed by an HMAC of name and password
       under a key that lives only in this process: Basic auth sends the password with every request,
       and verifying it each time would cost a core per ten requests. A changed password hash ends
-      the entry at once; a new password set from the command line (another process) is seen
-      within `cache_ttl_s`. The account's row for a remembered credential comes from `account`
+      the entry at once. The account's row for a remembered credential comes from `account`
       (the server's: `AuthState.account`, the row kept per process and forgotten at each account
-      change, here or on another replica), so a request with Basic credentials reads nothing.
+      change here, on another replica or from the command line), so a request with Basic
+      credentials reads nothing; without `account` it is read each time.
     - Failed attempts are counted per client address and per account over `window_s`; past
       `max_failures` either count, further attempts are refused without checking the password
       (`TooManyFailedLoginsError`) until the oldest failure leaves the window. An attempt counts from
