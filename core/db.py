@@ -229,6 +229,23 @@ class Database:
         ) as session:
             yield session
 
+    @asynccontextmanager
+    async def single_statement(self) -> AsyncIterator[AsyncSession]:
+        """A unit of work that writes with one statement: on PostgreSQL in autocommit, elsewhere a `session`.
+
+        On PostgreSQL the statement is its own transaction, without the BEGIN and COMMIT round trips around
+        it (issue 41); each further statement would commit on its own, so use it only where the unit's
+        writes are one statement there (`drafts.answer_in_place`). Commit as after a `session` (in
+        autocommit nothing is left to commit).
+        """
+        if self.dialect != "postgresql":
+            async with self.session() as session:
+                yield session
+            return
+        # The engine of `read` (autocommit on PostgreSQL), with sessions that may write.
+        async with AsyncSession(self._read_engine, expire_on_commit=False) as session:
+            yield session
+
     def _sqlite_turn(self) -> asyncio.Lock:
         # One lock per event loop: `Services.prepare` runs on a loop of its own before serving.
         loop = asyncio.get_running_loop()

@@ -52,6 +52,7 @@ from core.streaming.hub import StreamHub
 from core.streaming.redis_hub import DuplicateReplicaError, RedisStreamHub
 from core.streaming.redis_replica import check_redis_settings
 from core.web.outbound_policy import OPERATOR_CONFIGURED, AllowList, url_refusal
+from models import User
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,13 @@ class Services:
                 max_failures=self.settings.login_max_failures,
                 window_s=self.settings.login_failure_window_s,
             )
+        # A remembered Basic credential's account as `AuthState` keeps it (issue 41: no read of the caller's
+        # row per request; a change here or on another replica forgets it, `AdminArea`).
+        self.logins.account = self._kept_account
+
+    async def _kept_account(self, user_id: int) -> User | None:
+        # `self.auth` is replaced by `prepare` (single-user or accounts): read it at each call.
+        return await self.auth.account(self.db, user_id)
 
     @classmethod
     def build(cls, settings: Settings) -> Services:

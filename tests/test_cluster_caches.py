@@ -134,3 +134,24 @@ async def test_an_agent_edited_on_one_replica_is_what_the_others_next_turn_start
     await _eventually(lambda: not b.chat.agents._by_id, "B forgets the agents once A deleted one")
     kept, _ = await b.chat.agents.get(agent.id)
     assert kept is not None and kept.deleted_at is not None  # the start refuses it (AgentNotFoundError)
+
+
+async def test_a_password_changed_on_one_replica_ends_a_remembered_basic_login_on_the_other(
+    two_replicas: tuple[Services, Services, User],
+) -> None:
+    # A remembered Basic credential's account is the row each replica keeps (`AuthState.account`, issue 41: no read
+    # per request); the other replica's notice forgets it, so the old password is refused there at once.
+    a, b, alice = two_replicas
+    await _eventually(lambda: b.auth.accounts_followed(), "B listens to the notices")
+    forgotten = b.auth.accounts_generation
+    dora = await a.admin.create_account(username="dora", password="dora-password-1", admin=False)
+    await _eventually(lambda: b.auth.accounts_generation > forgotten, "B had A's notice of the new account")
+    assert await b.logins.authenticate("dora", "dora-password-1", address="10.0.0.1") is not None
+    assert await b.logins.authenticate("dora", "dora-password-1", address="10.0.0.1") is not None  # remembered
+    assert dora["id"] in b.auth.accounts  # from the row B keeps, not a read
+
+    forgotten = b.auth.accounts_generation
+    await a.admin.change_account(alice, dora["id"], {"password": "dora-password-2"})
+    await _eventually(lambda: b.auth.accounts_generation > forgotten, "B forgets the rows it kept at A's notice")
+    assert await b.logins.authenticate("dora", "dora-password-1", address="10.0.0.1") is None
+    assert await b.logins.authenticate("dora", "dora-password-2", address="10.0.0.1") is not None

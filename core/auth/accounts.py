@@ -15,7 +15,7 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from functools import cache
@@ -158,8 +158,10 @@ class PasswordLogin:
     - A verified credential is remembered for `cache_ttl_s`, keyed by an HMAC of name and password
       under a key that lives only in this process: Basic auth sends the password with every request,
       and verifying it each time would cost a core per ten requests. A changed password hash ends
-      the entry at once; a new password set from the command line (another process) is seen
-      within `cache_ttl_s`.
+      the entry at once. The account's row for a remembered credential comes from `account`
+      (the server's: `AuthState.account`, the row kept per process and forgotten at each account
+      change here, on another replica or from the command line), so a request with Basic
+      credentials reads nothing; without `account` it is read each time.
     - Failed attempts are counted per client address and per account over `window_s`; past
       `max_failures` either count, further attempts are refused without checking the password
       (`TooManyFailedLoginsError`) until the oldest failure leaves the window. An attempt counts from
@@ -173,6 +175,9 @@ class PasswordLogin:
         read_session: opens a read-only unit of work (`Database.read`). On SQLite a `Database.session`
             waits its turn behind every write of the process (the turns' saves): with Basic auth every
             request checks its caller, and 50 sends at once waited for one another's writes to do so.
+        account: the account's row by id, for a remembered credential (default: read with `read_session`
+            each time). The server passes `AuthState.account`, so a turn start (its send and its stream)
+            no longer reads the caller's row twice (issue 41).
         max_failures: failures allowed per address and per account within `window_s`.
         window_s: how long a failure counts.
         cache_ttl_s: how long a verified credential is remembered.
@@ -191,8 +196,10 @@ class PasswordLogin:
         cache_ttl_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         failures: LoginFailures | RedisLoginFailures | None = None,
+        account: Callable[[int], Awaitable[User | None]] | None = None,
     ) -> None:
         self._read = read_session
+        self.account = account or self._read_account
         self.max_failures = max_failures
         self.window_s = window_s
         self.cache_ttl_s = cache_ttl_s
@@ -213,8 +220,7 @@ class PasswordLogin:
         token = hmac.new(self._cache_key, f"{username}\0{password}".encode(), hashlib.sha256).digest()
         cached = self._verified.get(token)
         if cached is not None and cached.expires_at > now:
-            async with self._read() as s:
-                user = await s.get(User, cached.user_id)
+            user = await self.account(cached.user_id)
             if (
                 user is not None
                 and user.username == username
@@ -229,6 +235,10 @@ class PasswordLogin:
             self._checking[token] = check
             check.add_done_callback(lambda done: self._check_ended(token, done))
         return await asyncio.shield(check)
+
+    async def _read_account(self, user_id: int) -> User | None:
+        async with self._read() as s:
+            return await s.get(User, user_id)
 
     async def _check(self, username: str, password: str, token: bytes, keys: tuple[str, str]) -> User | None:
         # Counted as a failure until it succeeds: parallel guesses are throttled as a sequence would be.

@@ -2,7 +2,7 @@
 
 A turn's start saves a draft assistant row (status `streaming`, `draft_fields`); `DraftSaver`
 writes the text so far into it about once a second; the turn's end replaces it with the saved
-answer (`core.chat.sessions.replace_draft`). The saves of all running turns go through one
+answer (`save_answer`). The saves of all running turns go through one
 `DraftWriter`, which writes the drafts that are due together in one unit of work. A draft left
 by a kill is marked `interrupted` at the next start (`ChatEngine.fail_interrupted`).
 """
@@ -15,9 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import Table, delete, exists, update
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
 from core.chat import sessions as sessions_store
 from core.db import Database
-from models import Agent
+from models import Agent, AgentMessage, AgentSession, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +160,83 @@ def draft_fields(agent: Agent) -> dict[str, Any]:
         "status": sessions_store.STREAMING,
         "source": "user",
     }
+
+
+# -- the turn's end: its answer in place of its draft ----------------------------------------------
+
+
+async def save_answer(db: Database, session_id: str, draft_id: int, rows: list[dict[str, Any]]) -> None:
+    """The answer in place of its draft: one row written over it, else the draft dropped and the rows appended."""
+    if len(rows) == 1:
+        # On PostgreSQL one statement, committed on its own: no BEGIN and COMMIT around it (issue 41).
+        async with db.single_statement() as s:
+            if await answer_in_place(s, session_id=session_id, message_id=draft_id, fields=rows[0]):
+                await s.commit()
+                return
+    async with db.session() as s:  # a note saved after the draft, or an answer of several steps
+        await replace_draft(s, session_id=session_id, message_id=draft_id, messages=rows)
+
+
+async def replace_draft(
+    session: AsyncSession, *, session_id: str, message_id: int | None, messages: list[dict[str, Any]]
+) -> list[AgentMessage]:
+    """End a turn whose answer could not take its draft's place (`answer_in_place`): drop the draft, append the rows.
+
+    In one transaction: the draft is deleted and the answer's rows go after everything saved while the
+    turn ran (notes of background tasks), as they did before turns kept drafts (`add_messages`, which
+    commits). Returns the rows appended.
+    """
+    if message_id is not None:
+        await session.exec(
+            delete(AgentMessage)
+            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == sessions_store.STREAMING)
+            .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
+        )
+    if messages:
+        return await sessions_store.add_messages(session, session_id=session_id, messages=messages)
+    await session.commit()
+    return []
+
+
+async def answer_in_place(session: AsyncSession, *, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
+    """The answer (one row) written over its draft if that is still `streaming` and last; the chat's time bumped.
+
+    No delete, no read of the highest position, no insert (issue 38): the row is the one an insert would have
+    made, but for its id and position. On PostgreSQL one statement (the chat's UPDATE runs on what the draft's
+    returns, in a data-modifying `WITH`), so it can run as its own transaction (`Database.single_statement`:
+    no BEGIN and COMMIT round trips, issue 41); SQLite, which has no UPDATE in a `WITH`, runs two. The caller
+    commits. False when the draft is gone or no longer last (nothing written: `replace_draft` then).
+
+    Written against the tables (SQLAlchemy Core), not the ORM entities: an ORM-enabled UPDATE with an
+    aliased entity in its WHERE adapts every column of the statement again at each execution, which
+    was a sixth of a short turn's CPU (bench/bench_model_path.py, issue 38).
+    """
+    fresh = AgentMessage(session_id=session_id, **fields)  # every column as an insert would set it
+    values = {name: getattr(fresh, name) for name in AgentMessage.model_fields if name not in _KEPT}
+    messages, later = _MESSAGES, _LATER_MESSAGES
+    answer = (
+        update(messages)
+        .where(
+            messages.c.id == message_id,
+            messages.c.status == sessions_store.STREAMING,
+            ~exists().where(later.c.session_id == session_id, later.c.sort_order > messages.c.sort_order),
+        )
+        .values(**values)
+    )
+    bump = update(_SESSIONS).values(updated_at=utcnow())
+    if session.bind is not None and session.bind.dialect.name == "postgresql":
+        answered = answer.returning(messages.c.session_id).cte("answered")
+        result = await session.exec(bump.where(_SESSIONS.c.id.in_(select(answered.c.session_id))))
+        return bool(result.rowcount)  # the chat's row was bumped: its draft was answered
+    result = await session.exec(answer)
+    if result.rowcount != 1:
+        return False
+    await session.exec(bump.where(_SESSIONS.c.id == session_id))
+    return True
+
+
+_MESSAGES: Table = AgentMessage.__table__  # type: ignore[attr-defined]  # SQLModel's table, typed loosely
+_LATER_MESSAGES = _MESSAGES.alias("later")
+_SESSIONS: Table = AgentSession.__table__  # type: ignore[attr-defined]
+#: What an answer written over its draft keeps of the draft's row.
+_KEPT = frozenset({"id", "session_id", "sort_order"})

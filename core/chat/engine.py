@@ -45,7 +45,7 @@ from typing import Any
 from core.chat import agents as agents_store
 from core.chat import attachments, rewind
 from core.chat import sessions as sessions_store
-from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
+from core.chat.drafts import DraftSaver, DraftWriter, draft_fields, save_answer
 from core.chat.errors import (
     RUNNING_LIMIT_RETRY_AFTER_S,
     AgentNotFoundError,
@@ -61,7 +61,7 @@ from core.chat.errors import (
 from core.chat.llm import LLMGateway
 from core.chat.run import AgentRun, AgentRunner, TurnOutcome, build_model_messages
 from core.chat.tools import BoundTool, ToolContext, ToolRegistry
-from core.chat.turn_starts import TurnStarts, running_turns_check
+from core.chat.turn_starts import RunningTurnsLimit, TurnStarts
 from core.chat.turns import SessionChange, SessionWatchers, TurnClaim, TurnClaims, TurnStarted
 from core.db import Database
 from core.i18n import _, current_language, format_number, set_language
@@ -233,8 +233,9 @@ class ChatEngine:
             # After the claim: a turn that just ended saved its answer before it gave the chat back.
             async with self.db.read() as r:
                 history = await sessions_store.list_messages(r, session_id=session_id)
-            check = running_turns_check(self.db, user_id, limit) if limit is not None and self._shared else None
-            turn = await self._starts.save(prepare, session_id, agent, history, check=check)  # saved and committed
+            # A cluster counts the user's turns on every replica in the start's transaction (one process: the claims).
+            counted = RunningTurnsLimit(self.db, user_id, limit) if limit is not None and self._shared else None
+            turn = await self._starts.save(prepare, session_id, agent, history, limit=counted)  # saved and committed
             return await self._launch(claim, session_id, user_id, agent, tool_rows, turn)
         finally:
             if claim is not None:
@@ -287,6 +288,7 @@ class ChatEngine:
             "userMessageId": anchor.id,
             "agentSlug": agent.slug,
             "draftId": draft_id,
+            "userId": user_id,  # whose chat: its stream route need not read the chat again (`chat_router`)
         }
         if turn.rewound:
             meta["rewound"] = True
@@ -471,10 +473,7 @@ class ChatEngine:
         `interrupted`.
         """
         try:
-            async with self.db.session() as s:
-                await sessions_store.replace_draft(
-                    s, session_id=session_id, message_id=draft_id, messages=outcome.rows if outcome is not None else []
-                )
+            await save_answer(self.db, session_id, draft_id, outcome.rows if outcome is not None else [])
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
             await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))

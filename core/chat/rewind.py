@@ -49,7 +49,11 @@ class PreparedTurn:
     rewound: bool = False
 
 
-PrepareTurn = Callable[[AsyncSession, str, Agent, list[AgentMessage]], Awaitable[PreparedTurn]]
+# Called with the unit of work, the chat's id, its agent, its history and the check its draft's append runs
+# (the per-user limit of running turns in a cluster: `turn_starts.RunningTurnsLimit`), if any.
+PrepareTurn = Callable[
+    [AsyncSession, str, Agent, list[AgentMessage], sessions_store.CountedCheck | None], Awaitable[PreparedTurn]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +81,16 @@ class NewMessage:
         return PreparedTurn([*history, user_row], user_row, draft)
 
     async def __call__(
-        self, s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]
+        self,
+        s: AsyncSession,
+        session_id: str,
+        agent: Agent,
+        history: list[AgentMessage],
+        check: sessions_store.CountedCheck | None = None,
     ) -> PreparedTurn:
-        """Append both rows in the unit of work `s` and commit."""
-        return self.prepared(
-            history, await sessions_store.add_messages(s, session_id=session_id, messages=self.rows(agent))
-        )
+        """Append both rows in the unit of work `s` (`check` first) and commit."""
+        rows = await sessions_store.add_messages(s, session_id=session_id, messages=self.rows(agent), check=check)
+        return self.prepared(history, rows)
 
 
 def new_message(text: str, files: list[dict[str, Any]] | None = None) -> NewMessage:
@@ -93,7 +101,13 @@ def new_message(text: str, files: list[dict[str, Any]] | None = None) -> NewMess
 def answer_again() -> PrepareTurn:
     """Remove the last answer (the assistant rows after the user's last message) and answer that message again."""
 
-    async def prepare(s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]) -> PreparedTurn:
+    async def prepare(
+        s: AsyncSession,
+        session_id: str,
+        agent: Agent,
+        history: list[AgentMessage],
+        check: sessions_store.CountedCheck | None,
+    ) -> PreparedTurn:
         anchor = last_user_message(history)
         if anchor is None:
             raise NothingToAnswerAgainError(_("This chat has no message of yours to answer again."))
@@ -101,7 +115,9 @@ def answer_again() -> PrepareTurn:
         await sessions_store.remove_messages_after(
             s, session_id=session_id, sort_order=anchor.sort_order, role="assistant"
         )
-        [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
+        [draft] = await sessions_store.add_messages(
+            s, session_id=session_id, messages=[draft_fields(agent)], check=check
+        )
         return PreparedTurn([m for m in history if m not in dropped], anchor, draft, rewound=True)
 
     return prepare
@@ -110,7 +126,13 @@ def answer_again() -> PrepareTurn:
 def edit_last_message(message_id: int, text: str) -> PrepareTurn:
     """Give the user's last message the new text (already validated), remove what follows it, answer it."""
 
-    async def prepare(s: AsyncSession, session_id: str, agent: Agent, history: list[AgentMessage]) -> PreparedTurn:
+    async def prepare(
+        s: AsyncSession,
+        session_id: str,
+        agent: Agent,
+        history: list[AgentMessage],
+        check: sessions_store.CountedCheck | None,
+    ) -> PreparedTurn:
         anchor = last_user_message(history)
         if not any(m.id == message_id and m.role == "user" for m in history):
             raise MessageNotFoundError(_("This chat has no message of yours with that id."))
@@ -121,7 +143,9 @@ def edit_last_message(message_id: int, text: str) -> PrepareTurn:
         await sessions_store.remove_messages_after(s, session_id=session_id, sort_order=anchor.sort_order)
         anchor.content = text
         s.add(anchor)
-        [draft] = await sessions_store.add_messages(s, session_id=session_id, messages=[draft_fields(agent)])
+        [draft] = await sessions_store.add_messages(
+            s, session_id=session_id, messages=[draft_fields(agent)], check=check
+        )
         return PreparedTurn([m for m in history if m.sort_order <= anchor.sort_order], anchor, draft, rewound=True)
 
     return prepare

@@ -242,9 +242,14 @@ def chat_router() -> APIRouter:
     @router.get("/sessions/{session_id}/stream", response_model=None)
     async def stream(session_id: str, request: Request, user: CurrentUser, db: DatabaseDep, hub: HubDep) -> Response:
         """SSE of the chat's current (or last) turn; resumable with `Last-Event-ID`."""
-        async with db.read() as s:
-            await _owned_session(s, session_id, user)
-        if await refresh(hub, session_id) is None:  # a cluster: the turn may run on another replica
+        info = await refresh(hub, session_id)  # a cluster: the turn may run on another replica
+        # A turn's buffer says whose chat it is (`ChatEngine._launch`, once its start found the chat theirs): the
+        # owner following the turn it just started is not checked again in the database (issue 41). Anyone else
+        # is, so another's chat still answers exactly like one that does not exist.
+        if info is None or info.meta.get("userId") != user_id_of(user):
+            async with db.read() as s:
+                await _owned_session(s, session_id, user)
+        if info is None:
             return JSONResponse({"active": False, "reason": "no-buffer"})
         return hub_sse_response(hub, session_id, last_event_id(request))
 

@@ -15,11 +15,12 @@ runs, its answer is followed live from the hub.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Table, bindparam, case, delete, exists, insert, literal_column, or_, update
+from sqlalchemy import Table, bindparam, case, delete, insert, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.selectable import ScalarSelect
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -169,9 +170,29 @@ async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
     return result.one() or 0
 
 
-async def add_messages(session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]) -> list[AgentMessage]:
+class CountedCheck(Protocol):
+    """A check whose count comes back with the chat's UPDATE in `append_messages` (no statement of its own).
+
+    `counted` is a scalar subquery the UPDATE returns; the check is called with its value before the rows
+    are inserted and raises to refuse them (the caller's transaction then writes nothing). The per-user
+    limit of running turns in a cluster is one (`turn_starts.RunningTurnsLimit`).
+    """
+
+    @property
+    def counted(self) -> ScalarSelect[Any]:
+        """The count, as a scalar subquery."""
+        ...
+
+    def __call__(self, count: int) -> None:
+        """Raise to refuse the append."""
+        ...
+
+
+async def add_messages(
+    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]], check: CountedCheck | None = None
+) -> list[AgentMessage]:
     """Append messages (dicts of `AgentMessage` fields) after the last one and commit (`append_messages`)."""
-    rows = await append_messages(session, session_id=session_id, messages=messages)
+    rows = await append_messages(session, session_id=session_id, messages=messages, check=check)
     await session.commit()  # the rows keep their values (and ids, set at flush): nothing to read back
     return rows
 
@@ -208,25 +229,32 @@ async def add_notes(session: AsyncSession, *, session_id: str, notes: list[dict[
     return await add_messages(session, session_id=session_id, messages=fresh)
 
 
+def _is_postgresql(session: AsyncSession) -> bool:
+    return session.bind is not None and session.bind.dialect.name == "postgresql"
+
+
 async def _lock_session(session: AsyncSession, session_id: str) -> None:
     """On PostgreSQL, lock the session's row: writers on several replicas take turns at its messages."""
-    if session.bind is not None and session.bind.dialect.name == "postgresql":
+    if _is_postgresql(session):
         await session.exec(select(AgentSession.id).where(AgentSession.id == session_id).with_for_update())
 
 
 async def append_messages(
-    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]]
+    session: AsyncSession, *, session_id: str, messages: list[dict[str, Any]], check: CountedCheck | None = None
 ) -> list[AgentMessage]:
     """Append messages (dicts of `AgentMessage` fields) after the last one, in `session`'s transaction.
 
     Also bumps the session's `updated_at`, and titles an untitled session after its first user message.
     On PostgreSQL the session's row is locked first, so writers on several replicas take turns at the
     highest sort order (unique per session since migration 0008; SQLite has one writer at a time anyway).
+    `check` is called with its count, read by the chat's UPDATE, before the rows are written.
     The caller commits, with whatever else belongs to the same unit of work.
     """
     first_user = first_user_message(messages)
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
+        if check is not None:
+            check((await session.exec(select(check.counted))).one())
         await _lock_session(session, session_id)
         order = await max_sort_order(session, session_id=session_id)
         rows = [AgentMessage(session_id=session_id, sort_order=order + i, **f) for i, f in enumerate(messages, 1)]
@@ -239,17 +267,25 @@ async def append_messages(
     # without reading it first; on PostgreSQL it also locks the chat's row, as `_lock_session` would. Then one
     # INSERT numbers the rows after the highest sort order it reads itself (its snapshot is taken after that
     # lock) and returns their ids and positions: no read of the highest position before it, no ORM flush.
+    # A check's count is returned by the UPDATE (a statement that starts after the caller's own locks, so its
+    # snapshot sees every start that held them before: `turn_starts.RunningTurnsLimit`).
     values: dict[str, Any] = {"updated_at": utcnow()}
     if first_user is not None:
         values["title"] = case(
             (col(AgentSession.title) == UNTITLED, make_title(first_user["content"])), else_=col(AgentSession.title)
         )
-    await session.exec(
+    bump = (
         update(AgentSession)
         .where(col(AgentSession.id) == session_id)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
+    if check is not None and _is_postgresql(session):
+        check((await session.exec(bump.returning(check.counted))).scalar() or 0)  # no row: the INSERT fails
+    else:
+        await session.exec(bump)
+        if check is not None:  # SQLite (whose RETURNING drops the subquery's table names): its own statement
+            check((await session.exec(select(check.counted))).one())
     rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
     highest = (
         select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))
@@ -334,64 +370,7 @@ async def save_drafts(session: AsyncSession, drafts: Mapping[int, str]) -> None:
     await session.commit()
 
 
-async def replace_draft(
-    session: AsyncSession, *, session_id: str, message_id: int | None, messages: list[dict[str, Any]]
-) -> list[AgentMessage]:
-    """End a turn: drop its draft and append the answer's rows (`add_messages`), in one transaction.
-
-    The rows go after everything saved while the turn ran (notes of background tasks), as they
-    did before turns kept drafts. An answer of one row while the draft is still the chat's last
-    message takes the draft's place instead: one UPDATE of the draft, no delete, no read of the
-    highest position, no insert (issue 38: two statements at a turn's end instead of four; the
-    row is the one an insert would have made, but for its id and position). Returns the rows
-    appended (none when the answer took the draft's place).
-    """
-    if (
-        message_id is not None
-        and len(messages) == 1
-        and await _answer_in_place(session, session_id, message_id, messages[0])
-    ):
-        await session.commit()
-        return []
-    if message_id is not None:
-        await session.exec(
-            delete(AgentMessage)
-            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == STREAMING)
-            .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
-        )
-    if messages:
-        return await add_messages(session, session_id=session_id, messages=messages)
-    await session.commit()
-    return []
-
-
-async def _answer_in_place(session: AsyncSession, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
-    """The answer written over its draft, if the draft is still `streaming` and the last message; the chat bumped.
-
-    Written against the tables (SQLAlchemy Core), not the ORM entities: an ORM-enabled UPDATE with an
-    aliased entity in its WHERE adapts every column of the statement again at each execution, which
-    was a sixth of a short turn's CPU (bench/bench_model_path.py, issue 38).
-    """
-    fresh = AgentMessage(session_id=session_id, **fields)  # every column as an insert would set it
-    values = {name: getattr(fresh, name) for name in AgentMessage.model_fields if name not in _KEPT}
-    messages, later = _MESSAGES, _LATER_MESSAGES
-    result = await session.exec(
-        update(messages)
-        .where(
-            messages.c.id == message_id,
-            messages.c.status == STREAMING,
-            ~exists().where(later.c.session_id == session_id, later.c.sort_order > messages.c.sort_order),
-        )
-        .values(**values)
-    )
-    if result.rowcount != 1:
-        return False
-    await session.exec(update(_SESSIONS).where(_SESSIONS.c.id == session_id).values(updated_at=utcnow()))
-    return True
-
-
 _MESSAGES: Table = AgentMessage.__table__  # type: ignore[attr-defined]  # SQLModel's table, typed loosely
-_LATER_MESSAGES = _MESSAGES.alias("later")
 _SESSIONS: Table = AgentSession.__table__  # type: ignore[attr-defined]
 _SAVE_DRAFT = (
     update(_MESSAGES)
@@ -399,9 +378,6 @@ _SAVE_DRAFT = (
     .values(content=bindparam("draft_text"))
 )
 
-
-#: What an answer written over its draft keeps of the draft's row.
-_KEPT = frozenset({"id", "session_id", "sort_order"})
 #: The columns `append_messages` gives each new row (its id and position come from the INSERT).
 _INSERTED = tuple(name for name in AgentMessage.model_fields if name not in {"id", "sort_order"})
 
@@ -422,13 +398,19 @@ async def mark_interrupted(session: AsyncSession) -> int:
 
 async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
     """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
-    query = (
+    return (await session.exec(select(running_turns_count(user_id)))).one()
+
+
+def running_turns_count(user_id: int) -> ScalarSelect[int]:
+    """`count_running_turns` as a scalar subquery, for a statement to return beside its own work (`CountedCheck`)."""
+    # Aliased: inside the chat's UPDATE an `agent_sessions` here would stand for the row being updated.
+    running, chats = _MESSAGES.alias("running"), _SESSIONS.alias("users_chats")
+    return (
         select(func.count())
-        .select_from(AgentMessage)
-        .join(AgentSession, col(AgentSession.id) == col(AgentMessage.session_id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.user_id) == user_id)
+        .select_from(running.join(chats, chats.c.id == running.c.session_id))
+        .where(running.c.status == _STREAMING_LITERAL, chats.c.user_id == user_id)
+        .scalar_subquery()
     )
-    return (await session.exec(query)).one()
 
 
 async def running_turns(session: AsyncSession) -> list[dict[str, Any]]:

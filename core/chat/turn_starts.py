@@ -16,7 +16,7 @@ between, say), each of its starts is written again on its own, so only the one a
 
 Elsewhere each start is its own unit of work: on PostgreSQL writers do not take turns (the chat's row is
 locked for its highest position, `sessions.append_messages`), and in a cluster with a per-user limit
-the count of running turns belongs in the start's own transaction (`running_turns_check`). Rewinds
+the count of running turns belongs in the start's own transaction (`RunningTurnsLimit`). Rewinds
 (regenerate, edit and send again) delete rows as well, and are rare: they keep their own unit too.
 """
 
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table, and_, bindparam, case, update
+from sqlalchemy.sql.selectable import ScalarSelect
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -38,27 +39,42 @@ from core.chat.turns import limit_message
 from core.db import RUNNING_WORK_LOCK_KEY, Database
 from models import Agent, AgentMessage, AgentSession, utcnow
 
-__all__ = ["TurnStarts", "append_to_chats", "running_turns_check"]
+__all__ = ["RunningTurnsLimit", "TurnStarts", "append_to_chats"]
 
 log = logging.getLogger(__name__)
 
-Check = Callable[[AsyncSession], Awaitable[None]]
 _Start = tuple[str, list[dict[str, Any]], "asyncio.Future[list[AgentMessage]]"]
 
 
-def running_turns_check(db: Database, user_id: int, limit: int) -> Check:
+@dataclass(frozen=True, slots=True)
+class RunningTurnsLimit:
     """A cluster's check, in the start's transaction, that `user_id` runs fewer than `limit` turns on any replica.
 
-    The user's turns on every replica are their drafts in the database; the user's starts take turns (a
-    lock held until the transaction commits its draft), so the count sees every start before this one.
+    The user's turns on every replica are their drafts in the database. The user's starts take turns: `lock`
+    takes a lock held until the transaction commits its draft, and the count is read after it, so it sees
+    every start before this one. The count comes back with the chat's UPDATE that the start runs anyway
+    (`sessions.CountedCheck`: a statement that begins after the lock's, so its snapshot is taken after it):
+    the lock, then the chat's UPDATE with the count, then the rows (issue 41: a count of its own was one
+    statement and one round trip more; on SQLite, which no cluster runs on, it still is).
     """
 
-    async def check(s: AsyncSession) -> None:
-        await db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, user_id)
-        if await sessions_store.count_running_turns(s, user_id=user_id) >= limit:
-            raise TooManyRunningTurnsError(limit_message(limit))
+    db: Database
+    user_id: int
+    limit: int
 
-    return check
+    async def lock(self, s: AsyncSession) -> None:
+        """The user's starts (and delegated tasks' starts) one at a time, until `s` commits or rolls back."""
+        await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, self.user_id)
+
+    @property
+    def counted(self) -> ScalarSelect[Any]:
+        """The user's running turns, as the chat's UPDATE returns them."""
+        return sessions_store.running_turns_count(self.user_id)
+
+    def __call__(self, count: int) -> None:
+        """Refuse the start when the user already runs `limit` turns."""
+        if count >= self.limit:
+            raise TooManyRunningTurnsError(limit_message(self.limit))
 
 
 async def append_to_chats(
@@ -136,16 +152,16 @@ class TurnStarts:
         agent: Agent,
         history: list[AgentMessage],
         *,
-        check: Check | None = None,
+        limit: RunningTurnsLimit | None = None,
     ) -> rewind.PreparedTurn:
-        """Save what `prepare` saves (committed) and return what the turn runs on; `check` runs first, in its unit."""
-        if self.batched and check is None and isinstance(prepare, rewind.NewMessage):
+        """Save what `prepare` saves (committed) and return what the turn runs on, within `limit`, in its unit."""
+        if self.batched and limit is None and isinstance(prepare, rewind.NewMessage):
             rows = await self._together(session_id, prepare.rows(agent))
             return prepare.prepared(history, rows)
         async with self.db.session() as s:
-            if check is not None:
-                await check(s)
-            return await prepare(s, session_id, agent, history)
+            if limit is not None:
+                await limit.lock(s)
+            return await prepare(s, session_id, agent, history, limit)
 
     def _together(self, session_id: str, messages: list[dict[str, Any]]) -> asyncio.Future[list[AgentMessage]]:
         loop = asyncio.get_running_loop()
