@@ -194,6 +194,7 @@ class RedisStreamHub:
             lease_s=lease_s,
             owned=self._owned,
             refresh=self._mirror.refresh,
+            apply=self._mirror.apply,
             reach=self.reach,
             infos=infos,
         )
@@ -423,7 +424,16 @@ class RedisStreamHub:
     # -- consumers -------------------------------------------------------------------
 
     async def refresh(self, key: str) -> BufferInfo | None:
-        """Read the buffer's state from Redis into this replica's mirror; returns it (None: no buffer)."""
+        """The buffer's state as Redis has it, in this replica's mirror; returns it (None: no buffer).
+
+        Read from Redis, except for a stream this replica writes under a valid lease: its mirror is then what Redis
+        has (nobody else can end it, its appends move `last_id`), so the stream route of a turn started here reads
+        nothing back. Not when it holds more events than `max_events`: Redis may have trimmed the oldest, and the
+        real first one (a reader's gap) is read from the stream.
+        """
+        info = self._mirror.infos.get(key)
+        if info is not None and self._replica.lease_valid(key) and info.last_id - info.first_id < self.max_events:
+            return self._mirror.get(key)
         return await self._mirror.refresh(key)
 
     def get(self, key: str) -> BufferInfo | None:
