@@ -22,6 +22,7 @@ from redis.asyncio.connection import Connection
 from core.streaming.hub import BufferState
 from core.streaming.redis_hub import RedisStreamHub
 from core.streaming.redis_mirror import parse_change
+from core.streaming.redis_readers import OWNER_TAIL_EVENTS, OwnerTail
 from tests.conftest import unavailable
 from tests.utils.broker import redis_test_url
 from tests.utils.cluster import delete_prefix, redis_reachable
@@ -106,21 +107,23 @@ def label(hub: RedisStreamHub, name: str) -> None:
         connection._test_client = name  # type: ignore[attr-defined]
 
 
-async def test_a_turn_start_sends_three_scripts_and_one_replay_and_the_other_replica_reads_nothing(
+async def test_a_turn_start_sends_two_scripts_its_metadata_and_appends_and_the_other_replica_reads_nothing(
     hubs, commands
 ) -> None:
     a, b = hubs
     label(a, "a")
     label(b, "b")
     assert await a_turn(a, "warm-up", 1) == [1]  # the scripts are loaded (a fresh Redis: SCRIPT LOAD once)
+    assert await b.refresh("warm-up") is not None  # as a page on B would
     await until(lambda: (info := b.get("warm-up")) is not None and info.state is BufferState.DONE)
     commands.clear()
 
     assert await a_turn(a, "s1", 3) == [1, 2, 3]
     await until(lambda: (info := b.get("s1")) is not None and info.state is BufferState.DONE)
-    # create, meta and finish (3 scripts); the replay of the stream route's reader; the tokens' XADDs. The
-    # stream route's refresh on the replica that runs the turn reads nothing (its mirror is what Redis has).
-    assert commands.get("a") == Counter({"EVALSHA": 3, "XRANGE": 1, "XADD": 3})
+    # create and finish (2 scripts), the metadata (HSET + PUBLISH in one round trip: the owner's, under its lease)
+    # and the tokens' XADDs. On the replica that runs the turn, the stream route's refresh and its reader's replay
+    # read nothing (its mirror is what Redis has; it keeps the newest events).
+    assert commands.get("a") == Counter({"EVALSHA": 2, "HSET": 1, "PUBLISH": 1, "XADD": 3})
     # The other replica mirrors the three changes from their messages: no read-back.
     assert commands.get("b") is None
     info = b.get("s1")
@@ -163,16 +166,29 @@ async def test_a_change_message_carries_the_state_the_other_replica_applies_with
     assert reads == []
 
 
-async def test_a_metadata_message_of_a_buffer_not_seen_opened_is_read_back(hubs) -> None:
+async def test_a_metadata_message_without_the_last_id_is_applied_to_a_known_buffer_and_read_back_otherwise(
+    hubs,
+) -> None:
     a, b = hubs
     await a.create("s3", {"n": 1})
-    await until(lambda: b.get("s3") is not None)
-    b._mirror.infos.pop("s3")  # as if B had started after the buffer was opened
     await a.append("s3", "text-delta", {"delta": "x"})
-    await a.update_meta("s3", n=2)  # its message does not carry the last id: B reads the state from Redis
     await until(lambda: b.get("s3") is not None)
-    info = b.get("s3")
-    assert (info.last_id, info.meta) == (1, {"n": 2})
+    # From a replica that does not write the stream: the `meta` script, whose message has no last id.
+    await b.update_meta("s3", n=2)
+    await until(lambda: a.get("s3").meta == {"n": 2})
+    assert a.get("s3").last_id == 1  # what A knows of its own stream is kept
+
+    reads: list[str] = []
+    read_back = b._replica._refresh
+
+    async def refresh(key: str):
+        reads.append(key)
+        return await read_back(key)
+
+    b._replica._refresh = refresh
+    b._mirror.infos.pop("s3")  # as if B had started after the buffer was opened: its last id is unknown to B
+    info = await b._replica._changed("s3", {"k": "s3", "s": "open", "f": 1, "m": '{"n": 3}', "e": ""})
+    assert reads == ["s3"] and info is not None and (info.last_id, info.meta) == (1, {"n": 2})  # Redis's state
 
 
 def test_a_bare_key_on_the_changes_channel_is_read_back() -> None:
@@ -198,3 +214,53 @@ async def test_the_owner_reads_its_own_open_stream_from_its_mirror_and_a_finishe
     info = await a.refresh("s5")
     assert info is not None and info.state is BufferState.DONE
     assert commands["a"] == Counter({"HGETALL": 1, "XRANGE": 1, "XREVRANGE": 1})
+
+
+async def test_a_reader_on_the_owner_replays_its_newest_events_from_memory_and_older_ones_from_redis(
+    hubs, commands
+) -> None:
+    a, _b = hubs
+    label(a, "a")
+    await a.create("s6")
+    for n in range(OWNER_TAIL_EVENTS + 10):
+        await a.append("s6", "text-delta", {"delta": str(n)})
+    last = OWNER_TAIL_EVENTS + 10
+    commands.clear()
+
+    recent = a.subscribe("s6", after=last - 5)  # a resume a few events back: from memory
+    assert [(await anext(recent)).id for _ in range(5)] == list(range(last - 4, last + 1))
+    assert commands.get("a") is None
+    recent.close()
+
+    everything = a.subscribe("s6")  # from the first event: older than what the owner keeps, from Redis
+    reader = asyncio.create_task(collect(everything))
+    await asyncio.sleep(0.05)
+    await a.append("s6", "text-delta", {"delta": "live"})
+    await a.finish("s6")
+    assert await asyncio.wait_for(reader, 5) == list(range(1, last + 2))
+    assert commands["a"]["XRANGE"] >= 1
+
+
+async def collect(subscription) -> list[int]:
+    return [event.id async for event in subscription]
+
+
+def event(n: int):
+    from core.streaming.hub import StreamEvent
+
+    return StreamEvent(n, "text-delta", {"delta": str(n)})
+
+
+def test_the_owners_tail_answers_only_what_it_holds_without_a_hole() -> None:
+    tail = OwnerTail(first=1)
+    for n in (1, 2, 4):  # 3 is on its way: 4 came back first
+        tail.add(event(n))
+    assert [e.id for e in tail.range(1, 3)] == [1, 2]
+    assert tail.range(1, None) is None and tail.range(3, 5) is None  # the hole: read from Redis
+    tail.add(event(3))
+    assert [e.id for e in tail.range(2, None)] == [2, 3, 4]
+    assert tail.range(5, None) == []  # nothing written past 4 yet: what comes, comes live
+    for n in range(5, OWNER_TAIL_EVENTS + 10):
+        tail.add(event(n))
+    assert tail.range(1, None) is None  # the oldest are no longer kept
+    assert tail.range(OWNER_TAIL_EVENTS + 9, None)[0].id == OWNER_TAIL_EVENTS + 9

@@ -34,6 +34,14 @@ def parse_change(data: str) -> tuple[str, dict[str, Any] | None]:
     return data, None
 
 
+def change_message(info: BufferInfo) -> str:
+    """The message of the changes channel that carries `info`, as the hub's scripts publish it (`parse_change`)."""
+    meta = json.dumps(info.meta, default=str)
+    return json.dumps(
+        {"k": info.key, "s": info.state.value, "f": info.first_id, "l": info.last_id, "m": meta, "e": info.error or ""}
+    )
+
+
 class BufferMirror:
     """The state of each shared buffer this replica knows of, and when the finished ones finished.
 
