@@ -194,6 +194,8 @@ async def test_a_metadata_message_without_the_last_id_is_applied_to_a_known_buff
 def test_a_bare_key_on_the_changes_channel_is_read_back() -> None:
     assert parse_change("s4") == ("s4", None)
     assert parse_change("{not json") == ("{not json", None)
+    assert parse_change('{"k": "s4", "s": "paused", "f": 1}') == ("s4", None)  # a state this replica does not know
+    assert parse_change('{"k": "s4", "s": "open", "f": false}') == ("s4", None)
     key, change = parse_change('{"k": "s4", "s": "open", "f": 1, "l": 0, "m": "{}", "e": ""}')
     assert key == "s4" and change is not None and change["s"] == "open"
 

@@ -19,6 +19,8 @@ from redis.asyncio import Redis
 from core.streaming.hub import BufferInfo, BufferState
 from core.streaming.redis_scripts import HubKeys, entry_id
 
+_STATES = {state.value for state in BufferState}
+
 
 def parse_change(data: str) -> tuple[str, dict[str, Any] | None]:
     """A message of the changes channel: the key, and the state the script published (None: a bare key).
@@ -30,7 +32,9 @@ def parse_change(data: str) -> tuple[str, dict[str, Any] | None]:
         with contextlib.suppress(ValueError):
             change = json.loads(data)
             if isinstance(change, dict) and isinstance(change.get("k"), str):
-                return change["k"], change
+                if change.get("s") in _STATES and type(change.get("f")) is int:  # (a bool is an int too)
+                    return change["k"], change
+                return change["k"], None  # not the state as this replica knows it: read back
     return data, None
 
 
