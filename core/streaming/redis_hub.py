@@ -15,58 +15,45 @@ know which one they have); docs/ARCHITECTURE.md, "Cluster", says how the parts f
 
 Each write is one Lua script, so "open" is claimed atomically across replicas (a second `create` anywhere raises
 `StreamBusyError`); the owner's appends are plain `XADD`s at the ids it counted while its lease is valid
-(`redis_batches`), the checked `append_at` script otherwise. Readers replay with `XRANGE`. Live events reach the
-subscribers of the replica that runs the stream straight from its appends; on the other replicas, one follower task
-per key (`XREAD BLOCK`) hands them to their subscribers.
+(`redis_batches`), the checked `append_at` script otherwise. Readers replay with `XRANGE` (on the replica that runs
+the stream, from the newest events it keeps). Live events reach the subscribers of the replica that runs the stream
+straight from its appends; on the other replicas, one follower task per key (`XREAD BLOCK`) hands them on.
 
 `get` and `subscribe` are synchronous, as in `StreamHub`: they read this replica's mirror of the state hashes, kept
-fresh by a pub/sub channel and by `refresh(key)`, which callers await before they start to read a stream another
-replica may have opened.
+fresh by a pub/sub channel whose messages carry the state and by `refresh(key)`, which callers await before they
+start to read a stream another replica may have opened.
 
 While Redis is out of reach, the replica that writes a stream counts its ids itself: its turn goes on, its own
 readers get every event, and the events wait in `redis_outage` until Redis is back, then go to Redis in order
 (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
 
-The parts: `redis_scripts` (the keys and the Lua scripts), `redis_batches` (appends sent together), `redis_readers`
-(subscriptions and followers), `redis_replica` (the replica's name, its leases, cancels and changes), `redis_outage`
-(events held while Redis is out of reach); `RedisStreamHub` here writes and holds the mirror.
+The parts: `redis_scripts` (the keys and the Lua scripts), `redis_clients` (the connection pools), `redis_batches`
+(appends sent together), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name, its
+leases, cancels and changes), `redis_outage` (events held while Redis is out of reach); `RedisStreamHub` here writes
+and holds the mirror.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 
 from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
 from core.streaming.redis_batches import HELD, Append, AppendBatches
-from core.streaming.redis_mirror import BufferMirror
+from core.streaming.redis_clients import hub_clients
+from core.streaming.redis_mirror import BufferMirror, change_message
 from core.streaming.redis_outage import OUT_OF_REACH, OutageBuffer, RedisReach
-from core.streaming.redis_readers import RedisSubscription, StreamReaders
+from core.streaming.redis_readers import OwnerTail, RedisSubscription, StreamReaders
 from core.streaming.redis_replica import DuplicateReplicaError, ReplicaLeases
-from core.streaming.redis_scripts import (
-    COMMAND_CONNECTIONS,
-    COMMAND_WAIT_S,
-    END_TYPE,
-    MAX_FOLLOWED_STREAMS,
-    HubKeys,
-    as_int,
-    register_scripts,
-)
-
-#: How long connecting to Redis may take before a command fails (Redis out of reach: a turn's events wait).
-CONNECT_TIMEOUT_S = 5.0
-#: A pooled connection idle this long is checked (PING) before its next command: after an outage the pools hold
-#: connections the cut closed, and without the check each would fail one command before it reconnects.
-HEALTH_CHECK_S = 1
+from core.streaming.redis_scripts import COMMAND_CONNECTIONS, END_TYPE, HubKeys, as_int, register_scripts
 
 # Importers name these here: `refresh` (any hub) and `DuplicateReplicaError` came from this module first.
 __all__ = ["DuplicateReplicaError", "RedisStreamHub", "RedisSubscription", "refresh"]
@@ -94,31 +81,9 @@ class RedisStreamHub:
     def from_url(cls, url: str, *, command_connections: int = COMMAND_CONNECTIONS, **options: Any) -> RedisStreamHub:
         """A hub on the Redis at `url`, its commands and its followers' blocking reads on pools of their own.
 
-        Commands share `command_connections` connections; one waits for a free connection, up to `COMMAND_WAIT_S`.
-        On one pool, a replica following many streams (one blocking read each) ran out of connections for its
-        appends: redis-py's limit is 100, and with 80 turns streaming an append failed with "Too many connections".
+        Commands share `command_connections` connections (`redis_clients.hub_clients` says why two pools).
         """
-        commands = Redis(
-            connection_pool=BlockingConnectionPool.from_url(
-                url,
-                decode_responses=True,
-                max_connections=command_connections,
-                timeout=COMMAND_WAIT_S,
-                socket_connect_timeout=CONNECT_TIMEOUT_S,
-                health_check_interval=HEALTH_CHECK_S,
-                # Once more on a fresh connection (a pool's own connections otherwise try once): the health check
-                # reconnects a connection a cut closed. `append_at` is safe to repeat; a `create` repeated after
-                # a lost answer is refused as busy, as a second send would be.
-                retry=Retry(NoBackoff(), 1),
-            )
-        )
-        readers = Redis.from_url(
-            url,
-            decode_responses=True,
-            max_connections=MAX_FOLLOWED_STREAMS,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            health_check_interval=HEALTH_CHECK_S,
-        )
+        commands, readers = hub_clients(url, command_connections=command_connections)
         return cls(commands, readers=readers, **options)
 
     def __init__(
@@ -194,6 +159,7 @@ class RedisStreamHub:
             lease_s=lease_s,
             owned=self._owned,
             refresh=self._mirror.refresh,
+            apply=self._mirror.apply,
             reach=self.reach,
             infos=infos,
         )
@@ -284,6 +250,7 @@ class RedisStreamHub:
         self._owned.add(key)
         self._replica.leased(key, lease)
         self._next[key], self._appends.stored[key] = first, first - 1  # the next id it counts, the last stored
+        self._readers.tails[key] = OwnerTail(first)  # its newest events, for its readers here
         return self._mirror.opened(key, first, meta or {})
 
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
@@ -350,7 +317,7 @@ class RedisStreamHub:
         self.events_appended += 1
         self._mirror.appended(key, event_id)
         if key in self._owned:  # this replica's readers of its own stream: no round trip through Redis
-            self._readers.deliver(key, ("event", event_id, StreamEvent(event_id, type, data or {})))
+            self._readers.deliver_own(key, StreamEvent(event_id, type, data or {}))
         return event_id
 
     async def finish(self, key: str, *, error: str | None = None) -> None:
@@ -394,6 +361,7 @@ class RedisStreamHub:
     def _let_go(self, key: str) -> None:
         """The end of `key` is in Redis (or another replica ended it): no more leases, no more appends here."""
         self._owned.discard(key)
+        self._readers.tails.pop(key, None)
         self._next.pop(key, None)
         self._appends.stored.pop(key, None)
 
@@ -407,23 +375,47 @@ class RedisStreamHub:
         return self._outage.size
 
     async def update_meta(self, key: str, **meta: Any) -> None:
-        """Merge `meta` into the buffer's metadata."""
-        done = await self._replica.changing(
-            key,
-            self._scripts["meta"](
-                keys=[self._keys.hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
-            ),
-        )
+        """Merge `meta` into the buffer's metadata.
+
+        On a stream this replica writes under a valid lease (a turn's metadata after its claim), an `HSET` and the
+        change message in one round trip: nobody else can have ended it, and only its owner changes its metadata.
+        """
+        info = self._mirror.infos.get(key)
+        if info is not None and self._replica.lease_valid(key):
+            done = await self._replica.changing(
+                key, self._owner_meta(dataclasses.replace(info, meta={**info.meta, **meta}))
+            )
+        else:
+            done = await self._replica.changing(
+                key,
+                self._scripts["meta"](
+                    keys=[self._keys.hash(key)], args=[json.dumps(meta, default=str), self.changes_channel, key]
+                ),
+            )
         if done == -1:
             if await self.redis.exists(self._keys.hash(key)):
                 raise StreamClosedError(f"stream {key!r} is finished")
             raise UnknownStreamError(key)
         self._mirror.meta_updated(key, meta)
 
+    async def _owner_meta(self, merged: BufferInfo) -> int:
+        """Write the metadata of a stream this replica writes and publish its change; 1 (as the `meta` script)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self._keys.hash(merged.key), "meta", json.dumps(merged.meta, default=str))
+        pipe.publish(self.changes_channel, change_message(merged))
+        await pipe.execute()
+        return 1
+
     # -- consumers -------------------------------------------------------------------
 
     async def refresh(self, key: str) -> BufferInfo | None:
-        """Read the buffer's state from Redis into this replica's mirror; returns it (None: no buffer)."""
+        """The buffer's state as Redis has it, in this replica's mirror (None: no buffer).
+
+        Not read for a stream written here under a valid lease (nobody else can end it) that Redis cannot have trimmed.
+        """
+        info = self._mirror.infos.get(key)
+        if info is not None and self._replica.lease_valid(key) and info.last_id - info.first_id < self.max_events:
+            return self._mirror.get(key)
         return await self._mirror.refresh(key)
 
     def get(self, key: str) -> BufferInfo | None:

@@ -1,11 +1,13 @@
 """This replica's mirror of a Redis stream hub's state hashes: what `get` and `subscribe` read, synchronously.
 
-Kept fresh by this replica's own writes, by the hub's pub/sub channel of changes, and by `refresh(key)`,
-which callers await before they read a stream another replica may have opened.
+Kept fresh by this replica's own writes, by the hub's pub/sub channel of changes (each message carries the
+buffer's state: applied as it comes, no read of Redis per replica per change), and by `refresh(key)`, which callers
+await before they read a stream another replica may have opened.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -16,6 +18,32 @@ from redis.asyncio import Redis
 
 from core.streaming.hub import BufferInfo, BufferState
 from core.streaming.redis_scripts import HubKeys, entry_id
+
+_STATES = {state.value for state in BufferState}
+
+
+def parse_change(data: str) -> tuple[str, dict[str, Any] | None]:
+    """A message of the changes channel: the key, and the state the script published (None: a bare key).
+
+    The hub's scripts publish `{"k": key, "s": state, "f": first id, "l": last id (absent: unknown), "m": meta JSON,
+    "e": error}` (`redis_scripts.py`, `_ANNOUNCE`); a bare key (a replica of an earlier version) is read back.
+    """
+    if data.startswith("{"):
+        with contextlib.suppress(ValueError):
+            change = json.loads(data)
+            if isinstance(change, dict) and isinstance(change.get("k"), str):
+                if change.get("s") in _STATES and type(change.get("f")) is int:  # (a bool is an int too)
+                    return change["k"], change
+                return change["k"], None  # not the state as this replica knows it: read back
+    return data, None
+
+
+def change_message(info: BufferInfo) -> str:
+    """The message of the changes channel that carries `info`, as the hub's scripts publish it (`parse_change`)."""
+    meta = json.dumps(info.meta, default=str)
+    return json.dumps(
+        {"k": info.key, "s": info.state.value, "f": info.first_id, "l": info.last_id, "m": meta, "e": info.error or ""}
+    )
 
 
 class BufferMirror:
@@ -66,12 +94,46 @@ class BufferMirror:
             meta=json.loads(state.get("meta") or "{}"),
             subscribers=self._count(key),
         )
-        self.infos[key] = info
-        if info.state is not BufferState.OPEN:
-            self._finished_at.setdefault(key, time.monotonic())
-        else:
-            self._finished_at.pop(key, None)
+        self._keep(info)
         return info
+
+    def apply(self, change: dict[str, Any]) -> BufferInfo | None:
+        """Take the state a change message carries (`parse_change`) into the mirror; returns it.
+
+        None when the message does not say enough (a metadata change of a buffer this replica has not seen
+        opened, so its last id is unknown): the caller reads it from Redis. Messages come in the order the
+        scripts ran, so each one's state is the newest; the last id is the higher of the message's and what
+        this replica saw of the same buffer (its followers move it with the appends, which publish nothing).
+        """
+        key, first = change["k"], int(change["f"])
+        known = self.infos.get(key)
+        same = known is not None and known.first_id == first  # the buffer this replica knows (not an earlier one)
+        last = change.get("l")
+        if last is None and not same:
+            return None
+        last_id = int(last) if last is not None else -1
+        if same:
+            assert known is not None
+            last_id = max(last_id, known.last_id)
+        info = BufferInfo(
+            key=key,
+            state=BufferState(change["s"]),
+            first_id=first,
+            last_id=last_id,
+            dropped=0,
+            error=change.get("e") or None,
+            meta=json.loads(change.get("m") or "{}"),
+            subscribers=self._count(key),
+        )
+        self._keep(info)
+        return info
+
+    def _keep(self, info: BufferInfo) -> None:
+        self.infos[info.key] = info
+        if info.state is not BufferState.OPEN:
+            self._finished_at.setdefault(info.key, time.monotonic())
+        else:
+            self._finished_at.pop(info.key, None)
 
     def get(self, key: str) -> BufferInfo | None:
         """A copy of the buffer's state as this replica last saw it, or None."""

@@ -4,7 +4,9 @@ A subscription replays what Redis holds (`XRANGE`) and then takes live events: o
 writes the stream, straight from its appends (`StreamReaders.deliver`); on the others, from one
 follower task per key (`XREAD BLOCK`) that hands each new entry to every local subscriber. Each
 subscription skips ids it already has and fills from Redis the ids it missed, so the two paths to it
-never repeat or lose an event.
+never repeat or lose an event. On the replica that writes a stream, the replay and the fills come from the
+stream's newest events it keeps itself (`OwnerTail`) when those cover them: the stream route of a turn started
+there reads nothing from Redis.
 """
 
 from __future__ import annotations
@@ -32,6 +34,43 @@ OUTAGE_READ_WAIT_S = 30.0
 
 #: What a follower or an append hands a subscriber: ("event" | "end", event number, event).
 LiveItem = tuple[str, int, StreamEvent]
+
+#: The newest events of each stream this replica writes that it keeps for its own readers' replays: a turn's stream
+#: route reads from the turn's start, and a reader that resumes (Last-Event-ID) usually from a few events back.
+OWNER_TAIL_EVENTS = 256
+
+
+class OwnerTail:
+    """The newest events of one stream this replica writes, as its appends were written (or held for Redis).
+
+    `complete_from` is the lowest id from which every event written since is here; a range asked from below it,
+    or with a hole in it (an append still on its way while a later one came back first), is read from Redis.
+    """
+
+    def __init__(self, first: int) -> None:
+        self.complete_from = first
+        self.events: deque[StreamEvent] = deque()
+
+    def add(self, event: StreamEvent) -> None:
+        """Keep `event` (ids in order: one that comes back after a later one goes in its place)."""
+        if not self.events or event.id > self.events[-1].id:
+            self.events.append(event)
+        elif event.id >= self.complete_from and all(held.id != event.id for held in self.events):
+            at = next(i for i, held in enumerate(self.events) if held.id > event.id)
+            self.events.insert(at, event)
+        if len(self.events) > OWNER_TAIL_EVENTS:
+            self.complete_from = self.events.popleft().id + 1
+
+    def range(self, start: int, up_to: int | None) -> list[StreamEvent] | None:
+        """Events `start`.. (before `up_to`), or None when this tail may miss one of them (read Redis)."""
+        if start < self.complete_from:
+            return None
+        found = [event for event in self.events if event.id >= start and (up_to is None or event.id < up_to)]
+        if any(event.id != start + i for i, event in enumerate(found)):
+            return None  # a hole: an earlier append not back yet (Redis has it if a later one's fill needs it)
+        if up_to is not None and len(found) != up_to - start:
+            return None
+        return found
 
 
 class RedisSubscription:
@@ -103,7 +142,7 @@ class RedisSubscription:
 
     async def _fill(self, up_to: int | None) -> None:
         """Queue the entries after `_last` (up to event `up_to`, exclusive; all when None); notes an end entry."""
-        for number, seq, event in await self._readers.range(self.key, self._last + 1, up_to):
+        for number, seq, event in await self._readers.replay(self.key, self._last + 1, up_to):
             if seq:  # the end entry of this buffer (those of earlier buffers were trimmed when it was opened)
                 self._ended = True
                 return
@@ -173,6 +212,8 @@ class StreamReaders:
         self._owned = owned
         self._mirror = mirror
         self.reach = reach if reach is not None else RedisReach()
+        #: The newest events of the streams this replica opened and writes (`OwnerTail`).
+        self.tails: dict[str, OwnerTail] = {}
 
     def count(self, key: str) -> int:
         """How many subscribers of `key` this replica has."""
@@ -182,6 +223,20 @@ class StreamReaders:
         """The oldest id any local subscriber of `key` has had (None: no subscriber)."""
         subs = self.subscribers.get(key)
         return min(sub.position for sub in subs) if subs else None
+
+    async def replay(self, key: str, start: int, up_to: int | None) -> list[tuple[int, int, StreamEvent]]:
+        """What a subscriber replays or fills: `range`, from this replica's own tail of the stream when it can.
+
+        On an open stream this replica writes, the events it keeps (`OwnerTail`) when they cover the range: what
+        was written but is not back yet is missing from it, and comes to the subscriber live.
+        """
+        tail, info = self.tails.get(key), self._mirror.get(key)
+        # Not for a finished buffer: its replay ends at the end entry, which only Redis has.
+        if tail is not None and key in self._owned and info is not None and info.state is BufferState.OPEN:
+            held = tail.range(start, up_to)
+            if held is not None:
+                return [(event.id, 0, event) for event in held]
+        return await self.range(key, start, up_to)
 
     async def range(self, key: str, start: int, up_to: int | None) -> list[tuple[int, int, StreamEvent]]:
         """Entries from event `start` on (before event `up_to` when given): (number, seq, event); seq > 0: an end.
@@ -240,6 +295,12 @@ class StreamReaders:
         """
         for sub in tuple(self.subscribers.get(key, ())):
             sub.push(item)
+
+    def deliver_own(self, key: str, event: StreamEvent) -> None:
+        """An event this replica wrote (or holds for Redis) on a stream it writes: kept in its tail, delivered."""
+        if (tail := self.tails.get(key)) is not None:
+            tail.add(event)
+        self.deliver(key, ("event", event.id, event))
 
     def stop(self) -> list[asyncio.Task[None]]:
         """Cancel every follower; returns their tasks (to await)."""

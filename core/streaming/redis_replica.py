@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from core.errors import AppError
 from core.streaming.hub import BufferInfo
+from core.streaming.redis_mirror import parse_change
 from core.streaming.redis_outage import OUT_OF_REACH, RETRY_S, RedisReach
 from core.streaming.redis_readers import StreamReaders
 from core.streaming.redis_scripts import HubKeys, as_int, now_ms
@@ -100,6 +101,7 @@ class ReplicaLeases:
         lease_s: how long a claim (on the name, on an open buffer) lasts without renewal.
         owned: the keys this replica writes (shared with the hub).
         refresh: reads a buffer's state from Redis into the hub's mirror.
+        apply: takes the state a change message carries into the hub's mirror (None: not enough, read it).
         reach: this replica's record of Redis's failures (a failed renewal is tried again every `RETRY_S`).
         infos: the hub's mirror (shared): a change this replica made itself is read there, not from Redis.
     """
@@ -115,6 +117,7 @@ class ReplicaLeases:
         lease_s: float,
         owned: set[str],
         refresh: Callable[[str], Awaitable[BufferInfo | None]],
+        apply: Callable[[dict[str, Any]], BufferInfo | None] | None = None,
         reach: RedisReach | None = None,
         infos: dict[str, BufferInfo] | None = None,
     ) -> None:
@@ -129,6 +132,7 @@ class ReplicaLeases:
         self._readers = readers
         self._owned = owned
         self._refresh = refresh
+        self._apply = apply if apply is not None else lambda _change: None
         self.reach = reach if reach is not None else RedisReach()
         self._replica_key = keys.replica(owner)
         self._infos: dict[str, BufferInfo] = infos if infos is not None else {}
@@ -177,9 +181,9 @@ class ReplicaLeases:
         """Whether a change message of `key` is taken as this replica's own (its mirror has the change).
 
         Messages come in the order they were published. Another replica's change that comes while
-        this one's is expected is taken for it: the refresh then skipped is made at this replica's
-        own message, which comes after it and reads the state both left. An expectation older than
-        `ECHO_WAIT_S` is not counted on (its message was lost): the change is read from Redis.
+        this one's is expected is taken for it: what it carried comes with this replica's own
+        message, which comes after it and carries the state both left (then taken as another's). An
+        expectation older than `ECHO_WAIT_S` is not counted on (its message was lost): the message is applied.
         """
         sent = self._echoes.get(key)
         if not sent:
@@ -368,6 +372,17 @@ class ReplicaLeases:
             except Exception:
                 log.exception("cancelling %s failed", key)
 
+    async def _changed(self, key: str, change: dict[str, Any] | None) -> BufferInfo | None:
+        """The mirror's state of `key` after a change message.
+
+        This replica's own change is in it already; another's is taken from the message (`BufferMirror.apply`),
+        read from Redis only when the message does not say enough.
+        """
+        if self._own_echo(key):
+            return self._infos.get(key)
+        info = self._apply(change) if change is not None else None
+        return info if info is not None else await self._refresh(key)
+
     async def listen(self) -> None:
         """Until the hub stops: run cancels asked of this replica; mirror and announce other replicas' changes."""
         while not self.stopped:
@@ -378,13 +393,13 @@ class ReplicaLeases:
                 async for message in pubsub.listen():
                     if message.get("type") != "message":
                         continue
-                    key = message["data"]
                     if message["channel"] == self.keys.cancel_channel:
+                        key = message["data"]
                         if key in self._owned:
                             asyncio.create_task(self.run_cancel_handlers(key), name=f"cancel {key}")
                     else:  # every replica mirrors every buffer's state (`get`, `is_running` read it)
-                        # This replica's own change: its mirror has it already, no read of Redis.
-                        info = self._infos.get(key) if self._own_echo(key) else await self._refresh(key)
+                        key, change = parse_change(message["data"])
+                        info = await self._changed(key, change)
                         if info is not None and key not in self._owned:
                             for handler in self.change_handlers:
                                 try:

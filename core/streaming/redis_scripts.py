@@ -32,10 +32,11 @@ MAX_FOLLOWED_STREAMS = 10_000
 
 # The next id of a buffer: the hash's `next` (set by `create`, `finish` and Redis-numbered appends) or past the
 # stream's newest entry, whichever is higher: an owner's appends are plain `XADD`s at the ids it counted and do
-# not touch the hash (docs/ARCHITECTURE.md, "Cluster", "What the shared services carry").
+# not touch the hash (docs/ARCHITECTURE.md, "Cluster", "What the shared services carry"). `nxt`: the hash's `next`,
+# read by the caller with the other fields it needs (one `HMGET` per script, not one `HGET` per field).
 _NEXT_ID = """
-local function next_id(stream, hash)
-  local nxt = tonumber(redis.call('HGET', hash, 'next') or '1')
+local function next_id(stream, nxt)
+  nxt = tonumber(nxt or '1')
   local top = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
   if top then
     local number = tonumber(string.match(top[1], '^(%d+)'))
@@ -45,22 +46,35 @@ local function next_id(stream, hash)
 end
 """
 
+# A change of a buffer is published on the changes channel with the state every replica mirrors (key, state,
+# first id, last id, metadata JSON, error), so no replica reads the hash back per change (`redis_mirror.py`
+# `BufferMirror.apply`). `last` is nil where the script does not know it (a metadata change): the receiver keeps
+# the last id it has.
+_ANNOUNCE = """
+local function announce(channel, key, state, first, last, meta, err)
+  redis.call('PUBLISH', channel, cjson.encode({k = key, s = state, f = tonumber(first), l = last, m = meta,
+                                               e = err or ''}))
+end
+"""
+
 # KEYS: stream, hash, open set; ARGV: key, meta JSON, owner, lease until (ms), channel
 _CREATE = (
     _NEXT_ID
+    + _ANNOUNCE
     + """
-if redis.call('HGET', KEYS[2], 'state') == 'open' then return -1 end
-local nxt = next_id(KEYS[1], KEYS[2])
-local gen = redis.call('HINCRBY', KEYS[2], 'gen', 1)
+local state, nxt = unpack(redis.call('HMGET', KEYS[2], 'state', 'next'))
+if state == 'open' then return -1 end
+nxt = next_id(KEYS[1], nxt)
+redis.call('HINCRBY', KEYS[2], 'gen', 1)
 redis.call('HSET', KEYS[2], 'state', 'open', 'next', nxt, 'first', nxt, 'meta', ARGV[2], 'owner', ARGV[3],
            'lease', ARGV[4], 'cancel', '0', 'error', '')
 redis.call('PERSIST', KEYS[2])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('PERSIST', KEYS[1])
+redis.call('PERSIST', KEYS[1])
+if nxt > 1 then  -- the earlier buffers' events and end entries
   redis.call('XTRIM', KEYS[1], 'MINID', nxt .. '-0')
 end
 redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('PUBLISH', ARGV[5], ARGV[1])
+announce(ARGV[5], ARGV[1], 'open', nxt, nxt - 1, ARGV[2], '')
 return nxt
 """
 )
@@ -69,10 +83,10 @@ return nxt
 _APPEND = (
     _NEXT_ID
     + """
-local state = redis.call('HGET', KEYS[2], 'state')
+local state, nxt = unpack(redis.call('HMGET', KEYS[2], 'state', 'next'))
 if not state then return -2 end
 if state ~= 'open' then return -1 end
-local id = next_id(KEYS[1], KEYS[2])
+local id = next_id(KEYS[1], nxt)
 redis.call('HSET', KEYS[2], 'next', id + 1)
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
 return id
@@ -88,11 +102,11 @@ return id
 _APPEND_AT = (
     _NEXT_ID
     + """
-local state = redis.call('HGET', KEYS[2], 'state')
+local state, owner, nxt = unpack(redis.call('HMGET', KEYS[2], 'state', 'owner', 'next'))
 if not state then return -2 end
-if state ~= 'open' or redis.call('HGET', KEYS[2], 'owner') ~= ARGV[5] then return -1 end
+if state ~= 'open' or owner ~= ARGV[5] then return -1 end
 local id = tonumber(ARGV[4])
-local nxt = next_id(KEYS[1], KEYS[2])
+nxt = next_id(KEYS[1], nxt)
 if id < nxt then return id end
 if id > nxt and ARGV[6] == '1' then return -3 end
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], id .. '-0', 't', ARGV[1], 'd', ARGV[2])
@@ -104,16 +118,16 @@ return id
 # counted but never wrote, past an outage's bound, are skipped). The last event's id (-1: not open).
 _FINISH = (
     _NEXT_ID
+    + _ANNOUNCE
     + """
-local state = redis.call('HGET', KEYS[2], 'state')
+local state, nxt, gen, first, meta = unpack(redis.call('HMGET', KEYS[2], 'state', 'next', 'gen', 'first', 'meta'))
 if not state then return -2 end
 if state ~= 'open' then return -1 end
-local nxt = math.max(next_id(KEYS[1], KEYS[2]), tonumber(ARGV[5] or '0'))
-redis.call('HSET', KEYS[2], 'next', nxt)
+nxt = math.max(next_id(KEYS[1], nxt), tonumber(ARGV[5] or '0'))
 local last = nxt - 1
-local gen = redis.call('HGET', KEYS[2], 'gen')
+state = ARGV[2] ~= '' and 'error' or 'done'
 redis.call('XADD', KEYS[1], last .. '-' .. gen, 't', '__end__', 'd', ARGV[2])
-redis.call('HSET', KEYS[2], 'state', ARGV[2] ~= '' and 'error' or 'done', 'error', ARGV[2], 'lease', '0')
+redis.call('HSET', KEYS[2], 'next', nxt, 'state', state, 'error', ARGV[2], 'lease', '0')
 redis.call('SREM', KEYS[3], ARGV[1])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then
@@ -122,20 +136,25 @@ if ttl > 0 then
 else
   redis.call('DEL', KEYS[1], KEYS[2])
 end
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+announce(ARGV[4], ARGV[1], state, first, last, meta, ARGV[2])
 return last
 """
 )
 
 # KEYS: hash; ARGV: meta JSON to merge, channel, key
-_UPDATE_META = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return -1 end
-local meta = cjson.decode(redis.call('HGET', KEYS[1], 'meta'))
+_UPDATE_META = (
+    _ANNOUNCE
+    + """
+local state, first, meta = unpack(redis.call('HMGET', KEYS[1], 'state', 'first', 'meta'))
+if state ~= 'open' then return -1 end
+meta = cjson.decode(meta)
 for k, v in pairs(cjson.decode(ARGV[1])) do meta[k] = v end
-redis.call('HSET', KEYS[1], 'meta', cjson.encode(meta))
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+meta = cjson.encode(meta)
+redis.call('HSET', KEYS[1], 'meta', meta)
+announce(ARGV[2], ARGV[3], 'open', first, nil, meta, '')
 return 1
 """
+)
 
 # KEYS: hash; ARGV: owner, lease until (ms). Returns the cancel flag (1/0), or -1 when not this owner's any more.
 _RENEW = """
