@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from core.auth import accounts
+from core import cli
 from core.chat import sessions as sessions_store
 from core.delegation.agent_admin import AgentRuleError
 from core.delegation.tool import InvokeLimits
@@ -359,8 +359,9 @@ async def test_only_admins_change_agents_and_everyone_uses_them(accounts_api) ->
         used = await chat(bob, "helper", "hello")
         assert any(kind(e) == "finish" for e in used["events"])
 
-        async with services.db.session() as s:
-            await accounts.promote(s, username=BOB[0])
+        # Promoted as the 403 advises, on the command line (another process): seen at bob's next request.
+        promote = cli.parse_args(["users", "promote", BOB[0]])
+        assert await asyncio.to_thread(cli.run_command, services.settings, promote) == 0
         assert (await bob.patch("/api/agents/helper", json={"name": "Changed"})).status_code == 200
 
 
