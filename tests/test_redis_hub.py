@@ -6,7 +6,6 @@ Real Redis (TEST_REDIS_URL), a key prefix of each test's own, removed at the end
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from collections.abc import AsyncIterator
 
@@ -15,9 +14,8 @@ from redis.asyncio import Redis
 
 from core.streaming.hub import BufferState, StreamBusyError, StreamClosedError, UnknownStreamError
 from core.streaming.redis_hub import RedisStreamHub
-from tests.conftest import unavailable
 from tests.utils.broker import redis_test_url
-from tests.utils.cluster import delete_prefix, redis_reachable
+from tests.utils.cluster import two_redis_hubs
 
 pytestmark = pytest.mark.cluster
 
@@ -25,24 +23,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 async def hubs() -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
     """Replica A's hub and replica B's, sharing one Redis key prefix."""
-    url = redis_test_url()
-    if (reason := redis_reachable(url)) is not None:
-        unavailable(reason)
-    prefix = f"a2a-hub-test-{secrets.token_hex(4)}:"
-    a = RedisStreamHub(
-        Redis.from_url(url, decode_responses=True), prefix=prefix, owner="a", lease_s=1.0, max_events=100, ttl_s=60
-    )
-    b = RedisStreamHub(
-        Redis.from_url(url, decode_responses=True), prefix=prefix, owner="b", lease_s=1.0, max_events=100, ttl_s=60
-    )
-    await a.start()
-    await b.start()
-    try:
-        yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
-        delete_prefix(url, prefix)
+    async with two_redis_hubs("hub", lease_s=1.0, max_events=100, ttl_s=60) as pair:
+        yield pair
 
 
 async def collect(subscription) -> list[int]:

@@ -10,22 +10,19 @@ runs inside Redis does not count (its `EVALSHA` does).
 from __future__ import annotations
 
 import asyncio
-import secrets
+import functools
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
 from core.streaming.hub import BufferState
 from core.streaming.redis_hub import RedisStreamHub
 from core.streaming.redis_mirror import parse_change
 from core.streaming.redis_readers import OWNER_TAIL_EVENTS, OwnerTail
-from tests.conftest import unavailable
-from tests.utils.broker import redis_test_url
-from tests.utils.cluster import delete_prefix, redis_reachable
+from tests.utils.cluster import two_redis_hubs, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -33,29 +30,25 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 async def hubs() -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
     """Replica A's hub and replica B's; leases of 30 s, so no renewal runs while a test counts."""
-    url = redis_test_url()
-    if (reason := redis_reachable(url)) is not None:
-        unavailable(reason)
-    prefix = f"a2a-turn-start-test-{secrets.token_hex(4)}:"
-    hubs = [
-        RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner=name, lease_s=30.0, ttl_s=60)
-        for name in ("a", "b")
-    ]
-    for hub in hubs:
-        await hub.start()
-    try:
-        yield hubs[0], hubs[1]
-    finally:
-        for hub in hubs:
-            await hub.stop()
-        delete_prefix(url, prefix)
+    async with two_redis_hubs("turn-start", lease_s=30.0, ttl_s=60) as pair:
+        yield pair
 
 
-async def until(check: Any, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)
+# This file's waits are for a message on the local Redis: a few ms, so checked often and given up on soon.
+until = functools.partial(wait_for, timeout_s=5.0, interval_s=0.01)
+
+
+def count_read_backs(hub: RedisStreamHub) -> list[str]:
+    """The keys whose state `hub` reads back from Redis from now on (a change it could not apply as told)."""
+    reads: list[str] = []
+    read_back = hub._replica._refresh
+
+    async def refresh(key: str):
+        reads.append(key)
+        return await read_back(key)
+
+    hub._replica._refresh = refresh
+    return reads
 
 
 async def a_turn(a: RedisStreamHub, key: str, tokens: int) -> list[int]:
@@ -133,14 +126,7 @@ async def test_a_turn_start_sends_two_scripts_its_metadata_and_appends_and_the_o
 
 async def test_a_change_message_carries_the_state_the_other_replica_applies_without_a_read(hubs) -> None:
     a, b = hubs
-    reads: list[str] = []
-    read_back = b._replica._refresh
-
-    async def refresh(key: str):
-        reads.append(key)
-        return await read_back(key)
-
-    b._replica._refresh = refresh
+    reads = count_read_backs(b)
     await a.create("s2", {"who": "a"})
     await until(lambda: b.get("s2") is not None)
     info = b.get("s2")
@@ -178,14 +164,7 @@ async def test_a_metadata_message_without_the_last_id_is_applied_to_a_known_buff
     await until(lambda: a.get("s3").meta == {"n": 2})
     assert a.get("s3").last_id == 1  # what A knows of its own stream is kept
 
-    reads: list[str] = []
-    read_back = b._replica._refresh
-
-    async def refresh(key: str):
-        reads.append(key)
-        return await read_back(key)
-
-    b._replica._refresh = refresh
+    reads = count_read_backs(b)
     b._mirror.infos.pop("s3")  # as if B had started after the buffer was opened: its last id is unknown to B
     info = await b._replica._changed("s3", {"k": "s3", "s": "open", "f": 1, "m": '{"n": 3}', "e": ""})
     assert reads == ["s3"] and info is not None and (info.last_id, info.meta) == (1, {"n": 2})  # Redis's state

@@ -10,19 +10,24 @@ Each replica has its own `INSTANCE_ID`, `DATA_DIR`, port and `REPLICA_URL`; they
 from __future__ import annotations
 
 import asyncio
+import inspect
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from tests.utils.app_process import ROOT, AppProcess, app_process, child_env
 from tests.utils.broker import redis_test_url
 from tests.utils.ports import free_port
+
+if TYPE_CHECKING:
+    from core.streaming.redis_hub import RedisStreamHub
 
 ADMIN = ("admin", "cluster-test-password-1")
 COMMAND_TIMEOUT_S = 60
@@ -63,6 +68,34 @@ def redis_reachable(url: str) -> str | None:
         return f"Redis is not reachable at {url} (set TEST_REDIS_URL): {exc}"
     finally:
         client.close()
+
+
+@asynccontextmanager
+async def two_redis_hubs(name: str, **options: Any) -> AsyncIterator[tuple[RedisStreamHub, RedisStreamHub]]:
+    """Replica A's hub and replica B's (`RedisStreamHub` with `options`) on the test Redis, started, under a key
+    prefix of their own that is removed at the end; without Redis the test is skipped (failed under CI).
+    """
+    from redis.asyncio import Redis
+
+    from core.streaming.redis_hub import RedisStreamHub
+    from tests.conftest import unavailable
+
+    url = redis_test_url()
+    if (reason := redis_reachable(url)) is not None:
+        unavailable(reason)
+    prefix = f"a2a-{name}-test-{secrets.token_hex(4)}:"
+    hubs = [
+        RedisStreamHub(Redis.from_url(url, decode_responses=True), prefix=prefix, owner=owner, **options)
+        for owner in ("a", "b")
+    ]
+    for hub in hubs:
+        await hub.start()
+    try:
+        yield hubs[0], hubs[1]
+    finally:
+        for hub in hubs:
+            await hub.stop()
+        delete_prefix(url, prefix)
 
 
 def delete_prefix(url: str, prefix: str) -> None:
@@ -163,10 +196,15 @@ def start_replicas(
 
 
 async def wait_for(check, *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "the condition"):
-    """Await `check()` until it returns something truthy; returns it (AssertionError after `timeout_s`)."""
+    """Call `check()` (awaited when async) until it returns something truthy; returns it.
+
+    Raises AssertionError after `timeout_s`.
+    """
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        value = await check()
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if asyncio.get_running_loop().time() > deadline:
