@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, Integer, bindparam, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool, StaticPool
@@ -120,6 +120,12 @@ def alembic_config(url: str) -> Config:
 # inherit the value but are other tasks, so they simply wait their turn.
 _in_sqlite_session: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
     "in_sqlite_session", default=None
+)
+
+
+#: Built once: a `text()` parses its SQL for parameters each time it is made (issue 41: a cluster's turn starts).
+_ADVISORY_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key, :sub)").bindparams(
+    bindparam("key", type_=Integer), bindparam("sub", type_=Integer)
 )
 
 
@@ -260,11 +266,7 @@ class Database:
         already take turns (`session`), and SQLite is one process.
         """
         if self.dialect == "postgresql":
-            await session.exec(
-                text("SELECT pg_advisory_xact_lock(:key, :sub)").bindparams(  # type: ignore[call-overload]
-                    key=key, sub=sub
-                )
-            )
+            await session.exec(_ADVISORY_XACT_LOCK, params={"key": key, "sub": sub})  # type: ignore[call-overload]
 
     @asynccontextmanager
     async def advisory_lock(self, key: int, *, wait: bool = True) -> AsyncIterator[bool]:

@@ -13,9 +13,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Table, delete, exists, update
+from pydantic.fields import FieldInfo
+from sqlalchemy import Table, bindparam, delete, exists, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -211,27 +212,16 @@ async def answer_in_place(session: AsyncSession, *, session_id: str, message_id:
     aliased entity in its WHERE adapts every column of the statement again at each execution, which
     was a sixth of a short turn's CPU (bench/bench_model_path.py, issue 38).
     """
-    fresh = AgentMessage(session_id=session_id, **fields)  # every column as an insert would set it
-    values = {name: getattr(fresh, name) for name in AgentMessage.model_fields if name not in _KEPT}
-    messages, later = _MESSAGES, _LATER_MESSAGES
-    answer = (
-        update(messages)
-        .where(
-            messages.c.id == message_id,
-            messages.c.status == sessions_store.STREAMING,
-            ~exists().where(later.c.session_id == session_id, later.c.sort_order > messages.c.sort_order),
-        )
-        .values(**values)
-    )
-    bump = update(_SESSIONS).values(updated_at=utcnow())
+    params = {_ANSWER_ID: message_id, _ANSWER_CHAT: session_id, "bumped": utcnow()}
+    # Every column as an insert would set it (`AgentMessage`'s defaults), without making the ORM object.
+    params.update({_value_name(name): fields[name] if name in fields else _DEFAULTS[name]() for name in _ANSWERED})
     if session.bind is not None and session.bind.dialect.name == "postgresql":
-        answered = answer.returning(messages.c.session_id).cte("answered")
-        result = await session.exec(bump.where(_SESSIONS.c.id.in_(select(answered.c.session_id))))
+        result = await session.exec(_ANSWER_AND_BUMP, params=params)
         return bool(result.rowcount)  # the chat's row was bumped: its draft was answered
-    result = await session.exec(answer)
+    result = await session.exec(_ANSWER, params=params)
     if result.rowcount != 1:
         return False
-    await session.exec(bump.where(_SESSIONS.c.id == session_id))
+    await session.exec(_BUMP_ANSWERED_CHAT, params=params)
     return True
 
 
@@ -240,3 +230,48 @@ _LATER_MESSAGES = _MESSAGES.alias("later")
 _SESSIONS: Table = AgentSession.__table__  # type: ignore[attr-defined]
 #: What an answer written over its draft keeps of the draft's row.
 _KEPT = frozenset({"id", "session_id", "sort_order"})
+#: The columns an answer writes over its draft.
+_ANSWERED = tuple(name for name in AgentMessage.model_fields if name not in _KEPT)
+_ANSWER_ID, _ANSWER_CHAT = "answer_id", "answer_chat_id"
+
+
+def _default(field: FieldInfo) -> Callable[[], Any]:
+    """What `AgentMessage(...)` sets a column it is not given to: its default (a factory's value made anew)."""
+    if field.default_factory is not None:
+        return cast("Callable[[], Any]", field.default_factory)
+    value = None if field.is_required() else field.default  # a table model does not validate: unset is None
+    return lambda: value
+
+
+#: Each answered column's default.
+_DEFAULTS = {name: _default(field) for name, field in AgentMessage.model_fields.items() if name in _ANSWERED}
+
+
+def _value_name(column: str) -> str:
+    return f"answer_{column}"  # a SET's parameter may not be named after its column
+
+
+# Built once, with parameters: built and compiled at each turn's end they cost more CPU than the rest of
+# its database work (issue 41).
+_ANSWER = (
+    update(_MESSAGES)
+    .where(
+        _MESSAGES.c.id == bindparam(_ANSWER_ID),
+        _MESSAGES.c.status == sessions_store.STREAMING,
+        ~exists().where(
+            _LATER_MESSAGES.c.session_id == bindparam(_ANSWER_CHAT),
+            _LATER_MESSAGES.c.sort_order > _MESSAGES.c.sort_order,
+        ),
+    )
+    .values({name: bindparam(_value_name(name)) for name in _ANSWERED})
+)
+_BUMP_ANSWERED_CHAT = (
+    update(_SESSIONS).values(updated_at=bindparam("bumped")).where(_SESSIONS.c.id == bindparam(_ANSWER_CHAT))
+)
+_ANSWERED_CTE = _ANSWER.returning(_MESSAGES.c.session_id).cte("answered")
+#: PostgreSQL: the chat's UPDATE runs on what the draft's returns (a data-modifying `WITH`).
+_ANSWER_AND_BUMP = (
+    update(_SESSIONS)
+    .values(updated_at=bindparam("bumped"))
+    .where(_SESSIONS.c.id.in_(select(_ANSWERED_CTE.c.session_id)))
+)

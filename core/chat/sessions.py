@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sqlalchemy import Table, bindparam, case, delete, insert, literal_column, or_, update
+from sqlalchemy import Table, and_, bindparam, case, delete, insert, literal_column, or_, update
 from sqlalchemy.orm.util import identity_key
 from sqlalchemy.sql.elements import ColumnClause
-from sqlalchemy.sql.selectable import ScalarSelect
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -58,7 +57,9 @@ def add_session(session: AsyncSession, *, user_id: int, agent_id: int, title: st
 
 async def get_session(session: AsyncSession, session_id: str) -> AgentSession | None:
     """The session (not deleted), whoever owns it."""
-    row = await session.get(AgentSession, session_id)
+    row = session.identity_map.get(identity_key(AgentSession, session_id))  # as `session.get` would
+    if row is None:
+        row = (await session.exec(_CHAT_BY_ID, params={"chat_id": session_id})).first()
     return row if row is not None and row.deleted_at is None else None
 
 
@@ -152,12 +153,7 @@ async def delete_session(session: AsyncSession, *, session_id: str, user_id: int
 
 async def list_messages(session: AsyncSession, *, session_id: str) -> list[AgentMessage]:
     """Every message of a session in conversation order (a running turn's draft is not one yet)."""
-    query = (
-        select(AgentMessage)
-        .where(AgentMessage.session_id == session_id, col(AgentMessage.status) != STREAMING)
-        .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
-    )
-    return list((await session.exec(query)).all())
+    return list((await session.exec(_CHATS_MESSAGES, params={"chat_id": session_id})).all())
 
 
 #: The title of a chat until its first user message names it (`_title_untitled`).
@@ -173,14 +169,14 @@ async def max_sort_order(session: AsyncSession, *, session_id: str) -> int:
 class CountedCheck(Protocol):
     """A check whose count comes back with the chat's UPDATE in `append_messages` (no statement of its own).
 
-    `counted` is a scalar subquery the UPDATE returns; the check is called with its value before the rows
-    are inserted and raises to refuse them (the caller's transaction then writes nothing). The per-user
-    limit of running turns in a cluster is one (`turn_starts.RunningTurnsLimit`).
+    The UPDATE returns how many turns `user_id` runs (`RUNNING_TURNS`); the check is called with that count
+    before the rows are inserted and raises to refuse them (the caller's transaction then writes nothing). The
+    per-user limit of running turns in a cluster is one (`turn_starts.RunningTurnsLimit`).
     """
 
     @property
-    def counted(self) -> ScalarSelect[Any]:
-        """The count, as a scalar subquery."""
+    def user_id(self) -> int:
+        """Whose running turns are counted."""
         ...
 
     def __call__(self, count: int) -> None:
@@ -254,7 +250,7 @@ async def append_messages(
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
         if check is not None:
-            check((await session.exec(select(check.counted))).one())
+            check(await count_running_turns(session, user_id=check.user_id))
         await _lock_session(session, session_id)
         order = await max_sort_order(session, session_id=session_id)
         rows = [AgentMessage(session_id=session_id, sort_order=order + i, **f) for i, f in enumerate(messages, 1)]
@@ -269,42 +265,33 @@ async def append_messages(
     # lock) and returns their ids and positions: no read of the highest position before it, no ORM flush.
     # A check's count is returned by the UPDATE (a statement that starts after the caller's own locks, so its
     # snapshot sees every start that held them before: `turn_starts.RunningTurnsLimit`).
-    values: dict[str, Any] = {"updated_at": utcnow()}
-    if first_user is not None:
-        values["title"] = case(
-            (col(AgentSession.title) == UNTITLED, make_title(first_user["content"])), else_=col(AgentSession.title)
-        )
-    bump = (
-        update(AgentSession)
-        .where(col(AgentSession.id) == session_id)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
+    # Both statements are built once (`BUMP_CHAT`, `_INSERT_MESSAGES`): built and compiled at each start they
+    # were most of its client CPU (issue 41).
+    bump = chat_bump(session_id, first_user)
     if check is not None and _is_postgresql(session):
-        check((await session.exec(bump.returning(check.counted))).scalar() or 0)  # no row: the INSERT fails
+        counted = await session.exec(_BUMP_CHAT_COUNTED, params={**bump, _COUNTED_USER: check.user_id})
+        check(counted.scalar() or 0)  # no row: the INSERT fails
     else:
-        await session.exec(bump)
+        await session.exec(BUMP_CHAT, params=bump)
         if check is not None:  # SQLite (whose RETURNING drops the subquery's table names): its own statement
-            check((await session.exec(select(check.counted))).one())
+            check(await count_running_turns(session, user_id=check.user_id))
     rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
-    highest = (
-        select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))
-        .where(_MESSAGES.c.session_id == session_id)
-        .scalar_subquery()
-    )
     inserted = await session.exec(
-        insert(_MESSAGES)
-        .values(
-            [
-                {**{name: getattr(row, name) for name in _INSERTED}, "sort_order": highest + i}
-                for i, row in enumerate(rows, 1)
-            ]
-        )
-        .returning(_MESSAGES.c.id, _MESSAGES.c.sort_order)
+        _INSERT_MESSAGES,
+        params=[
+            {**{name: getattr(row, name) for name in _INSERTED}, _ROWS_CHAT: session_id, _ROW_OFFSET: i}
+            for i, row in enumerate(rows, 1)
+        ],
     )
     for row, (row_id, sort_order) in zip(rows, sorted(inserted.all(), key=lambda r: r[1]), strict=True):
         row.id, row.sort_order = row_id, sort_order
     return rows
+
+
+def chat_bump(session_id: str, first_user: dict[str, Any] | None) -> dict[str, Any]:
+    """`BUMP_CHAT`'s parameters: the chat's time now, and the title an untitled chat takes from `first_user`."""
+    title = make_title(first_user["content"]) if first_user is not None else None
+    return {"chat_id": session_id, "bumped": utcnow(), "new_title": title}
 
 
 def add_first_messages(session: AsyncSession, chat: AgentSession, messages: list[dict[str, Any]]) -> list[AgentMessage]:
@@ -381,6 +368,57 @@ _SAVE_DRAFT = (
 #: The columns `append_messages` gives each new row (its id and position come from the INSERT).
 _INSERTED = tuple(name for name in AgentMessage.model_fields if name not in {"id", "sort_order"})
 
+_NEW_TITLE = bindparam("new_title", type_=_SESSIONS.c.title.type)  # typed: PostgreSQL is asked `$n IS NOT NULL`
+# The reads of every turn start, built once: a statement built at each call computes its cache key again
+# (issue 41). `session.get` builds one too: `get_session` looks in the identity map itself.
+_CHAT_BY_ID = select(AgentSession).where(col(AgentSession.id) == bindparam("chat_id"))
+_CHATS_MESSAGES = (
+    select(AgentMessage)
+    .where(col(AgentMessage.session_id) == bindparam("chat_id"), col(AgentMessage.status) != STREAMING)
+    .order_by(col(AgentMessage.sort_order), col(AgentMessage.id))
+)
+
+#: A chat's time bumped, its title set from `new_title` while it is untitled and one is given (`chat_bump`).
+BUMP_CHAT = (
+    update(_SESSIONS)
+    .where(_SESSIONS.c.id == bindparam("chat_id"))
+    .values(
+        updated_at=bindparam("bumped"),
+        title=case(
+            (and_(_SESSIONS.c.title == UNTITLED, _NEW_TITLE.is_not(None)), _NEW_TITLE),
+            else_=_SESSIONS.c.title,
+        ),
+    )
+)
+
+_COUNTED_USER = "counted_user_id"
+# Aliased: inside the chat's UPDATE an `agent_sessions` here would stand for the row being updated.
+_RUNNING, _USERS_CHATS = _MESSAGES.alias("running"), _SESSIONS.alias("users_chats")
+#: How many turns the user `counted_user_id` runs, on any replica: their chats' drafts.
+RUNNING_TURNS = (
+    select(func.count())
+    .select_from(_RUNNING.join(_USERS_CHATS, _USERS_CHATS.c.id == _RUNNING.c.session_id))
+    .where(_RUNNING.c.status == _STREAMING_LITERAL, _USERS_CHATS.c.user_id == bindparam(_COUNTED_USER))
+    .scalar_subquery()
+)
+_COUNT_RUNNING_TURNS = select(RUNNING_TURNS)
+_BUMP_CHAT_COUNTED = BUMP_CHAT.returning(RUNNING_TURNS)
+
+_ROWS_CHAT, _ROW_OFFSET = "rows_chat_id", "row_offset"
+#: New messages of one chat after its highest position, which the INSERT reads itself; run with one set of
+#: parameters per row: one multi-row statement (`insertmanyvalues`), whose rows all read the same highest position.
+#: Its RETURNING is in no promised order: the positions say which row is which.
+_INSERT_MESSAGES = (
+    insert(_MESSAGES)
+    .values(
+        sort_order=select(func.coalesce(func.max(_MESSAGES.c.sort_order), 0))
+        .where(_MESSAGES.c.session_id == bindparam(_ROWS_CHAT))
+        .scalar_subquery()
+        + bindparam(_ROW_OFFSET)
+    )
+    .returning(_MESSAGES.c.id, _MESSAGES.c.sort_order)
+)
+
 
 async def mark_interrupted(session: AsyncSession) -> int:
     """At start-up: drafts still `streaming` were cut off by a stop or crash; keep their text as `interrupted`.
@@ -398,19 +436,8 @@ async def mark_interrupted(session: AsyncSession) -> int:
 
 async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
     """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
-    return (await session.exec(select(running_turns_count(user_id)))).one()
-
-
-def running_turns_count(user_id: int) -> ScalarSelect[int]:
-    """`count_running_turns` as a scalar subquery, for a statement to return beside its own work (`CountedCheck`)."""
-    # Aliased: inside the chat's UPDATE an `agent_sessions` here would stand for the row being updated.
-    running, chats = _MESSAGES.alias("running"), _SESSIONS.alias("users_chats")
-    return (
-        select(func.count())
-        .select_from(running.join(chats, chats.c.id == running.c.session_id))
-        .where(running.c.status == _STREAMING_LITERAL, chats.c.user_id == user_id)
-        .scalar_subquery()
-    )
+    count: int = (await session.exec(_COUNT_RUNNING_TURNS, params={_COUNTED_USER: user_id})).one()
+    return count
 
 
 async def running_turns(session: AsyncSession) -> list[dict[str, Any]]:

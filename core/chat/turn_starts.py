@@ -27,8 +27,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, case, update
-from sqlalchemy.sql.selectable import ScalarSelect
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -37,7 +35,7 @@ from core.chat import sessions as sessions_store
 from core.chat.errors import TooManyRunningTurnsError
 from core.chat.turns import limit_message
 from core.db import RUNNING_WORK_LOCK_KEY, Database
-from models import Agent, AgentMessage, AgentSession, utcnow
+from models import Agent, AgentMessage
 
 __all__ = ["RunningTurnsLimit", "TurnStarts", "append_to_chats"]
 
@@ -65,11 +63,6 @@ class RunningTurnsLimit:
     async def lock(self, s: AsyncSession) -> None:
         """The user's starts (and delegated tasks' starts) one at a time, until `s` commits or rolls back."""
         await self.db.lock_for_transaction(s, RUNNING_WORK_LOCK_KEY, self.user_id)
-
-    @property
-    def counted(self) -> ScalarSelect[Any]:
-        """The user's running turns, as the chat's UPDATE returns them."""
-        return sessions_store.running_turns_count(self.user_id)
 
     def __call__(self, count: int) -> None:
         """Refuse the start when the user already runs `limit` turns."""
@@ -99,7 +92,6 @@ async def append_to_chats(
     )
     written: list[list[AgentMessage]] = []
     chat_changes: list[dict[str, Any]] = []
-    now = utcnow()
     for session_id, messages in chats:
         order = highest.get(session_id) or 0
         rows = [
@@ -107,29 +99,10 @@ async def append_to_chats(
         ]
         session.add_all(rows)
         written.append(rows)
-        first_user = sessions_store.first_user_message(messages)
-        title = sessions_store.make_title(first_user["content"]) if first_user is not None else None
-        chat_changes.append({"chat_id": session_id, "bumped": now, "new_title": title})
+        chat_changes.append(sessions_store.chat_bump(session_id, sessions_store.first_user_message(messages)))
     await session.flush()
-    await session.exec(_BUMP_CHATS, params=chat_changes)
+    await session.exec(sessions_store.BUMP_CHAT, params=chat_changes)
     return written
-
-
-_CHATS: Table = AgentSession.__table__  # type: ignore[attr-defined]  # SQLModel's table, typed loosely
-_BUMP_CHATS = (
-    update(_CHATS)
-    .where(_CHATS.c.id == bindparam("chat_id"))
-    .values(
-        updated_at=bindparam("bumped"),
-        title=case(
-            (
-                and_(_CHATS.c.title == sessions_store.UNTITLED, bindparam("new_title").is_not(None)),
-                bindparam("new_title"),
-            ),
-            else_=_CHATS.c.title,
-        ),
-    )
-)
 
 
 class TurnStarts:
