@@ -259,14 +259,17 @@ class Database:
             self._turn_lock, self._turn_loop = asyncio.Lock(), loop
         return self._turn_lock
 
-    async def lock_for_transaction(self, session: AsyncSession, key: int, sub: int) -> None:
-        """Take PostgreSQL's advisory lock (`key`, `sub`) until `session`'s transaction ends.
+    async def lock_for_transaction(self, session: AsyncSession, key: int, *subs: int) -> None:
+        """Take PostgreSQL's advisory locks (`key`, each of `subs`, in that order) until `session`'s transaction ends.
+
+        Several in one round trip (psycopg pipelines the statement run for each).
 
         Elsewhere than on PostgreSQL nothing is needed: SQLite's units of work of this process
         already take turns (`session`), and SQLite is one process.
         """
         if self.dialect == "postgresql":
-            await session.exec(_ADVISORY_XACT_LOCK, params={"key": key, "sub": sub})  # type: ignore[call-overload]
+            locks = [{"key": key, "sub": sub} for sub in subs]
+            await session.exec(_ADVISORY_XACT_LOCK, params=locks[0] if len(locks) == 1 else locks)  # type: ignore[call-overload]
 
     @asynccontextmanager
     async def advisory_lock(self, key: int, *, wait: bool = True) -> AsyncIterator[bool]:

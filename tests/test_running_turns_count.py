@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from core.chat import rewind
+from core.chat import running_turns as running_turns_store
 from core.chat import sessions as sessions_store
 from core.chat.drafts import draft_fields
 from core.chat.errors import TooManyRunningTurnsError
@@ -64,7 +65,7 @@ async def test_a_start_over_the_limit_is_refused_by_the_chats_update_and_writes_
     )
     assert turn.anchor.content == "third" and turn.draft.status == sessions_store.STREAMING
     async with services.db.read() as r:
-        assert await sessions_store.count_running_turns(r, user_id=user) == 3
+        assert await running_turns_store.count_running_turns(r, user_id=user) == 3
 
 
 async def test_a_regenerate_over_the_limit_keeps_the_answer_it_would_have_removed(services: Services) -> None:

@@ -22,7 +22,7 @@ from core.auth import user_admin
 from core.auth.account_mark import AccountsMark
 from core.auth.deps import AuthState
 from core.broker.service import Broker
-from core.chat import sessions as sessions_store
+from core.chat import running_turns as running_turns_store
 from core.chat.engine import ChatEngine
 from core.db import Database, describe_database
 from core.db_events import RegistryEvents
@@ -192,7 +192,7 @@ class AdminArea:
     async def running_turns(self) -> list[dict[str, Any]]:
         """Every running turn, on any replica, with its user's name."""
         async with self.db.read() as s:
-            turns = await sessions_store.running_turns(s)
+            turns = await running_turns_store.running_turns(s)
             names = {view.id: view.username for view in await user_admin.list_accounts(s)}
         if not self.auth.multi_user and self.auth.local_user_id is not None:
             names[self.auth.local_user_id] = "local"

@@ -17,20 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sqlalchemy import Table, and_, bindparam, case, delete, insert, literal_column, or_, update
+from sqlalchemy import Table, and_, bindparam, case, delete, insert, or_, update
 from sqlalchemy.orm.util import identity_key
-from sqlalchemy.sql.elements import ColumnClause
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from models import A2ATaskSession, Agent, AgentMessage, AgentSession, utcnow
+from core.chat import running_turns as running_turns_store
+from core.chat.running_turns import STREAMING as STREAMING
+from models import A2ATaskSession, AgentMessage, AgentSession, utcnow
 
 TITLE_LENGTH = 60
 
-STREAMING = "streaming"  # the status of a running turn's draft answer
-# Written into the statement, not bound: the planner then knows the partial index of drafts
-# (`idx_agent_messages_streaming`, migration 0009) covers the query.
-_STREAMING_LITERAL: ColumnClause[Any] = literal_column(f"'{STREAMING}'")
 INTERRUPTED = "interrupted"  # a draft found at start-up: the server stopped (or crashed) while it was written
 INTERRUPTED_ERROR = (
     "Interrupted by a server restart: the server stopped while this answer was being written; "
@@ -250,7 +247,7 @@ async def append_messages(
     chat = session.identity_map.get(identity_key(AgentSession, session_id))
     if chat is not None:  # loaded in this unit of work: changed there, written at its flush
         if check is not None:
-            check(await count_running_turns(session, user_id=check.user_id))
+            check(await running_turns_store.count_running_turns(session, user_id=check.user_id))
         await _lock_session(session, session_id)
         order = await max_sort_order(session, session_id=session_id)
         rows = [AgentMessage(session_id=session_id, sort_order=order + i, **f) for i, f in enumerate(messages, 1)]
@@ -269,23 +266,49 @@ async def append_messages(
     # were most of its client CPU (issue 41).
     bump = chat_bump(session_id, first_user)
     if check is not None and _is_postgresql(session):
-        counted = await session.exec(_BUMP_CHAT_COUNTED, params={**bump, _COUNTED_USER: check.user_id})
+        counted = await session.exec(
+            _BUMP_CHAT_COUNTED, params={**bump, running_turns_store.COUNTED_USER: check.user_id}
+        )
         check(counted.scalar() or 0)  # no row: the INSERT fails
     else:
         await session.exec(BUMP_CHAT, params=bump)
         if check is not None:  # SQLite (whose RETURNING drops the subquery's table names): its own statement
-            check(await count_running_turns(session, user_id=check.user_id))
-    rows = [AgentMessage(session_id=session_id, **fields) for fields in messages]  # every column as the ORM sets it
-    inserted = await session.exec(
-        _INSERT_MESSAGES,
-        params=[
-            {**{name: getattr(row, name) for name in _INSERTED}, _ROWS_CHAT: session_id, _ROW_OFFSET: i}
-            for i, row in enumerate(rows, 1)
-        ],
-    )
-    for row, (row_id, sort_order) in zip(rows, sorted(inserted.all(), key=lambda r: r[1]), strict=True):
-        row.id, row.sort_order = row_id, sort_order
+            check(await running_turns_store.count_running_turns(session, user_id=check.user_id))
+    [rows] = await _insert_after_highest(session, [(session_id, messages)])
     return rows
+
+
+async def append_to_locked_chats(
+    session: AsyncSession, chats: list[tuple[str, list[dict[str, Any]]]]
+) -> list[list[AgentMessage]]:
+    """`append_messages` for several chats at once (each chat once, none loaded), in `session`'s transaction.
+
+    On PostgreSQL: one UPDATE run for each chat (psycopg pipelines it: one round trip), which locks their rows
+    in the order of their ids (so two such units never wait for each other in a cycle), then one INSERT of
+    every row. Returns each chat's rows; the caller commits.
+    """
+    bumps = [chat_bump(session_id, first_user_message(messages)) for session_id, messages in chats]
+    await session.exec(BUMP_CHAT, params=sorted(bumps, key=lambda bump: str(bump["chat_id"])))
+    return await _insert_after_highest(session, chats)
+
+
+async def _insert_after_highest(
+    session: AsyncSession, chats: list[tuple[str, list[dict[str, Any]]]]
+) -> list[list[AgentMessage]]:
+    """The chats' new rows in one INSERT, each chat's after its highest position; their ids and positions set."""
+    written = [[AgentMessage(session_id=session_id, **fields) for fields in messages] for session_id, messages in chats]
+    params = [  # every column as the ORM sets it
+        {**{name: getattr(row, name) for name in _INSERTED}, _ROWS_CHAT: row.session_id, _ROW_OFFSET: i}
+        for rows in written
+        for i, row in enumerate(rows, 1)
+    ]
+    inserted: dict[str, list[tuple[int, int]]] = {}
+    for row_id, sort_order, session_id in (await session.exec(_INSERT_MESSAGES, params=params)).all():
+        inserted.setdefault(session_id, []).append((sort_order, row_id))
+    for rows in written:
+        for row, (sort_order, row_id) in zip(rows, sorted(inserted[rows[0].session_id]), strict=True):
+            row.id, row.sort_order = row_id, sort_order
+    return written
 
 
 def chat_bump(session_id: str, first_user: dict[str, Any] | None) -> dict[str, Any]:
@@ -391,18 +414,7 @@ BUMP_CHAT = (
     )
 )
 
-_COUNTED_USER = "counted_user_id"
-# Aliased: inside the chat's UPDATE an `agent_sessions` here would stand for the row being updated.
-_RUNNING, _USERS_CHATS = _MESSAGES.alias("running"), _SESSIONS.alias("users_chats")
-#: How many turns the user `counted_user_id` runs, on any replica: their chats' drafts.
-RUNNING_TURNS = (
-    select(func.count())
-    .select_from(_RUNNING.join(_USERS_CHATS, _USERS_CHATS.c.id == _RUNNING.c.session_id))
-    .where(_RUNNING.c.status == _STREAMING_LITERAL, _USERS_CHATS.c.user_id == bindparam(_COUNTED_USER))
-    .scalar_subquery()
-)
-_COUNT_RUNNING_TURNS = select(RUNNING_TURNS)
-_BUMP_CHAT_COUNTED = BUMP_CHAT.returning(RUNNING_TURNS)
+_BUMP_CHAT_COUNTED = BUMP_CHAT.returning(running_turns_store.RUNNING_TURNS)
 
 _ROWS_CHAT, _ROW_OFFSET = "rows_chat_id", "row_offset"
 #: New messages of one chat after its highest position, which the INSERT reads itself; run with one set of
@@ -416,7 +428,7 @@ _INSERT_MESSAGES = (
         .scalar_subquery()
         + bindparam(_ROW_OFFSET)
     )
-    .returning(_MESSAGES.c.id, _MESSAGES.c.sort_order)
+    .returning(_MESSAGES.c.id, _MESSAGES.c.sort_order, _MESSAGES.c.session_id)
 )
 
 
@@ -432,42 +444,6 @@ async def mark_interrupted(session: AsyncSession) -> int:
     )
     await session.commit()
     return result.rowcount or 0
-
-
-async def count_running_turns(session: AsyncSession, *, user_id: int) -> int:
-    """How many turns of `user_id`'s chats are running, on any replica: their drafts (`streaming`)."""
-    count: int = (await session.exec(_COUNT_RUNNING_TURNS, params={_COUNTED_USER: user_id})).one()
-    return count
-
-
-async def running_turns(session: AsyncSession) -> list[dict[str, Any]]:
-    """Every running turn, on any replica (its draft), oldest first: the admin area's list.
-
-    Each: `sessionId`, `userId`, `title`, `agentId` (the agent's id, its slug) and `startedAt` (the draft's time).
-    Turns of delegated tasks (the callee's side) are listed too: their session is the task's.
-    """
-    query = (
-        select(AgentSession, col(Agent.slug), col(AgentMessage.created_at))
-        .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
-        .join(Agent, col(Agent.id) == col(AgentSession.agent_id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL)
-        .order_by(col(AgentMessage.id))
-    )
-    return [
-        {"sessionId": row.id, "userId": row.user_id, "title": row.title, "agentId": slug, "startedAt": at.isoformat()}
-        for row, slug, at in (await session.exec(query)).all()
-    ]
-
-
-async def sessions_answering_with(session: AsyncSession, *, agent_id: int) -> list[str]:
-    """The chats whose turn runs on the agent `agent_id` (on any replica: their drafts), oldest first."""
-    query = (
-        select(AgentSession.id)
-        .join(AgentMessage, col(AgentMessage.session_id) == col(AgentSession.id))
-        .where(col(AgentMessage.status) == _STREAMING_LITERAL, col(AgentSession.agent_id) == agent_id)
-        .order_by(col(AgentMessage.id))
-    )
-    return list(dict.fromkeys((await session.exec(query)).all()))
 
 
 async def interrupt_draft(session: AsyncSession, *, message_id: int, content: str, error: str) -> bool:

@@ -33,7 +33,7 @@ from sqlmodel import col, select
 
 from core.auth import accounts
 from core.chat import agents as agents_store
-from core.chat import sessions as sessions_store
+from core.chat import running_turns as running_turns_store
 from core.chat.llm import DEMO_PROVIDER, LLMError, LLMGateway, model_problem
 from core.db import Database
 from core.delegation.agent_rules import (
@@ -332,7 +332,7 @@ class AgentAdmin:
                 )
             # A chat answering with it, on any replica: its turn's draft is in the database from the turn's start.
             answering = (
-                await sessions_store.sessions_answering_with(s, agent_id=agent.id) if agent.id is not None else []
+                await running_turns_store.sessions_answering_with(s, agent_id=agent.id) if agent.id is not None else []
             )
             if answering:
                 raise AgentConflictError(
