@@ -284,6 +284,7 @@ async def test_an_owners_append_under_its_lease_is_one_xadd_and_others_still_rea
         )
     await a.create("plain")
     assert [await a.append("plain", "e", {"n": n}) for n in range(5)] == [1, 2, 3, 4, 5]
+    await a.written("plain")  # the turn does not wait for Redis's answers: this test does
     assert sent == ["xadd"] * 5
     info = await b.refresh("plain")  # the state hash does not count them: the stream's newest entry does
     assert info is not None and info.last_id == 5
@@ -310,7 +311,10 @@ async def test_an_append_is_held_behind_a_missing_id_and_a_stored_one_is_not_wri
 
 
 async def test_an_owner_whose_lease_ran_out_appends_through_the_checked_script(hubs) -> None:
-    """A stalled owner does not write plain entries into a stream the reaper ended: its appends are refused."""
+    """A stalled owner does not write plain entries into a stream the reaper ended: its appends are refused.
+
+    The turn learns it from Redis's answer to its first append after the end: its next append raises.
+    """
     a, b = hubs
     await a.create("stalled")
     await a.append("stalled", "e", {})
@@ -319,6 +323,8 @@ async def test_an_owner_whose_lease_ran_out_appends_through_the_checked_script(h
     await asyncio.sleep(1.3)
     assert await b.take_over("stalled") is True
     await b.finish("stalled", error="interrupted")
+    await a.append("stalled", "e", {})  # counted and sent: Redis refuses it
+    await a.written("stalled")
     with pytest.raises(StreamClosedError):
         await a.append("stalled", "e", {})
     assert [event.id for event in await b.events("stalled")] == [1]

@@ -28,7 +28,7 @@ readers get every event, and the events wait in `redis_outage` until Redis is ba
 (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
 
 The parts: `redis_scripts` (the keys and the Lua scripts), `redis_clients` (the connection pools), `redis_batches`
-(appends sent together), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name, its
+(appends sent together), `redis_owner_appends` (the owner's appends on their way, not awaited), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name, its
 leases, cancels and changes), `redis_outage` (events held while Redis is out of reach); `RedisStreamHub` here writes
 and holds the mirror.
 """
@@ -39,7 +39,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,10 +46,11 @@ from redis.asyncio import Redis
 
 from core.streaming.backend import refresh
 from core.streaming.hub import BufferInfo, StreamBusyError, StreamClosedError, StreamEvent, UnknownStreamError
-from core.streaming.redis_batches import HELD, Append, AppendBatches
+from core.streaming.redis_batches import Append, AppendBatches
 from core.streaming.redis_clients import hub_clients
 from core.streaming.redis_mirror import BufferMirror, change_message
 from core.streaming.redis_outage import OUT_OF_REACH, OutageBuffer, RedisReach
+from core.streaming.redis_owner_appends import OwnerAppends
 from core.streaming.redis_readers import OwnerTail, RedisSubscription, StreamReaders
 from core.streaming.redis_replica import DuplicateReplicaError, ReplicaLeases
 from core.streaming.redis_scripts import COMMAND_CONNECTIONS, END_TYPE, HubKeys, as_int, register_scripts
@@ -115,7 +115,6 @@ class RedisStreamHub:
         infos: dict[str, BufferInfo] = {}
         self._owned: set[str] = set()
         self._next: dict[str, int] = {}  # the next id of each stream this replica opened (it counts them)
-        self._in_flight: Counter[str] = Counter()  # appends of a key on their way to Redis
         self._tasks: list[asyncio.Task[None]] = []
         self._scripts = register_scripts(redis)
         self._appends = AppendBatches(
@@ -136,10 +135,11 @@ class RedisStreamHub:
             max_events=max_events,
             ttl_s=ttl_s,
             limit=outage_events,
-            in_flight=lambda key: self._in_flight[key] > 0,
+            in_flight=lambda key: self._sent.in_flight[key] > 0,
             written=self._let_go,
             released=self._written_up_to_now,
         )
+        self._sent = OwnerAppends(self._appends, held=self._outage.add, reach=self.reach)
         self._readers = StreamReaders(
             redis,
             readers if readers is not None else redis,
@@ -248,6 +248,7 @@ class RedisStreamHub:
         if first == -1:
             raise StreamBusyError(f"stream {key!r} is still open")
         self._owned.add(key)
+        self._sent.forget(key)
         self._replica.leased(key, lease)
         self._next[key], self._appends.stored[key] = first, first - 1  # the next id it counts, the last stored
         self._readers.tails[key] = OwnerTail(first)  # its newest events, for its readers here
@@ -256,12 +257,14 @@ class RedisStreamHub:
     async def append(self, key: str, type: str, data: dict[str, Any] | None = None) -> int:
         """Add one event; returns its id.
 
-        On a stream this replica opened, the id is counted here: while Redis is out of reach the event goes
-        to this replica's readers at once and waits for Redis (`redis_outage`), so the turn goes on.
+        On a stream this replica opened, the id is counted here and the event goes to this replica's readers at
+        once; it is sent to Redis with the next batch, and the turn goes on without waiting for the answer
+        (`redis_owner_appends`). While Redis is out of reach the event waits for it (`redis_outage`).
 
         Raises:
             UnknownStreamError: no buffer under `key`.
-            StreamClosedError: the buffer is finished (or, on a stream opened here, another replica ended it).
+            StreamClosedError: the buffer is finished (or, on a stream opened here, another replica ended it: known
+                from Redis's answer to an earlier append).
         """
         payload = json.dumps(data or {}, default=str)
         keys = [self._keys.stream(key), self._keys.hash(key)]
@@ -269,45 +272,21 @@ class RedisStreamHub:
         if counted is None:  # a stream opened elsewhere (a reaper ending it): Redis gives the id
             event_id = as_int(await self._scripts["append"](keys=keys, args=[type, payload, self.max_events]))
             return self._appended(key, event_id, type, data)
+        await self._sent.room(key)  # before the id is counted: a cancel while it waits leaves no hole
+        self._sent.check(key)  # an earlier append of it was refused (ended elsewhere): this one is too
+        counted = self._next.get(key)
+        if counted is None:  # it ended while this append waited for room
+            raise StreamClosedError(f"stream {key!r} is finished")
         self._next[key] = counted + 1
         if self._outage.holds(key):  # its earlier events wait for Redis: this one waits behind them
             self._outage.add(key, counted, type, payload)
-            return self._appended(key, counted, type, data)
-        self._in_flight[key] += 1
-        call = self._appends.submit(Append(key, counted, keys, type, payload))
-        try:
-            await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # A cancel (Stop) during the call must not leave it half known: the caller has counted the event (a
-            # turn saves the text it appended), so the append completes, then the cancel goes on.
-            with contextlib.suppress(BaseException):
-                await call
-            with contextlib.suppress(Exception):
-                self._settle(key, counted, type, payload, data, call)
-            raise
-        except Exception:
-            pass  # settled below
-        return self._settle(key, counted, type, payload, data, call)
+        else:  # the turn goes on at once; what Redis answers is settled when it comes back (`redis_owner_appends`)
+            self._sent.send(Append(key, counted, keys, type, payload))
+        return self._appended(key, counted, type, data)
 
-    def _settle(
-        self, key: str, event_id: int, type: str, payload: str, data: dict[str, Any] | None, call: asyncio.Future[Any]
-    ) -> int:
-        """What an owner's append came to: written, held for Redis (out of reach, or an earlier id waits), refused."""
-        self._in_flight[key] -= 1
-        if not self._in_flight[key]:
-            del self._in_flight[key]
-        if not call.done() or call.cancelled():
-            return event_id
-        exc = call.exception()
-        if exc is not None and not isinstance(exc, OUT_OF_REACH):
-            raise exc
-        if exc is not None:
-            self.reach.failed(exc)
-        result = as_int(call.result()) if exc is None else HELD
-        if result == HELD:
-            self._outage.add(key, event_id, type, payload)
-            result = event_id
-        return self._appended(key, result, type, data)
+    async def written(self, key: str) -> None:
+        """Until Redis has answered every append of `key` made here so far (written, or held for it)."""
+        await self._sent.settled(key)
 
     def _appended(self, key: str, event_id: int, type: str, data: dict[str, Any] | None) -> int:
         if event_id == -2:
@@ -326,6 +305,8 @@ class RedisStreamHub:
         On a stream opened here whose events wait for Redis (or when Redis fails the end), the end waits behind
         them: this replica's readers end now, the others when Redis has it (`redis_outage`).
         """
+        if key in self._next:
+            await self.written(key)  # the end goes after every event sent, and after those now held
         counted = self._next.get(key)
         if counted is not None and self._outage.holds(key):
             self._finish_later(key, error, counted)
@@ -361,6 +342,7 @@ class RedisStreamHub:
     def _let_go(self, key: str) -> None:
         """The end of `key` is in Redis (or another replica ended it): no more leases, no more appends here."""
         self._owned.discard(key)
+        self._sent.forget(key)
         self._readers.tails.pop(key, None)
         self._next.pop(key, None)
         self._appends.stored.pop(key, None)
