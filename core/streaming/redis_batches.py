@@ -22,10 +22,17 @@ from core.streaming.redis_wire import bulk, call_packed
 _STORED = "equal or smaller than the target stream top item"
 #: An append not sent because an earlier id of its stream is not known to be stored (it waits for Redis).
 HELD = -3
-#: The constant parts of the owner's `XADD <stream> MAXLEN ~ <max> <id>-0 t <type> d <data>`, packed.
-_XADD = b"*10\r\n" + bulk(b"XADD")
-_TYPE = bulk(b"t")
-_DATA = bulk(b"d")
+#: The owner's `XADD <stream> MAXLEN ~ <max> <id>-0 t <type> d <data>`, packed: its constant parts, and the lengths and
+#: values of the others to fill in (the trimming, `MAXLEN ~ <max>`, is packed once per hub).
+_XADD_FORMAT = (
+    b"*10\r\n"
+    + bulk(b"XADD")
+    + b"$%d\r\n%s\r\n%s$%d\r\n%s\r\n"
+    + bulk(b"t")
+    + b"$%d\r\n%s\r\n"
+    + bulk(b"d")
+    + b"$%d\r\n%s\r\n"
+)
 
 
 @dataclass(slots=True)
@@ -145,19 +152,17 @@ class AppendBatches:
         ]
 
     def xadd_command(self, append: Append) -> bytes:
-        """`XADD <stream> MAXLEN ~ <max> <id>-0 t <type> d <data>`, packed (as `redis_wire.pack_command` would)."""
-        return b"".join(
-            [
-                _XADD,
-                bulk(append.keys[0].encode()),
-                self._trim,
-                bulk(b"%d-0" % append.event_id),
-                _TYPE,
-                bulk(append.type.encode()),
-                _DATA,
-                bulk(append.payload.encode()),
-            ]
+        """`XADD <stream> MAXLEN ~ <max> <id>-0 t <type> d <data>`, packed as `redis_wire.pack_command` packs it.
+
+        In one formatting: a call of `bulk` per argument cost nearly twice as much (cProfile).
+        """
+        stream, entry, type, data = (
+            append.keys[0].encode(),
+            b"%d-0" % append.event_id,
+            append.type.encode(),
+            append.payload.encode(),
         )
+        return _XADD_FORMAT % (len(stream), stream, self._trim, len(entry), entry, len(type), type, len(data), data)
 
     async def _send_checked(self, appends: list[Append]) -> list[Any]:
         """The appends whose lease may have run out, each by `append_at`, in one pipeline: its id, -1/-2, an error.
