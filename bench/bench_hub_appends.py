@@ -1,17 +1,23 @@
 """What a streamed token costs at the cluster's stream hub, with the hub alone (issue 41): its client and Redis.
 
-One `RedisStreamHub` (as `from_url` makes it for a replica) opens `--streams` streams and appends `--appends` events
-to each at `--rate` per second, all streams at once, as that many turns streaming would; this process runs on CPU 1
-(`--cpu`). Reported per append: this process's CPU (the hub's client work: the batches, redis-py, the loop),
-Redis's CPU (`INFO cpu`, less its idle rate measured just before), Redis's command time (`INFO commandstats`
-usec, the commands scripts run included), its commands and socket reads (`total_reads_processed`: about one per
-round trip) per append, and its bytes in and out. `--no-hiredis` hides hiredis from redis-py for the run (its
-pure-Python reply parser then), to measure what hiredis changes.
+Two parts, each `--runs` times, in a process on CPU 1 (`--cpu`), with one `RedisStreamHub` as `from_url` makes it
+for a replica, on `--streams` streams it opened:
 
-Needs Redis (TEST_REDIS_URL or redis://127.0.0.1:6379/0); nothing else may use that Redis meanwhile for a clean
-figure (its CPU is the whole server's). Run it under `flock /tmp/bench.lock`.
+- **the batches alone**: `--batches` batches of one append to each stream (`AppendBatches`, the common path: the
+  leases valid), each batch submitted at once and awaited; per append this process's CPU, the part of it spent
+  sending the batch (`AppendBatches._send`: packing, the round trip, the replies), and Redis's CPU;
+- **the hub**: `--appends` appends to each stream at `--rate` per second, all streams at once, as that many turns
+  streaming would. Per append: this process's CPU (the hub's client work: the batches, redis-py, the loop),
+  Redis's CPU (`INFO cpu`, less its idle rate measured just before), Redis's command time (`INFO commandstats`
+  usec; a script's time includes the commands it runs, which count again), its commands and socket reads
+  (`total_reads_processed`: about one per round trip), and its bytes in and out.
 
-    .venv/bin/python bench/bench_hub_appends.py [--streams 100] [--appends 150] [--rate 50] [--runs 3] [--no-hiredis]
+`--no-hiredis` hides hiredis from redis-py for the run (its pure-Python reply parser then), to measure what
+hiredis changes. Needs Redis (TEST_REDIS_URL or redis://127.0.0.1:6379/0); nothing else may use that Redis
+meanwhile for a clean figure (its CPU is the whole server's). Run it under `flock /tmp/bench.lock`.
+
+    .venv/bin/python bench/bench_hub_appends.py [--streams 100] [--appends 150] [--rate 50] [--batches 400]
+                                                [--runs 3] [--cpu 1] [--no-hiredis]
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +59,27 @@ def command_stats(url: str) -> Stats:
     return {name.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"])) for name, v in stats.items()}
 
 
+@asynccontextmanager
+async def hub_with_streams(url: str, streams: int) -> AsyncIterator[tuple[RedisStreamHub, list[str]]]:
+    """A started hub (as `from_url` makes it for a replica) and `streams` streams it opened; all removed after."""
+    prefix = f"bench-appends-{secrets.token_hex(4)}:"
+    hub = RedisStreamHub.from_url(url, prefix=prefix, owner="r0", ttl_s=60)
+    await hub.start()
+    keys = [f"s-{i}" for i in range(streams)]
+    try:
+        for key in keys:
+            await hub.create(key, meta={})
+        yield hub, keys
+    finally:
+        await hub.stop()
+        cleanup = redis.Redis.from_url(url)
+        try:
+            for name in cleanup.scan_iter(f"{prefix}*"):
+                cleanup.delete(name)
+        finally:
+            cleanup.close()
+
+
 async def one_stream(hub: RedisStreamHub, key: str, appends: int, interval: float) -> None:
     """`appends` events at `interval` s apart (on a clock: a late one does not push the next back)."""
     start = time.monotonic()
@@ -62,14 +91,8 @@ async def one_stream(hub: RedisStreamHub, key: str, appends: int, interval: floa
 
 
 async def run(url: str, streams: int, appends: int, rate: float) -> dict[str, float]:
-    prefix = f"bench-appends-{secrets.token_hex(4)}:"
-    hub = RedisStreamHub.from_url(url, prefix=prefix, owner="r0", ttl_s=60)
-    await hub.start()
-    keys = [f"s-{i}" for i in range(streams)]
-    try:
-        for key in keys:
-            await hub.create(key, meta={})
-        await asyncio.gather(*(one_stream(hub, key, 3, 0.0) for key in keys))  # pools and scripts warm
+    async with hub_with_streams(url, streams) as (hub, keys):
+        await asyncio.gather(*(one_stream(hub, key, 3, 0.0) for key in keys))  # pools warm
         await asyncio.sleep(0.5)
         idle_cpu = server(url)[0]
         await asyncio.sleep(1.0)
@@ -82,22 +105,11 @@ async def run(url: str, streams: int, appends: int, rate: float) -> dict[str, fl
         client = time.process_time() - client0
         cpu1, bytes1, calls1 = server(url)
         stats1 = command_stats(url)
-        for key in keys:
-            await hub.finish(key)
-    finally:
-        await hub.stop()
-        cleanup = redis.Redis.from_url(url)
-        try:
-            for name in cleanup.scan_iter(f"{prefix}*"):
-                cleanup.delete(name)
-        finally:
-            cleanup.close()
     total = streams * appends
     calls = calls1 - calls0
     reads = calls.pop("reads", 0)
     usec = sum(stats1[name][1] - stats0.get(name, (0, 0.0))[1] for name in stats1 if name != "info")
-    for name in ("info",):  # this bench's own
-        calls.pop(name, None)
+    calls.pop("info", None)  # this bench's own
     return {
         "client_us": client / total * 1e6,
         "redis_us": (cpu1 - cpu0 - idle_rate * wall) / total * 1e6,
@@ -115,54 +127,43 @@ async def batches_alone(url: str, streams: int, batches: int) -> dict[str, float
     to each of `streams` streams, each batch submitted at once and awaited; per append, this process's CPU and
     Redis's.
     """
-    prefix = f"bench-appends-{secrets.token_hex(4)}:"
-    hub = RedisStreamHub.from_url(url, prefix=prefix, owner="r0", ttl_s=60)
-    await hub.start()
-    keys = [f"s-{i}" for i in range(streams)]
-    appends = hub._appends
     payload = json.dumps({"id": "t", "delta": " word"})
+    async with hub_with_streams(url, streams) as (hub, keys):
+        appends = hub._appends
 
-    async def batch(event_id: int) -> None:
-        calls = [
-            appends.submit(Append(key, event_id, [hub._keys.stream(key), hub._keys.hash(key)], "text-delta", payload))
-            for key in keys
-        ]
-        assert await asyncio.gather(*calls) == [event_id] * len(keys)
+        async def batch(event_id: int) -> None:
+            calls = [
+                appends.submit(
+                    Append(key, event_id, [hub._keys.stream(key), hub._keys.hash(key)], "text-delta", payload)
+                )
+                for key in keys
+            ]
+            assert await asyncio.gather(*calls) == [event_id] * len(keys)
 
-    sending = [0.0]  # this process's CPU inside `AppendBatches._send`: nothing else runs meanwhile here
-    send = appends._send
+        sending = 0.0  # this process's CPU inside `AppendBatches._send`: nothing else runs meanwhile here
+        send = appends._send
 
-    async def timed_send(batch: list[Append]) -> list[Any]:
-        start = time.process_time()
-        try:
-            return await send(batch)
-        finally:
-            sending[0] += time.process_time() - start
+        async def timed_send(batch: list[Append]) -> list[Any]:
+            nonlocal sending
+            start = time.process_time()
+            try:
+                return await send(batch)
+            finally:
+                sending += time.process_time() - start
 
-    appends._send = timed_send  # type: ignore[method-assign]
-    try:
-        for key in keys:
-            await hub.create(key, meta={})
-        for event_id in range(1, 4):  # pools and scripts warm
+        appends._send = timed_send  # type: ignore[method-assign]
+        for event_id in range(1, 4):  # pools warm
             await batch(event_id)
         cpu0 = server(url)[0]
-        client0, sending[0] = time.process_time(), 0.0
+        client0, sending = time.process_time(), 0.0
         for event_id in range(4, 4 + batches):
             await batch(event_id)
         client = time.process_time() - client0
         cpu1 = server(url)[0]
-    finally:
-        await hub.stop()
-        cleanup = redis.Redis.from_url(url)
-        try:
-            for name in cleanup.scan_iter(f"{prefix}*"):
-                cleanup.delete(name)
-        finally:
-            cleanup.close()
     total = streams * batches
     return {
         "client_us": client / total * 1e6,
-        "send_us": sending[0] / total * 1e6,
+        "send_us": sending / total * 1e6,
         "redis_us": (cpu1 - cpu0) / total * 1e6,
     }
 
