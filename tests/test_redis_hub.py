@@ -16,6 +16,7 @@ from core.streaming.hub import BufferState, StreamBusyError, StreamClosedError, 
 from core.streaming.redis_hub import RedisStreamHub
 from tests.utils.broker import redis_test_url
 from tests.utils.cluster import two_redis_hubs
+from tests.utils.redis_commands import on_sent
 
 pytestmark = pytest.mark.cluster
 
@@ -273,19 +274,16 @@ async def test_an_owners_append_under_its_lease_is_one_xadd_and_others_still_rea
     hubs, monkeypatch
 ) -> None:
     """Per token, Redis runs one plain `XADD` at the owner's id, no script (docs/ARCHITECTURE.md, "Cluster")."""
-    from redis.asyncio.client import Pipeline
-
     a, b = hubs
-    sent: list[str] = []
-    for name in ("xadd", "evalsha"):
-        original = getattr(Pipeline, name)
-        monkeypatch.setattr(
-            Pipeline, name, lambda self, *args, _o=original, _n=name, **kw: sent.append(_n) or _o(self, *args, **kw)
-        )
     await a.create("plain")
+    stream = a._keys.stream("plain").encode()
+    sent: list[list[bytes]] = []
+    on_sent(monkeypatch, lambda _client, args: sent.append(args) if stream in args else None)
     assert [await a.append("plain", "e", {"n": n}) for n in range(5)] == [1, 2, 3, 4, 5]
     await a.written("plain")  # the turn does not wait for Redis's answers: this test does
-    assert sent == ["xadd"] * 5
+    assert [args[:9] for args in sent] == [
+        [b"XADD", stream, b"MAXLEN", b"~", b"100", f"{n}-0".encode(), b"t", b"e", b"d"] for n in range(1, 6)
+    ]
     info = await b.refresh("plain")  # the state hash does not count them: the stream's newest entry does
     assert info is not None and info.last_id == 5
     assert [event.id for event in await b.events("plain")] == [1, 2, 3, 4, 5]

@@ -3,8 +3,8 @@
 Two hubs in one process stand for two replicas on a real Redis (TEST_REDIS_URL), a key prefix of each
 test's own. A turn start at the hub: the claim (`create`), the turn's metadata (`update_meta`), the stream
 route's `refresh` and replay on the replica that runs it, a few events, the end. The commands are counted
-as redis-py packs them (`Connection.pack_command`), so pipelined ones count one by one, and what a script
-runs inside Redis does not count (its `EVALSHA` does).
+as they are sent (`Connection.send_packed_command`, tests/utils/redis_commands.py), so pipelined ones count one by
+one, a script call by its script's name (`EVALSHA create`), and what a script runs inside Redis does not count.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import functools
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from redis.asyncio.connection import Connection
@@ -23,6 +22,7 @@ from core.streaming.redis_hub import RedisStreamHub
 from core.streaming.redis_mirror import parse_change
 from core.streaming.redis_readers import OWNER_TAIL_EVENTS, OwnerTail
 from tests.utils.cluster import two_redis_hubs, wait_for
+from tests.utils.redis_commands import command_name, on_sent
 
 pytestmark = pytest.mark.cluster
 
@@ -74,14 +74,11 @@ async def a_turn(a: RedisStreamHub, key: str, tokens: int) -> list[int]:
 def commands(monkeypatch: pytest.MonkeyPatch) -> dict[str, Counter[str]]:
     """The commands sent from now on, by the connection's client (`a`, `b`: the hubs' command pools; `other`)."""
     by_client: dict[str, Counter[str]] = {}
-    pack = Connection.pack_command
 
-    def counting(self: Connection, *args: Any) -> list[bytes]:
-        client = getattr(self, "_test_client", "other")
-        by_client.setdefault(client, Counter())[str(args[0]).upper()] += 1
-        return pack(self, *args)
+    def count(client: str, args: list[bytes]) -> None:
+        by_client.setdefault(client, Counter())[command_name(args)] += 1
 
-    monkeypatch.setattr(Connection, "pack_command", counting)
+    on_sent(monkeypatch, count)
     return by_client
 
 
@@ -116,7 +113,7 @@ async def test_a_turn_start_sends_two_scripts_its_metadata_and_appends_and_the_o
     # create and finish (2 scripts), the metadata (HSET + PUBLISH in one round trip: the owner's, under its lease)
     # and the tokens' XADDs. On the replica that runs the turn, the stream route's refresh and its reader's replay
     # read nothing (its mirror is what Redis has; it keeps the newest events).
-    assert commands.get("a") == Counter({"EVALSHA": 2, "HSET": 1, "PUBLISH": 1, "XADD": 3})
+    assert commands.get("a") == Counter({"EVALSHA create": 1, "EVALSHA finish": 1, "HSET": 1, "PUBLISH": 1, "XADD": 3})
     # The other replica mirrors the three changes from their messages: no read-back.
     assert commands.get("b") is None
     info = b.get("s1")

@@ -28,9 +28,9 @@ readers get every event, and the events wait in `redis_outage` until Redis is ba
 (docs/ARCHITECTURE.md, "Cluster", "Redis out of reach").
 
 The parts: `redis_scripts` (the keys and the Lua scripts), `redis_clients` (the connection pools), `redis_batches`
-(appends sent together), `redis_owner_appends` (the owner's appends on their way, not awaited), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name, its
-leases, cancels and changes), `redis_outage` (events held while Redis is out of reach); `RedisStreamHub` here writes
-and holds the mirror.
+(appends sent together, packed by `redis_wire`), `redis_owner_appends` (the owner's appends on their way, not
+awaited), `redis_readers` (subscriptions and followers), `redis_replica` (the replica's name, its leases, cancels and
+changes), `redis_outage` (events held while Redis is out of reach); `RedisStreamHub` here writes and holds the mirror.
 """
 
 from __future__ import annotations
