@@ -417,9 +417,9 @@ BUMP_CHAT = (
 _BUMP_CHAT_COUNTED = BUMP_CHAT.returning(running_turns_store.RUNNING_TURNS)
 
 _ROWS_CHAT, _ROW_OFFSET = "rows_chat_id", "row_offset"
-#: New messages of one chat after its highest position, which the INSERT reads itself; run with one set of
-#: parameters per row: one multi-row statement (`insertmanyvalues`), whose rows all read the same highest position.
-#: Its RETURNING is in no promised order: the positions say which row is which.
+#: New messages, each after its chat's highest position, which the INSERT reads itself; run with one set of
+#: parameters per row: one multi-row statement (`insertmanyvalues`), whose rows of a chat all read the same highest
+#: position. Its RETURNING is in no promised order: the chats and positions say which row is which.
 _INSERT_MESSAGES = (
     insert(_MESSAGES)
     .values(

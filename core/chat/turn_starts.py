@@ -175,7 +175,8 @@ class TurnStarts:
                         outcomes = await self._unit(s, batch)
                         await s.commit()
                 except Exception:
-                    log.warning("writing %d turn starts together failed; writing each on its own", len(batch))
+                    if len(batch) > 1:
+                        log.warning("writing %d turn starts together failed; writing each on its own", len(batch))
                     await self._each_alone(batch)
                     continue
                 for start, outcome in zip(batch, outcomes, strict=True):
