@@ -201,6 +201,9 @@ def chat_page(chat_app: ChatApp, chat_browser: Any, chat_viewport: dict[str, int
             page.get_by_test_id("login-password").fill(password)
             page.get_by_test_id("login-btn").click()
         page.get_by_test_id("msg-input").wait_for()
+        # The page's socket must be connected before a click is sent: NiceGUI drops the events of a page whose
+        # socket is not up yet, so on a busy machine a first Send could be lost (the message stays in the box).
+        page.wait_for_function("() => window.socket && window.socket.connected")
         yield page
     finally:
         context.close()
