@@ -44,6 +44,7 @@ from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 from bench.bench_hub_turn_start import server  # noqa: E402
 from core.streaming.redis_batches import Append  # noqa: E402
 from core.streaming.redis_hub import RedisStreamHub  # noqa: E402
+from tests.utils.cluster import delete_prefix  # noqa: E402
 
 #: Redis's own figures per command (`INFO commandstats`): the call counts and microseconds.
 Stats = dict[str, tuple[int, float]]
@@ -72,12 +73,7 @@ async def hub_with_streams(url: str, streams: int) -> AsyncIterator[tuple[RedisS
         yield hub, keys
     finally:
         await hub.stop()
-        cleanup = redis.Redis.from_url(url)
-        try:
-            for name in cleanup.scan_iter(f"{prefix}*"):
-                cleanup.delete(name)
-        finally:
-            cleanup.close()
+        delete_prefix(url, prefix)
 
 
 async def one_stream(hub: RedisStreamHub, key: str, appends: int, interval: float) -> None:

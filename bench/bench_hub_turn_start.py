@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis  # noqa: E402
 
 from core.streaming.redis_hub import RedisStreamHub  # noqa: E402
+from tests.utils.cluster import delete_prefix  # noqa: E402
 
 
 def server(url: str) -> tuple[float, float, Counter[str]]:
@@ -93,12 +94,7 @@ async def run(url: str, turns: int, concurrency: int, others: int) -> dict[str, 
     finally:
         for hub in hubs:
             await hub.stop()
-        cleanup = redis.Redis.from_url(url)
-        try:
-            for name in cleanup.scan_iter(f"{prefix}*"):
-                cleanup.delete(name)
-        finally:
-            cleanup.close()
+        delete_prefix(url, prefix)
     calls = calls1 - calls0
     reads = calls.pop("reads", 0)
     for name in ("info", "scan", "del"):  # this bench's own
