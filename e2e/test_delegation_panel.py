@@ -34,6 +34,19 @@ _BODY_TEXT = """(taskId) => {
 }"""
 
 
+# Every length the panel's bodies have shown (a MutationObserver, installed before the send: on a
+# loaded machine the whole reply can stream before a test that polls gets to look at the panel).
+_RECORD_BODY_LENGTHS = """() => {
+    window.__bodyLengths = {};
+    const seen = () => document.querySelectorAll('[data-testid=agent-invoke-body]').forEach(body => {
+        const lengths = (window.__bodyLengths[body.dataset.taskId] ||= []);
+        const length = body.innerText.trim().length;
+        if (lengths[lengths.length - 1] !== length) lengths.push(length);
+    });
+    new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
 def tasks_of(base_url: str, session_id: str) -> list[dict]:
     """The tasks the server saved for a calling session, oldest first."""
     tasks = httpx.get(f"{base_url}/api/tasks", timeout=5.0).json()
@@ -54,6 +67,7 @@ def test_mention_opens_the_panel_which_streams_and_the_task_is_saved(page: Page,
     """`@coding-assistant …`: the panel opens by itself, streams, ends done; the task is saved and audited."""
     request = unique("write a greeting function")
     open_chat(page, "/?agent=general-assistant")
+    page.evaluate(_RECORD_BODY_LENGTHS)
     send(page, f"@coding-assistant {request}")
     panel = page.get_by_test_id("agent-invoke-panel")
     expect(panel).to_be_visible(timeout=10_000)
@@ -63,20 +77,14 @@ def test_mention_opens_the_panel_which_streams_and_the_task_is_saved(page: Page,
     task_id = tab.get_attribute("data-task-id")
     assert task_id
 
-    lengths: set[int] = set()
-    deadline = time.monotonic() + 20
-    status = page.get_by_test_id("agent-invoke-status")
-    while time.monotonic() < deadline:
-        lengths.add(len(body_text(page, task_id)))
-        if status.inner_text() == "completed":
-            break
-        page.wait_for_timeout(25)
-    expect(status).to_have_text("completed")
+    expect(page.get_by_test_id("agent-invoke-status")).to_have_text("completed", timeout=TURN_TIMEOUT_MS)
     wait_for_turn_end(page)
     expected = _echo(request, wants_code=True)
-    assert words(body_text(page, task_id)) == words(as_rendered(expected))
-    intermediate = {n for n in lengths if 0 < n < len(body_text(page, task_id))}
-    assert len(intermediate) >= 3, f"the panel should grow visibly while streaming, saw lengths {sorted(lengths)}"
+    final = body_text(page, task_id)
+    assert words(final) == words(as_rendered(expected))
+    lengths = page.evaluate("(taskId) => window.__bodyLengths[taskId] || []", task_id)
+    intermediate = {n for n in lengths if 0 < n < len(final)}
+    assert len(intermediate) >= 3, f"the panel should grow visibly while streaming, saw lengths {lengths}"
     expect(panel).to_be_visible()  # stays open after completion
 
     # The caller's answer quotes the callee, and its card links the task.
