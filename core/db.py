@@ -241,7 +241,7 @@ class Database:
 
         On PostgreSQL the statement is its own transaction, without the BEGIN and COMMIT round trips around
         it (issue 41); each further statement would commit on its own, so use it only where the unit's
-        writes are one statement there (`drafts.answer_in_place`). Commit as after a `session` (in
+        writes are one statement there (`answers.answer_in_place`). Commit as after a `session` (in
         autocommit nothing is left to commit).
         """
         if self.dialect != "postgresql":

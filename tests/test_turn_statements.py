@@ -4,7 +4,7 @@ A statement counter (SQLAlchemy's `before_cursor_execute` on the app's engine) o
 through LiteLLM to the scripted OpenAI-compatible server, on SQLite and PostgreSQL: a 200-token
 turn runs exactly the statements of a 5-token one (the text is written at the start, by the
 draft saver about once a second, and at the end; never per token), and the answer takes its
-draft's place at the end (`drafts.answer_in_place`, on PostgreSQL one statement of its own).
+draft's place at the end (`answers.answer_in_place`, on PostgreSQL one statement of its own).
 The whole start over the API (a send, its stream, its end; issue 41): tests/test_turn_start_api.py.
 """
 

@@ -2,7 +2,7 @@
 
 A turn's start saves a draft assistant row (status `streaming`, `draft_fields`); `DraftSaver`
 writes the text so far into it about once a second; the turn's end replaces it with the saved
-answer (`save_answer`). The saves of all running turns go through one
+answer (`core.chat.answers`). The saves of all running turns go through one
 `DraftWriter`, which writes the drafts that are due together in one unit of work. A draft left
 by a kill is marked `interrupted` at the next start (`ChatEngine.fail_interrupted`).
 """
@@ -13,16 +13,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
-
-from pydantic.fields import FieldInfo
-from sqlalchemy import Table, bindparam, delete, exists, update
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from typing import Any
 
 from core.chat import sessions as sessions_store
 from core.db import Database
-from models import Agent, AgentMessage, AgentSession, utcnow
+from models import Agent
 
 log = logging.getLogger(__name__)
 
@@ -161,117 +156,3 @@ def draft_fields(agent: Agent) -> dict[str, Any]:
         "status": sessions_store.STREAMING,
         "source": "user",
     }
-
-
-# -- the turn's end: its answer in place of its draft ----------------------------------------------
-
-
-async def save_answer(db: Database, session_id: str, draft_id: int, rows: list[dict[str, Any]]) -> None:
-    """The answer in place of its draft: one row written over it, else the draft dropped and the rows appended."""
-    if len(rows) == 1:
-        # On PostgreSQL one statement, committed on its own: no BEGIN and COMMIT around it (issue 41).
-        async with db.single_statement() as s:
-            if await answer_in_place(s, session_id=session_id, message_id=draft_id, fields=rows[0]):
-                await s.commit()
-                return
-    async with db.session() as s:  # a note saved after the draft, or an answer of several steps
-        await replace_draft(s, session_id=session_id, message_id=draft_id, messages=rows)
-
-
-async def replace_draft(
-    session: AsyncSession, *, session_id: str, message_id: int | None, messages: list[dict[str, Any]]
-) -> list[AgentMessage]:
-    """End a turn whose answer could not take its draft's place (`answer_in_place`): drop the draft, append the rows.
-
-    In one transaction: the draft is deleted and the answer's rows go after everything saved while the
-    turn ran (notes of background tasks), as they did before turns kept drafts (`add_messages`, which
-    commits). Returns the rows appended.
-    """
-    if message_id is not None:
-        await session.exec(
-            delete(AgentMessage)
-            .where(col(AgentMessage.id) == message_id, col(AgentMessage.status) == sessions_store.STREAMING)
-            .execution_options(synchronize_session=False)  # the draft row is not loaded in this session
-        )
-    if messages:
-        return await sessions_store.add_messages(session, session_id=session_id, messages=messages)
-    await session.commit()
-    return []
-
-
-async def answer_in_place(session: AsyncSession, *, session_id: str, message_id: int, fields: dict[str, Any]) -> bool:
-    """The answer (one row) written over its draft if that is still `streaming` and last; the chat's time bumped.
-
-    No delete, no read of the highest position, no insert (issue 38): the row is the one an insert would have
-    made, but for its id and position. On PostgreSQL one statement (the chat's UPDATE runs on what the draft's
-    returns, in a data-modifying `WITH`), so it can run as its own transaction (`Database.single_statement`:
-    no BEGIN and COMMIT round trips, issue 41); SQLite, which has no UPDATE in a `WITH`, runs two. The caller
-    commits. False when the draft is gone or no longer last (nothing written: `replace_draft` then).
-
-    Written against the tables (SQLAlchemy Core), not the ORM entities: an ORM-enabled UPDATE with an
-    aliased entity in its WHERE adapts every column of the statement again at each execution, which
-    was a sixth of a short turn's CPU (bench/bench_model_path.py, issue 38).
-    """
-    params = {_ANSWER_ID: message_id, _ANSWER_CHAT: session_id, "bumped": utcnow()}
-    # Every column as an insert would set it (`AgentMessage`'s defaults), without making the ORM object.
-    params.update({_value_name(name): fields[name] if name in fields else _DEFAULTS[name]() for name in _ANSWERED})
-    if session.bind is not None and session.bind.dialect.name == "postgresql":
-        result = await session.exec(_ANSWER_AND_BUMP, params=params)
-        return bool(result.rowcount)  # the chat's row was bumped: its draft was answered
-    result = await session.exec(_ANSWER, params=params)
-    if result.rowcount != 1:
-        return False
-    await session.exec(_BUMP_ANSWERED_CHAT, params=params)
-    return True
-
-
-_MESSAGES: Table = AgentMessage.__table__  # type: ignore[attr-defined]  # SQLModel's table, typed loosely
-_LATER_MESSAGES = _MESSAGES.alias("later")
-_SESSIONS: Table = AgentSession.__table__  # type: ignore[attr-defined]
-#: What an answer written over its draft keeps of the draft's row.
-_KEPT = frozenset({"id", "session_id", "sort_order"})
-#: The columns an answer writes over its draft.
-_ANSWERED = tuple(name for name in AgentMessage.model_fields if name not in _KEPT)
-_ANSWER_ID, _ANSWER_CHAT = "answer_id", "answer_chat_id"
-
-
-def _default(field: FieldInfo) -> Callable[[], Any]:
-    """What `AgentMessage(...)` sets a column it is not given to: its default (a factory's value made anew)."""
-    if field.default_factory is not None:
-        return cast("Callable[[], Any]", field.default_factory)
-    value = None if field.is_required() else field.default  # a table model does not validate: unset is None
-    return lambda: value
-
-
-#: Each answered column's default.
-_DEFAULTS = {name: _default(field) for name, field in AgentMessage.model_fields.items() if name in _ANSWERED}
-
-
-def _value_name(column: str) -> str:
-    return f"answer_{column}"  # a SET's parameter may not be named after its column
-
-
-# Built once, with parameters: built and compiled at each turn's end they cost more CPU than the rest of
-# its database work (issue 41).
-_ANSWER = (
-    update(_MESSAGES)
-    .where(
-        _MESSAGES.c.id == bindparam(_ANSWER_ID),
-        _MESSAGES.c.status == sessions_store.STREAMING,
-        ~exists().where(
-            _LATER_MESSAGES.c.session_id == bindparam(_ANSWER_CHAT),
-            _LATER_MESSAGES.c.sort_order > _MESSAGES.c.sort_order,
-        ),
-    )
-    .values({name: bindparam(_value_name(name)) for name in _ANSWERED})
-)
-_BUMP_ANSWERED_CHAT = (
-    update(_SESSIONS).values(updated_at=bindparam("bumped")).where(_SESSIONS.c.id == bindparam(_ANSWER_CHAT))
-)
-_ANSWERED_CTE = _ANSWER.returning(_MESSAGES.c.session_id).cte("answered")
-#: PostgreSQL: the chat's UPDATE runs on what the draft's returns (a data-modifying `WITH`).
-_ANSWER_AND_BUMP = (
-    update(_SESSIONS)
-    .values(updated_at=bindparam("bumped"))
-    .where(_SESSIONS.c.id.in_(select(_ANSWERED_CTE.c.session_id)))
-)

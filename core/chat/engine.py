@@ -45,7 +45,8 @@ from typing import Any
 from core.chat import agents as agents_store
 from core.chat import attachments, rewind
 from core.chat import sessions as sessions_store
-from core.chat.drafts import DraftSaver, DraftWriter, draft_fields, save_answer
+from core.chat.answers import AnswerWriter
+from core.chat.drafts import DraftSaver, DraftWriter, draft_fields
 from core.chat.errors import (
     RUNNING_LIMIT_RETRY_AFTER_S,
     AgentNotFoundError,
@@ -142,6 +143,7 @@ class ChatEngine:
         self.runner.prepare_messages = partial(attachments.prepare_for_agent, db)  # attached files (issue 36)
         self._tasks = BackgroundTasks()
         self._drafts = DraftWriter(db)
+        self._answers = AnswerWriter(db)
         self.agents = agents_store.AgentCache(db)  # the agents and tools turns start with (`AgentCache.forget`)
         self._starts = TurnStarts(db)  # on SQLite, new messages of turns that start together are written together
         self._turns = TurnClaims(hub, shared=isinstance(hub, RedisStreamHub))
@@ -473,7 +475,7 @@ class ChatEngine:
         `interrupted`.
         """
         try:
-            await save_answer(self.db, session_id, draft_id, outcome.rows if outcome is not None else [])
+            await self._answers.save(session_id, draft_id, outcome.rows if outcome is not None else [])
         except Exception:
             log.exception("could not save the answer of session %s", session_id)
             await ev.publish(self.hub, stream_key, ev.Error(_("The answer could not be saved.")))
