@@ -8,6 +8,7 @@ docs/ARCHITECTURE.md, "Cluster" ("What the shared services carry") says why: the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from core.streaming.redis_wire import bulk, call_packed
+
+log = logging.getLogger(__name__)
 
 #: `XADD`'s answer to an id at or below the stream's newest entry: that event was stored already.
 _STORED = "equal or smaller than the target stream top item"
@@ -44,6 +47,27 @@ class Append:
     keys: list[str]  # the stream, the state hash
     type: str
     payload: str
+
+
+#: Told what Redis answered an append: its id (written, or stored already), `HELD`, -1/-2 (the script) or an error.
+Answered = Callable[[Append, Any], None]
+
+
+def _answer(answered: Answered, append: Append, answer: Any) -> None:
+    """Hand `answer` on; a receiver that fails is logged, and the batch's other appends still get theirs."""
+    try:
+        answered(append, answer)
+    except Exception:
+        log.exception("settling the append of event %d of stream %r failed", append.event_id, append.key)
+
+
+def _resolve(done: asyncio.Future[Any], answer: Any) -> None:
+    if done.done():
+        return
+    if isinstance(answer, BaseException):
+        done.set_exception(answer)
+    else:
+        done.set_result(answer)
 
 
 class AppendBatches:
@@ -92,17 +116,24 @@ class AppendBatches:
         self.gather_s = gather_s
         #: The newest id of each stream this replica writes that Redis is known to have.
         self.stored: dict[str, int] = {}
-        self._pending: list[tuple[Append, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Append, Answered]] = []
         self._writer: asyncio.Task[None] | None = None
 
     def submit(self, append: Append) -> asyncio.Future[Any]:
         """Queue one append; its future: the id (written, or stored already), `HELD`, -1/-2 (the script), an error."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((append, done))
-        if self._writer is None or self._writer.done():
-            self._writer = loop.create_task(self._write(), name="redis hub: appends")
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.send(append, lambda _append, answer: _resolve(done, answer))
         return done
+
+    def send(self, append: Append, answered: Answered) -> None:
+        """Queue one append; `answered(append, answer)` gets what `submit`'s future would hold (its error as a value).
+
+        It is called as soon as the batch's replies are read: no future and no extra pass of the event loop per
+        append (issue 41: these were about a tenth of the hub's client CPU per token).
+        """
+        self._pending.append((append, answered))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write(), name="redis hub: appends")
 
     def _script_args(self, append: Append) -> list[Any]:
         return [append.type, append.payload, self._max_events, append.event_id, self._owner, "1"]
@@ -186,7 +217,7 @@ class AppendBatches:
         return results
 
     async def _write(self) -> None:
-        batch: list[tuple[Append, asyncio.Future[Any]]] = []
+        batch: list[tuple[Append, Answered]] = []
         try:
             await asyncio.sleep(0)  # what else is appended in this pass of the loop goes along
             while self._pending:
@@ -195,18 +226,13 @@ class AppendBatches:
                     results = await self._send([append for append, _ in batch])
                 except Exception as exc:  # the connection failed: every append of the batch fails with it
                     results = [exc] * len(batch)
-                for (_, done), result in zip(batch, results, strict=True):
-                    if done.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        done.set_exception(result)
-                    else:
-                        done.set_result(result)
+                for (append, answered), result in zip(batch, results, strict=True):
+                    _answer(answered, append, result)
                 batch = []
                 if self.gather_s:  # busy: the next batch fills a little before it goes
                     await asyncio.sleep(self.gather_s)
         finally:  # canceled (the hub stops): no append waits for an answer that will not come
-            for _, done in [*batch, *self._pending]:
-                if not done.done():
-                    done.set_exception(RedisError("the Redis hub stopped before this append was sent"))
+            stopped = RedisError("the Redis hub stopped before this append was sent")
+            for append, answered in [*batch, *self._pending]:
+                _answer(answered, append, stopped)
             self._pending = []

@@ -55,6 +55,9 @@ from core.streaming.redis_readers import OwnerTail, RedisSubscription, StreamRea
 from core.streaming.redis_replica import DuplicateReplicaError, ReplicaLeases
 from core.streaming.redis_scripts import COMMAND_CONNECTIONS, END_TYPE, HubKeys, as_int, register_scripts
 
+#: An event's data as JSON: `json.dumps(data, default=str)` without making an encoder per token.
+_EVENT_JSON = json.JSONEncoder(default=str)
+
 # Importers name these here: `refresh` (any hub) and `DuplicateReplicaError` came from this module first.
 __all__ = ["DuplicateReplicaError", "RedisStreamHub", "RedisSubscription", "refresh"]
 
@@ -266,7 +269,7 @@ class RedisStreamHub:
             StreamClosedError: the buffer is finished (or, on a stream opened here, another replica ended it: known
                 from Redis's answer to an earlier append).
         """
-        payload = json.dumps(data or {}, default=str)
+        payload = _EVENT_JSON.encode(data or {})
         keys = [self._keys.stream(key), self._keys.hash(key)]
         counted = self._next.get(key)
         if counted is None:  # a stream opened elsewhere (a reaper ending it): Redis gives the id

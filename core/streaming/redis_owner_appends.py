@@ -58,7 +58,8 @@ class OwnerAppends:
         self.window = window
         #: Appends of each stream sent and not settled yet.
         self.in_flight: Counter[str] = Counter()
-        self._newest: dict[str, asyncio.Future[object]] = {}
+        #: Who waits for a stream's appends to be settled (`settled`), told when none is left in flight.
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._refused: dict[str, BaseException] = {}
 
     def check(self, key: str) -> None:
@@ -73,37 +74,35 @@ class OwnerAppends:
             await self.settled(key)
 
     def send(self, append: Append) -> None:
-        """Queue `append` for the next batch; what Redis answers is settled when it comes back."""
-        call = self._batches.submit(append)
+        """Queue `append` for the next batch; what Redis answers is settled when it comes back (`_settle`)."""
         self.in_flight[append.key] += 1
-        self._newest[append.key] = call
-        call.add_done_callback(lambda done: self._settle(append, done))
+        self._batches.send(append, self._settle)
 
     async def settled(self, key: str) -> None:
         """Until every append of `key` sent so far is answered and settled."""
-        while self.in_flight[key] and (newest := self._newest.get(key)) is not None:
-            await asyncio.wait([newest])
-            await asyncio.sleep(0)  # its callbacks run first, `_settle` among them
+        while self.in_flight[key]:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(key, []).append(waiter)
+            await asyncio.shield(waiter)  # a canceled waiter leaves the others' futures alone
 
     def forget(self, key: str) -> None:
         """`key`'s buffer ended (or a new one opens): no refusal of the old one is kept."""
         self._refused.pop(key, None)
 
-    def _settle(self, append: Append, call: asyncio.Future[object]) -> None:
+    def _settle(self, append: Append, answer: object) -> None:
         key = append.key
         self.in_flight[key] -= 1
         if self.in_flight[key] <= 0:
             del self.in_flight[key]
-            self._newest.pop(key, None)
-        if call.cancelled():
+            for waiter in self._waiters.pop(key, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+        if isinstance(answer, BaseException) and not isinstance(answer, OUT_OF_REACH):
+            self._refused.setdefault(key, answer)
             return
-        exc = call.exception()
-        if exc is not None and not isinstance(exc, OUT_OF_REACH):
-            self._refused.setdefault(key, exc)
-            return
-        if exc is not None:
-            self._reach.failed(exc)
-        result = HELD if exc is not None else as_int(call.result())
+        if isinstance(answer, BaseException):
+            self._reach.failed(answer)
+        result = HELD if isinstance(answer, BaseException) else as_int(answer)
         if result == HELD:
             self._held(key, append.event_id, append.type, append.payload)
         elif result == -1:
