@@ -3,7 +3,8 @@
 On PostgreSQL `AnswerWriter` writes the one-row answers that come while another is on its way in one
 statement (`answer_together`). Each row is the one `answer_in_place` would have written, down to a JSON
 column's `null`; an answer whose draft is no longer last drops it and goes after the note, as alone; a batch
-that fails is written again one answer at a time. On SQLite the writer is `save_answer`, one at a time.
+that fails is written again one answer at a time; a writer stopped mid-batch leaves no turn waiting. On SQLite
+the writer is `save_answer`, one at a time.
 """
 
 from __future__ import annotations
@@ -219,3 +220,32 @@ async def test_two_answers_of_one_chat_go_in_separate_batches(
     rows = await saved(services, chats[0])
     # The second answer of the chat found its draft answered already, so it was appended after it.
     assert [(m.content, m.status) for m in rows[1:]] == [("first", "complete"), ("again", "complete")]
+
+
+@on_postgres
+async def test_a_writer_stopped_mid_batch_leaves_no_turn_waiting(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops while a batch is on its way: every turn waiting for its answer is told, none hangs."""
+    chats = [await new_chat(services) for _ in range(3)]
+    agent = await _agent_of(services, chats[0])
+    drafts = [await _draft(services, chat, agent) for chat in chats]
+    on_its_way = asyncio.Event()
+
+    async def hangs(db: Any, batch: list[Any]) -> set[int]:
+        on_its_way.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    monkeypatch.setattr(answers, "answer_together", hangs)
+    writer = AnswerWriter(services.db)
+    saves = asyncio.gather(
+        *(writer.save(chat, draft, [_ANSWER_FIELDS]) for chat, draft in zip(chats, drafts, strict=True)),
+        return_exceptions=True,
+    )
+    await asyncio.wait_for(on_its_way.wait(), 5)
+    assert writer._writer is not None
+    writer._writer.cancel()
+
+    results = await asyncio.wait_for(saves, 5)
+    assert [str(r) for r in results] == ["the server stopped before this answer was saved"] * 3

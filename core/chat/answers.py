@@ -64,8 +64,8 @@ class AnswerWriter:
 
     An answer that comes while none is being written is written at once (with any others queued in that same
     step of the event loop). The answers that come while a write is on its way wait for it and are written
-    together next, in one statement (`answer_together`), so there is
-    one statement (and one round trip) per batch, however many turns end. Two answers of one chat (which
+    together next, in one statement (`answer_together`): one statement (and one round trip) per batch, however
+    many turns end. Two answers of one chat (which
     one turn at a time never gives) go in separate batches. An answer the batch could not write over its
     draft (a note saved after it) drops the draft and appends its rows on its own (`replace_draft`), as
     `save_answer` does; if the batch fails, each of its answers is written again on its own, so only the
@@ -93,17 +93,17 @@ class AnswerWriter:
         await asyncio.shield(answer.written)  # a canceled turn leaves its answer to be written
 
     async def _write_queued(self) -> None:
+        batch: list[_Answer] = []
         try:
             while self._queue:
-                batch: list[_Answer] = []
-                chats: set[str] = set()
-                later: list[_Answer] = []
-                for answer in self._queue:
-                    (later if answer.session_id in chats else batch).append(answer)
-                    chats.add(answer.session_id)
-                self._queue = later
+                batch, self._queue = _one_per_chat(self._queue)
                 await self._write(batch)
-        finally:
+                batch = []
+        finally:  # canceled (the server stops): no turn waits for an answer that will not be written
+            stopped = RuntimeError("the server stopped before this answer was saved")
+            for answer in [*batch, *self._queue]:
+                _resolve(answer.written, stopped)
+            self._queue = []
             self._writer = None
 
     async def _write(self, batch: list[_Answer]) -> None:
@@ -127,6 +127,17 @@ class AnswerWriter:
     async def _replace(self, answer: _Answer) -> None:
         async with self.db.session() as s:
             await replace_draft(s, session_id=answer.session_id, message_id=answer.draft_id, messages=[answer.fields])
+
+
+def _one_per_chat(queue: list[_Answer]) -> tuple[list[_Answer], list[_Answer]]:
+    """The next batch (the first answer of each chat, in order) and what waits for the one after."""
+    batch: list[_Answer] = []
+    later: list[_Answer] = []
+    chats: set[str] = set()
+    for answer in queue:
+        (later if answer.session_id in chats else batch).append(answer)
+        chats.add(answer.session_id)
+    return batch, later
 
 
 async def _settle(answer: _Answer, write: Any) -> None:
