@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from core.chat import answers
 from core.chat import sessions as sessions_store
@@ -23,6 +23,7 @@ from core.services import Services
 from models import Agent, AgentSession, utcnow
 from tests.test_chat_engine import new_chat, saved
 from tests.test_running_turns_count import _agent_of
+from tests.utils.statements import recorded_statements
 
 TURNS = 20
 
@@ -55,6 +56,24 @@ async def _draft(services: Services, chat: str, agent: Agent) -> int:
     return draft_id
 
 
+async def _running_chats(services: Services, count: int) -> tuple[list[str], list[int]]:
+    """`count` chats, each with a turn running (its question and its draft); the chats and their drafts."""
+    chats = [await new_chat(services) for _ in range(count)]
+    agent = await _agent_of(services, chats[0])
+    return chats, [await _draft(services, chat, agent) for chat in chats]
+
+
+async def _answer_each(writer: AnswerWriter, chats: list[str], drafts: list[int]) -> list[Any]:
+    """Every chat's answer (`answer <i>`) saved by `writer` at once; what each save returned or raised."""
+    return await asyncio.gather(
+        *(
+            writer.save(chat, draft, [{**_ANSWER_FIELDS, "content": f"answer {i}"}])
+            for i, (chat, draft) in enumerate(zip(chats, drafts, strict=True))
+        ),
+        return_exceptions=True,
+    )
+
+
 async def _row(services: Services, message_id: int) -> dict[str, Any]:
     """A message's columns as PostgreSQL holds them (JSON as its text), but for its id, chat and position."""
     async with services.db.read() as r:
@@ -76,15 +95,7 @@ async def _row(services: Services, message_id: int) -> dict[str, Any]:
 async def test_turns_that_end_together_save_their_answers_together(services: Services) -> None:
     """Twenty turns at once: on PostgreSQL fewer answer statements than turns; every chat has its own answer."""
     chats = [await new_chat(services) for _ in range(TURNS)]
-    answer_statements: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "UPDATE agent_messages SET role=" in statement:
-            answer_statements.append(statement)
-
-    engine = services.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(services.db) as statements:
         await asyncio.gather(
             *(
                 services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=f"/lorem {5 + i}")
@@ -93,8 +104,7 @@ async def test_turns_that_end_together_save_their_answers_together(services: Ser
         )
         for chat in chats:
             await services.chat.wait(chat, timeout=30)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    answer_statements = [statement for _, statement in statements if "UPDATE agent_messages SET role=" in statement]
 
     for i, chat in enumerate(chats):
         user, answer = await saved(services, chat)
@@ -113,9 +123,7 @@ async def test_turns_that_end_together_save_their_answers_together(services: Ser
 @on_postgres
 async def test_an_answer_written_together_is_the_row_written_alone(services: Services) -> None:
     """The same fields, once alone (`answer_in_place`) and once in a batch: the same row, JSON nulls and all."""
-    chats = [await new_chat(services) for _ in range(3)]
-    agent = await _agent_of(services, chats[0])
-    drafts = [await _draft(services, chat, agent) for chat in chats]
+    chats, drafts = await _running_chats(services, 3)
     fields = {**_ANSWER_FIELDS, "created_at": utcnow()}
 
     await save_answer(services.db, chats[0], drafts[0], [fields])
@@ -134,19 +142,12 @@ async def test_an_answer_written_together_is_the_row_written_alone(services: Ser
 @on_postgres
 async def test_an_answer_whose_draft_is_not_last_goes_after_the_note(services: Services) -> None:
     """In a batch, a chat with a note saved after its draft: the draft dropped, the answer appended after it."""
-    chats = [await new_chat(services) for _ in range(3)]
-    agent = await _agent_of(services, chats[0])
-    drafts = [await _draft(services, chat, agent) for chat in chats]
+    chats, drafts = await _running_chats(services, 3)
     async with services.db.session() as s:
         await sessions_store.add_messages(s, session_id=chats[1], messages=[{"role": "system", "content": "a note"}])
     writer = AnswerWriter(services.db)
 
-    await asyncio.gather(
-        *(
-            writer.save(chat, draft, [{**_ANSWER_FIELDS, "content": f"answer {i}"}])
-            for i, (chat, draft) in enumerate(zip(chats, drafts, strict=True))
-        )
-    )
+    assert await _answer_each(writer, chats, drafts) == [None, None, None]
 
     assert writer.batches == 1
     for i, chat in enumerate(chats):
@@ -168,9 +169,7 @@ async def test_an_answer_whose_draft_is_not_last_goes_after_the_note(services: S
 async def test_a_batch_that_fails_is_written_one_answer_at_a_time(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    chats = [await new_chat(services) for _ in range(3)]
-    agent = await _agent_of(services, chats[0])
-    drafts = [await _draft(services, chat, agent) for chat in chats]
+    chats, drafts = await _running_chats(services, 3)
     tried: list[int] = []
 
     async def fails(db: Any, batch: list[Any]) -> set[int]:
@@ -179,12 +178,7 @@ async def test_a_batch_that_fails_is_written_one_answer_at_a_time(
 
     monkeypatch.setattr(answers, "answer_together", fails)
     writer = AnswerWriter(services.db)
-    await asyncio.gather(
-        *(
-            writer.save(chat, draft, [{**_ANSWER_FIELDS, "content": f"answer {i}"}])
-            for i, (chat, draft) in enumerate(zip(chats, drafts, strict=True))
-        )
-    )
+    assert await _answer_each(writer, chats, drafts) == [None, None, None]
 
     assert tried == [3] and writer.batches == 0
     for i, chat in enumerate(chats):
@@ -198,10 +192,7 @@ async def test_two_answers_of_one_chat_go_in_separate_batches(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One turn at a time never gives this; if it came, the second answer of a chat waits for the next batch."""
-    chats = [await new_chat(services) for _ in range(2)]
-    agent = await _agent_of(services, chats[0])
-    first = await _draft(services, chats[0], agent)
-    other = await _draft(services, chats[1], agent)
+    chats, [first, other] = await _running_chats(services, 2)
     writer = AnswerWriter(services.db)
     written: list[list[tuple[str, int, dict[str, Any]]]] = []
     real = answers.answer_together
@@ -227,9 +218,7 @@ async def test_a_writer_stopped_mid_batch_leaves_no_turn_waiting(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server stops while a batch is on its way: every turn waiting for its answer is told, none hangs."""
-    chats = [await new_chat(services) for _ in range(3)]
-    agent = await _agent_of(services, chats[0])
-    drafts = [await _draft(services, chat, agent) for chat in chats]
+    chats, drafts = await _running_chats(services, 3)
     on_its_way = asyncio.Event()
 
     async def hangs(db: Any, batch: list[Any]) -> set[int]:
@@ -239,10 +228,7 @@ async def test_a_writer_stopped_mid_batch_leaves_no_turn_waiting(
 
     monkeypatch.setattr(answers, "answer_together", hangs)
     writer = AnswerWriter(services.db)
-    saves = asyncio.gather(
-        *(writer.save(chat, draft, [_ANSWER_FIELDS]) for chat, draft in zip(chats, drafts, strict=True)),
-        return_exceptions=True,
-    )
+    saves = asyncio.ensure_future(_answer_each(writer, chats, drafts))
     await asyncio.wait_for(on_its_way.wait(), 5)
     assert writer._writer is not None
     writer._writer.cancel()

@@ -13,7 +13,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 from sqlmodel import select
 
 from core.chat import rewind, turn_starts
@@ -23,29 +22,21 @@ from core.services import Services
 from models import AgentMessage, AgentSession
 from tests.test_chat_engine import new_chat, saved
 from tests.test_running_turns_count import _agent_of
+from tests.utils.statements import recorded_statements
 
 SENDS = 20
 
 
 async def _send_all(services: Services, chats: list[str]) -> list[set[int]]:
     """Each chat sent its question at once; the units of work (connections) that inserted messages."""
-    inserting: set[int] = set()
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith("INSERT INTO agent_messages"):
-            inserting.add(id(conn))
-
-    engine = services.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with recorded_statements(services.db) as statements:
         await asyncio.gather(
             *(
                 services.chat.start_turn(session_id=chat, user_id=services.auth.local_user_id, text=f"question {i}")
                 for i, chat in enumerate(chats)
             )
         )
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    inserting = {conn for conn, statement in statements if statement.startswith("INSERT INTO agent_messages")}
     for chat in chats:
         await services.chat.wait(chat, timeout=30)
     return [inserting]

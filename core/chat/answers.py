@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -140,8 +140,8 @@ def _one_per_chat(queue: list[_Answer]) -> tuple[list[_Answer], list[_Answer]]:
     return batch, later
 
 
-async def _settle(answer: _Answer, write: Any) -> None:
-    """Run `write` (a coroutine) and hand its outcome to whoever waits for `answer`."""
+async def _settle(answer: _Answer, write: Awaitable[None]) -> None:
+    """Await `write` and hand its outcome to whoever waits for `answer`."""
     try:
         await write
     except Exception as exc:
